@@ -1,0 +1,389 @@
+//! The in-memory trace model that every input format is parsed into.
+//!
+//! A [`Trace`] holds one [`DeviceTrace`] per device, each a time-ordered list of
+//! allocator [`Event`]s. Where an allocation came from is a *site*: a list of
+//! frames, innermost first (Python/C++ frames for snapshots, the operator stack
+//! for Chrome traces). Frames, strings and sites are interned once in
+//! [`Sites`], and events only hold a `u32` [`SiteId`], so a frames list that a
+//! pickle references ten thousand times costs one site.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Index into [`Sites`]; `0` is the empty site (no frames recorded).
+pub type SiteId = u32;
+/// Index of an interned string in [`Sites`].
+pub type StrId = u32;
+
+/// The input format, detected from content (see `input::sniff`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// `torch.cuda.memory._snapshot()` as pickle, JSON, legacy list or memory_viz HTML.
+    TorchSnapshot,
+    /// Chrome trace JSON from the PyTorch profiler (Kineto) or any writer.
+    ChromeTrace,
+    /// `export_memory_timeline` output (already categorised by PyTorch).
+    MemoryTimeline,
+}
+
+impl Format {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::TorchSnapshot => "torch_snapshot",
+            Format::ChromeTrace => "chrome_trace",
+            Format::MemoryTimeline => "memory_timeline",
+        }
+    }
+}
+
+/// The component taxonomy shared by every input format (DESIGN.md §4).
+///
+/// The declaration order is the display order of every table and legend.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    Parameter,
+    Gradient,
+    OptimizerState,
+    Activation,
+    AutogradDetail,
+    Temporary,
+    Input,
+    KvCache,
+    AllocatorCache,
+    Unknown,
+}
+
+impl Category {
+    pub const ALL: [Category; 10] = [
+        Category::Parameter,
+        Category::Gradient,
+        Category::OptimizerState,
+        Category::Activation,
+        Category::AutogradDetail,
+        Category::Temporary,
+        Category::Input,
+        Category::KvCache,
+        Category::AllocatorCache,
+        Category::Unknown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Category::Parameter => "parameter",
+            Category::Gradient => "gradient",
+            Category::OptimizerState => "optimizer_state",
+            Category::Activation => "activation",
+            Category::AutogradDetail => "autograd_detail",
+            Category::Temporary => "temporary",
+            Category::Input => "input",
+            Category::KvCache => "kv_cache",
+            Category::AllocatorCache => "allocator_cache",
+            Category::Unknown => "unknown",
+        }
+    }
+
+    /// Parses memcut's own names and PyTorch's (`Category` enum names, any case).
+    pub fn parse(s: &str) -> Option<Category> {
+        let lower = s.trim().to_ascii_lowercase();
+        Category::ALL
+            .into_iter()
+            .find(|c| c.as_str() == lower)
+            .or(match lower.as_str() {
+                "none" | "" => Some(Category::Unknown),
+                _ => None,
+            })
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for Category {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What an allocator event did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// Memory handed to the program (`size` = bytes of the allocation).
+    Alloc,
+    /// The program released the block; it may still be in use by another stream.
+    FreeRequested,
+    /// The block is really free (the memory curve drops here).
+    FreeCompleted,
+    /// `cudaMalloc` of a segment: reserved memory grows.
+    SegmentAlloc,
+    /// `cudaFree` of a segment: reserved memory shrinks.
+    SegmentFree,
+    /// Expandable segment grew.
+    SegmentMap,
+    /// Expandable segment shrank.
+    SegmentUnmap,
+    /// A snapshot was taken here (`size` = active bytes then).
+    Snapshot,
+    /// An allocation of `size` bytes failed; `device_free` bytes were free.
+    Oom,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Alloc => "alloc",
+            Action::FreeRequested => "free_requested",
+            Action::FreeCompleted => "free_completed",
+            Action::SegmentAlloc => "segment_alloc",
+            Action::SegmentFree => "segment_free",
+            Action::SegmentMap => "segment_map",
+            Action::SegmentUnmap => "segment_unmap",
+            Action::Snapshot => "snapshot",
+            Action::Oom => "oom",
+        }
+    }
+
+    /// The snapshot action name, or `None` for actions memcut does not replay.
+    pub fn parse(s: &str) -> Option<Action> {
+        Some(match s {
+            "alloc" => Action::Alloc,
+            "free_requested" => Action::FreeRequested,
+            "free_completed" => Action::FreeCompleted,
+            "free" => Action::FreeCompleted,
+            "segment_alloc" => Action::SegmentAlloc,
+            "segment_free" => Action::SegmentFree,
+            "segment_map" => Action::SegmentMap,
+            "segment_unmap" => Action::SegmentUnmap,
+            "snapshot" => Action::Snapshot,
+            "oom" => Action::Oom,
+            _ => return None,
+        })
+    }
+}
+
+/// Allocator totals a Chrome trace reports after each event (`Total Allocated`,
+/// `Total Reserved`); `None` where the file does not say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ReportedTotals {
+    pub allocated: Option<u64>,
+    pub reserved: Option<u64>,
+}
+
+/// One allocator event, in trace order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Event {
+    pub action: Action,
+    /// Category the *file itself* states (profile-derived snapshots and
+    /// memory-timeline exports). Only memory-timeline exports are trusted by
+    /// the classifier; for snapshots this is ground truth for tests.
+    pub given: Option<Category>,
+    /// Where the event came from (allocation stack or operator stack).
+    pub site: SiteId,
+    pub addr: u64,
+    /// Bytes: requested size for snapshot allocs, block size for Chrome
+    /// traces, segment bytes for segment events, failed request for `Oom`.
+    pub size: u64,
+    /// Microseconds (epoch for snapshots; trace clock for Chrome); NaN if unknown.
+    pub ts_us: f64,
+    /// For `Oom`: bytes `cudaMemGetInfo` reported free; otherwise 0.
+    pub device_free: u64,
+}
+
+impl Event {
+    pub fn new(action: Action, addr: u64, size: u64) -> Event {
+        Event {
+            action,
+            given: None,
+            site: 0,
+            addr,
+            size,
+            ts_us: f64::NAN,
+            device_free: 0,
+        }
+    }
+
+    pub fn ts(&self) -> Option<f64> {
+        (!self.ts_us.is_nan()).then_some(self.ts_us)
+    }
+}
+
+/// State of a block in a snapshot's `segments` at dump time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockState {
+    ActiveAllocated,
+    ActivePendingFree,
+    Inactive,
+}
+
+/// A sub-range of a segment at dump time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Block {
+    pub addr: u64,
+    pub size: u64,
+    pub requested_size: u64,
+    pub state: BlockState,
+    pub site: SiteId,
+}
+
+/// One `cudaMalloc` (or mapped range) at dump time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Segment {
+    pub addr: u64,
+    pub total_size: u64,
+    pub is_expandable: bool,
+    pub blocks: Vec<Block>,
+}
+
+/// The events of one device, plus what the file says about its final state.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DeviceTrace {
+    /// `cuda:0`, `cpu`, `hip:1`, …
+    pub device: String,
+    pub events: Vec<Event>,
+    /// Per-event allocator totals (Chrome traces); empty when unknown,
+    /// otherwise the same length as `events`.
+    pub reported: Vec<ReportedTotals>,
+    /// Segments at dump time (snapshots only).
+    pub segments: Option<Vec<Segment>>,
+    /// Total device memory when the file says (Kineto `deviceProperties`).
+    pub capacity_bytes: Option<u64>,
+}
+
+/// A named time range (`external_annotations` START/END, `ProfilerStep#N`, …).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Annotation {
+    pub name: String,
+    /// Device ordinal the range was recorded for; `None` = all devices.
+    pub device: Option<i64>,
+    pub start_us: f64,
+    pub end_us: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Level {
+    Info,
+    Warning,
+}
+
+/// Something a reader of the report should know about the input.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Diagnostic {
+    pub level: Level,
+    pub message: String,
+}
+
+impl Diagnostic {
+    pub fn info(message: impl Into<String>) -> Diagnostic {
+        Diagnostic {
+            level: Level::Info,
+            message: message.into(),
+        }
+    }
+    pub fn warning(message: impl Into<String>) -> Diagnostic {
+        Diagnostic {
+            level: Level::Warning,
+            message: message.into(),
+        }
+    }
+}
+
+/// A parsed trace of any format.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trace {
+    pub format: Format,
+    pub devices: Vec<DeviceTrace>,
+    pub sites: Sites,
+    pub annotations: Vec<Annotation>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Trace {
+    pub fn new(format: Format) -> Trace {
+        Trace {
+            format,
+            devices: Vec::new(),
+            sites: Sites::default(),
+            annotations: Vec::new(),
+            diagnostics: Vec::new(),
+        }
+    }
+}
+
+/// One stack frame. For Chrome traces `filename` is empty and `name` is the
+/// operator or annotation name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub filename: StrId,
+    pub line: u32,
+    pub name: StrId,
+}
+
+/// Interned strings, frames and sites. Site 0 is the empty site.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sites {
+    strings: Vec<Box<str>>,
+    string_ids: HashMap<Box<str>, StrId>,
+    sites: Vec<Box<[Frame]>>,
+    site_ids: HashMap<Box<[Frame]>, SiteId>,
+}
+
+impl Default for Sites {
+    fn default() -> Sites {
+        let mut sites = Sites {
+            strings: Vec::new(),
+            string_ids: HashMap::new(),
+            sites: Vec::new(),
+            site_ids: HashMap::new(),
+        };
+        sites.intern_str("");
+        sites.intern_site(&[]);
+        sites
+    }
+}
+
+impl Sites {
+    pub fn intern_str(&mut self, s: &str) -> StrId {
+        if let Some(&id) = self.string_ids.get(s) {
+            return id;
+        }
+        let id = self.strings.len() as StrId;
+        self.strings.push(s.into());
+        self.string_ids.insert(s.into(), id);
+        id
+    }
+
+    /// Interns a frame list (innermost first) and returns its site id.
+    pub fn intern_site(&mut self, frames: &[Frame]) -> SiteId {
+        if let Some(&id) = self.site_ids.get(frames) {
+            return id;
+        }
+        let id = self.sites.len() as SiteId;
+        self.sites.push(frames.into());
+        self.site_ids.insert(frames.into(), id);
+        id
+    }
+
+    pub fn str(&self, id: StrId) -> &str {
+        &self.strings[id as usize]
+    }
+
+    /// The frames of a site, innermost first.
+    pub fn frames(&self, site: SiteId) -> &[Frame] {
+        &self.sites[site as usize]
+    }
+
+    pub fn len(&self) -> usize {
+        self.sites.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sites.len() <= 1
+    }
+}
