@@ -1,11 +1,74 @@
 //! memcut: the post-mortem on GPU memory.
 //!
-//! Pipeline (DESIGN.md §1): bytes → [`input`] (sniff, gunzip) → `formats`
-//! (parse into a [`model::Trace`]) → `timeline` (replay) → `classify` →
-//! `analysis` (peak, contributors, OOMs) → `plan` → `report`.
+//! Pipeline (DESIGN.md §1), each stage a pure function of the previous one's
+//! value: bytes → [`input`] (sniff, gunzip) → [`formats`] (parse into a
+//! [`model::Trace`]) → [`timeline`] (replay) → [`classify`] → [`analysis`]
+//! (peak, contributors, OOMs) → [`plan`] → [`report`] (text, md, json, html).
+//! Only `main.rs` and [`batch`] touch files, threads and exit codes.
 
+pub mod analysis;
+pub mod classify;
 pub mod error;
 pub mod formats;
+pub mod input;
 pub mod model;
+pub mod plan;
+pub mod report;
+pub mod timeline;
+
+use std::path::Path;
 
 pub use error::{Error, Result};
+
+/// Everything `memcut analyze` can be told.
+#[derive(Debug, Clone, Default)]
+pub struct AnalyzeOptions {
+    pub analysis: analysis::Options,
+    pub limits: input::Limits,
+}
+
+impl AnalyzeOptions {
+    pub fn new() -> AnalyzeOptions {
+        AnalyzeOptions {
+            analysis: analysis::Options::new(),
+            limits: input::Limits::default(),
+        }
+    }
+}
+
+/// Runs the whole pipeline on a trace already parsed.
+pub fn analyze_trace(
+    trace: &model::Trace,
+    source: report::SourceInfo,
+    options: &AnalyzeOptions,
+) -> report::Report {
+    let (report, _timelines) = analysis::analyze(trace, source, &options.analysis);
+    report
+}
+
+/// Reads, parses and analyses one input. `display_path` is what the report
+/// names as its source (as given, never made absolute).
+pub fn analyze_reader<R: std::io::Read>(
+    reader: R,
+    display_path: &str,
+    size_bytes: u64,
+    options: &AnalyzeOptions,
+) -> Result<report::Report> {
+    let trace = input::read_trace(reader, &options.limits)?;
+    let source = report::SourceInfo {
+        path: display_path.to_owned(),
+        format: trace.format.as_str().to_owned(),
+        size_bytes,
+    };
+    Ok(analyze_trace(&trace, source, options))
+}
+
+/// Reads, parses and analyses one file.
+pub fn analyze_path(path: &Path, options: &AnalyzeOptions) -> Result<report::Report> {
+    if path.is_dir() {
+        return Err(Error::Usage("is a directory, not a trace file".into()));
+    }
+    let file = std::fs::File::open(path)?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    analyze_reader(file, &path.display().to_string(), size, options)
+}

@@ -1,0 +1,536 @@
+//! Analysis: replayed and classified devices → the [`Report`] (peak,
+//! contributors, reserved peak, OOM findings, timeline for plots).
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::classify::{self, site_facts, Classification, Phase, UserRule};
+use crate::model::{Action, BlockState, Category, DeviceTrace, Sites, Trace};
+use crate::report::{
+    DeviceReport, LiveAllocation, OomFinding, Peak, Report, SourceInfo, TimelineSeries, Tool,
+    TopSite, SCHEMA_VERSION,
+};
+use crate::timeline::{self, Interval, Replay};
+
+/// Knobs of the analysis that come from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Only this device (`cuda:0`, `cpu`, …); all when `None`.
+    pub device: Option<String>,
+    /// How many top sites to list.
+    pub top: usize,
+    pub user_rules: Vec<UserRule>,
+    /// Points per category in the plotted timeline.
+    pub plot_points: usize,
+}
+
+impl Options {
+    pub fn new() -> Options {
+        Options {
+            device: None,
+            top: 10,
+            user_rules: Vec::new(),
+            plot_points: 2000,
+        }
+    }
+}
+
+/// One device after replay and classification: the input of the planner and
+/// of the per-category plots.
+pub struct DeviceTimeline {
+    pub replay: Replay,
+    pub classes: Vec<Classification>,
+}
+
+impl DeviceTimeline {
+    /// Per-category change at each position: `(position, category, delta)`,
+    /// sorted by position. Replaying it gives bytes by category over time.
+    pub fn category_deltas(&self) -> Vec<(u32, Category, i64)> {
+        let mut out = Vec::with_capacity(self.replay.intervals.len() * 2);
+        for (i, c) in self.replay.intervals.iter().zip(&self.classes) {
+            out.push((i.start, c.category, i.size as i64));
+            if i.end < self.replay.positions() {
+                out.push((i.end, c.category, -(i.size as i64)));
+            }
+        }
+        out.sort_by_key(|&(p, c, _)| (p, c));
+        out
+    }
+}
+
+/// Replays and classifies one device.
+pub fn replay_and_classify(
+    trace: &Trace,
+    device: &DeviceTrace,
+    user_rules: &[UserRule],
+) -> DeviceTimeline {
+    let replay = timeline::replay(device);
+    let classes = classify::classify(trace, device, &replay, user_rules);
+    DeviceTimeline { replay, classes }
+}
+
+/// Builds the report for a parsed trace (without a plan; see [`crate::plan`]).
+pub fn analyze(
+    trace: &Trace,
+    source: SourceInfo,
+    options: &Options,
+) -> (Report, Vec<DeviceTimeline>) {
+    let mut diagnostics = trace.diagnostics.clone();
+    let mut devices = Vec::new();
+    let mut timelines = Vec::new();
+    for device in &trace.devices {
+        if options.device.as_ref().is_some_and(|d| d != &device.device) {
+            continue;
+        }
+        let tl = replay_and_classify(trace, device, &options.user_rules);
+        for d in &tl.replay.diagnostics {
+            let mut d = d.clone();
+            if trace.devices.len() > 1 {
+                d.message = format!("{}: {}", device.device, d.message);
+            }
+            diagnostics.push(d);
+        }
+        devices.push(device_report(trace, device, &tl, options));
+        timelines.push(tl);
+    }
+    if let Some(wanted) = &options.device {
+        if devices.is_empty() {
+            let have: Vec<&str> = trace.devices.iter().map(|d| d.device.as_str()).collect();
+            diagnostics.push(crate::model::Diagnostic::warning(format!(
+                "device {wanted} not in this trace (devices: {})",
+                have.join(", ")
+            )));
+        }
+    }
+    let unknown_share = unknown_share(&devices);
+    if let Some(share) = unknown_share {
+        diagnostics.push(crate::model::Diagnostic::info(format!(
+            "{share:.0}% of peak bytes could not be categorised (category `unknown`)"
+        )));
+    }
+    diagnostics.sort();
+    diagnostics.dedup();
+    let report = Report {
+        schema_version: SCHEMA_VERSION,
+        tool: Tool::default(),
+        source,
+        devices,
+        diagnostics,
+    };
+    (report, timelines)
+}
+
+fn unknown_share(devices: &[DeviceReport]) -> Option<f64> {
+    let (unknown, total) = devices.iter().fold((0u64, 0u64), |(u, t), d| {
+        (
+            u + d
+                .peak
+                .by_category
+                .get(&Category::Unknown)
+                .copied()
+                .unwrap_or(0),
+            t + d.peak.allocated_bytes,
+        )
+    });
+    let share = unknown as f64 * 100.0 / total.max(1) as f64;
+    (share >= 20.0).then_some(share)
+}
+
+fn device_report(
+    trace: &Trace,
+    device: &DeviceTrace,
+    tl: &DeviceTimeline,
+    options: &Options,
+) -> DeviceReport {
+    let replay = &tl.replay;
+    let position = replay.peak_position();
+    let allocated = replay.allocated[position as usize];
+    let reserved = replay.reserved.as_ref().map(|r| r[position as usize]);
+    let live: Vec<(&Interval, &Classification)> = replay
+        .intervals
+        .iter()
+        .zip(&tl.classes)
+        .filter(|(i, _)| i.live_at(position))
+        .collect();
+    let by_category = categories_at(&live, allocated, reserved);
+    let mut allocations: Vec<LiveAllocation> = live
+        .iter()
+        .map(|(i, c)| LiveAllocation {
+            addr: i.addr,
+            size: i.size,
+            category: c.category,
+            site: describe_site(&trace.sites, i.site),
+            rule: c.rule.to_owned(),
+        })
+        .collect();
+    allocations.sort_by(|a, b| {
+        b.size
+            .cmp(&a.size)
+            .then(a.addr.cmp(&b.addr))
+            .then(a.site.cmp(&b.site))
+    });
+    let top_sites = top_sites(&allocations, options.top);
+    let event_index = position.saturating_sub(1) as u64;
+    let ts_us = event_ts(device, position);
+    let reserved_peak_position = replay.reserved_peak_position();
+    DeviceReport {
+        device: device.device.clone(),
+        events: replay.events as u64,
+        baseline_bytes: replay.baseline_bytes,
+        capacity_bytes: device.capacity_bytes,
+        peak: Peak {
+            allocated_bytes: allocated,
+            reserved_bytes: reserved,
+            event_index,
+            ts_us,
+            phase: phase_name(trace, device, position),
+            by_category,
+            top_sites,
+            allocations,
+        },
+        reserved_peak_bytes: reserved_peak_position
+            .and_then(|p| replay.reserved.as_ref().map(|r| r[p as usize])),
+        reserved_peak_event_index: reserved_peak_position.map(|p| p.saturating_sub(1) as u64),
+        ooms: oom_findings(device, tl),
+        plan: None,
+        timeline: timeline_series(device, tl, options.plot_points),
+    }
+}
+
+/// Bytes by category among `live`; the allocator total beyond the live sum
+/// (if any) is `unknown`, and reserved − allocated is `allocator_cache`.
+fn categories_at(
+    live: &[(&Interval, &Classification)],
+    allocated: u64,
+    reserved: Option<u64>,
+) -> BTreeMap<Category, u64> {
+    let mut by: BTreeMap<Category, u64> = BTreeMap::new();
+    let mut sum = 0u64;
+    for (i, c) in live {
+        *by.entry(c.category).or_default() += i.size;
+        sum += i.size;
+    }
+    if allocated > sum {
+        *by.entry(Category::Unknown).or_default() += allocated - sum;
+    }
+    if let Some(r) = reserved {
+        if r > allocated {
+            by.insert(Category::AllocatorCache, r - allocated);
+        }
+    }
+    by.retain(|_, v| *v > 0);
+    by
+}
+
+fn top_sites(allocations: &[LiveAllocation], top: usize) -> Vec<TopSite> {
+    let mut groups: HashMap<(&str, Category), (u64, u64)> = HashMap::new();
+    for a in allocations {
+        let g = groups.entry((a.site.as_str(), a.category)).or_default();
+        g.0 += a.size;
+        g.1 += 1;
+    }
+    let mut rows: Vec<TopSite> = groups
+        .into_iter()
+        .map(|((site, category), (bytes, count))| TopSite {
+            site: site.to_owned(),
+            category,
+            bytes,
+            count,
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.bytes
+            .cmp(&a.bytes)
+            .then(a.site.cmp(&b.site))
+            .then(a.category.cmp(&b.category))
+    });
+    rows.truncate(top);
+    rows
+}
+
+fn event_ts(device: &DeviceTrace, position: u32) -> Option<f64> {
+    let index = (position as usize).saturating_sub(1);
+    device.events.get(index).and_then(|e| e.ts())
+}
+
+/// The phase at a position: the enclosing annotation if any (e.g.
+/// `Optimizer.step#AdamW.step`), else the phase of the latest allocation.
+fn phase_name(trace: &Trace, device: &DeviceTrace, position: u32) -> String {
+    if device.events.is_empty() {
+        return "dump time (no history)".into();
+    }
+    if position == 0 {
+        return "start of recording".into();
+    }
+    if let Some(ts) = event_ts(device, position) {
+        if let Some(a) = trace
+            .annotations
+            .iter()
+            .filter(|a| a.start_us <= ts && ts <= a.end_us && !a.name.starts_with("ProfilerStep"))
+            .max_by(|a, b| a.start_us.total_cmp(&b.start_us))
+        {
+            return a.name.clone();
+        }
+    }
+    let latest_alloc = device.events[..position as usize]
+        .iter()
+        .rev()
+        .find(|e| e.action == Action::Alloc);
+    let phase = latest_alloc.map_or(Phase::Unknown, |e| site_facts(&trace.sites, e.site).phase());
+    match phase {
+        Phase::Unknown => "unknown".into(),
+        Phase::Init => "model init / load".into(),
+        Phase::DataLoading => "data loading".into(),
+        Phase::Forward => "forward".into(),
+        Phase::Backward => "backward".into(),
+        Phase::Optimizer => "optimizer step".into(),
+        Phase::ZeroGrad => "zero_grad".into(),
+    }
+}
+
+fn oom_findings(device: &DeviceTrace, tl: &DeviceTimeline) -> Vec<OomFinding> {
+    let replay = &tl.replay;
+    let largest_free = device.segments.as_ref().and_then(|segs| {
+        segs.iter()
+            .flat_map(|s| s.blocks.iter())
+            .filter(|b| b.state == BlockState::Inactive)
+            .map(|b| b.size)
+            .max()
+    });
+    device
+        .events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.action == Action::Oom)
+        .map(|(k, e)| {
+            // The state when the request failed: before this event.
+            let position = k as u32;
+            let allocated = replay.allocated[position as usize];
+            let reserved = replay.reserved.as_ref().map(|r| r[position as usize]);
+            let live: Vec<(&Interval, &Classification)> = replay
+                .intervals
+                .iter()
+                .zip(&tl.classes)
+                .filter(|(i, _)| i.live_at(position))
+                .collect();
+            let device_free = (e.device_free > 0).then_some(e.device_free);
+            OomFinding {
+                event_index: k as u64,
+                ts_us: e.ts(),
+                requested_bytes: e.size,
+                device_free_bytes: device_free,
+                allocated_bytes: allocated,
+                reserved_bytes: reserved,
+                by_category: categories_at(&live, allocated, reserved),
+                largest_free_block_bytes: largest_free,
+                verdict: oom_verdict(e.size, device_free, allocated, reserved, largest_free),
+            }
+        })
+        .collect()
+}
+
+fn oom_verdict(
+    requested: u64,
+    device_free: Option<u64>,
+    allocated: u64,
+    reserved: Option<u64>,
+    largest_free: Option<u64>,
+) -> String {
+    use crate::report::human_bytes as h;
+    let cached = reserved.map(|r| r.saturating_sub(allocated)).unwrap_or(0);
+    let free = device_free.unwrap_or(0);
+    match largest_free {
+        Some(largest) if cached >= requested && largest < requested => format!(
+            "fragmentation: {} cached but the largest free block is {} < {} requested; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+            h(cached), h(largest), h(requested)
+        ),
+        _ if free + cached < requested => format!(
+            "genuine shortage: {} requested, {} free on the device + {} cached",
+            h(requested), h(free), h(cached)
+        ),
+        _ => format!(
+            "{} requested with {} free on the device and {} cached: the allocator could not place it",
+            h(requested), h(free), h(cached)
+        ),
+    }
+}
+
+/// Memory by category over positions, downsampled to about `points` x values
+/// by bucket: each bucket keeps the position of its largest total (so every
+/// local maximum, and the peak, survive).
+fn timeline_series(device: &DeviceTrace, tl: &DeviceTimeline, points: usize) -> TimelineSeries {
+    let positions = tl.replay.positions() as usize;
+    let deltas = tl.category_deltas();
+    let has_ts = !device.events.is_empty() && device.events.iter().all(|e| e.ts().is_some());
+    let t0 = device.events.first().and_then(|e| e.ts()).unwrap_or(0.0);
+    let x_of = |p: usize| -> f64 {
+        if has_ts {
+            device.events[p.saturating_sub(1).min(device.events.len() - 1)].ts_us - t0
+        } else {
+            p as f64
+        }
+    };
+    let bucket = positions.div_ceil(points.max(1)).max(1);
+    let mut current = [0i64; Category::ALL.len()];
+    let mut out = TimelineSeries {
+        x_unit: if has_ts { "time_us" } else { "event_index" }.into(),
+        ..TimelineSeries::default()
+    };
+    let mut series: Vec<Vec<u64>> = vec![Vec::new(); Category::ALL.len()];
+    let mut d = 0;
+    let mut best: Option<(i64, usize, [i64; Category::ALL.len()])> = None;
+    for p in 0..positions {
+        while d < deltas.len() && deltas[d].0 as usize == p {
+            current[deltas[d].1.index()] += deltas[d].2;
+            d += 1;
+        }
+        let total: i64 = current.iter().sum();
+        if best.is_none_or(|(t, _, _)| total > t) {
+            best = Some((total, p, current));
+        }
+        if (p + 1) % bucket == 0 || p + 1 == positions {
+            let (_, bp, values) = best.take().expect("set above");
+            out.x.push(x_of(bp));
+            for (c, v) in values.iter().enumerate() {
+                series[c].push((*v).max(0) as u64);
+            }
+            if let Some(r) = &tl.replay.reserved {
+                out.reserved.get_or_insert_with(Vec::new).push(r[bp]);
+            }
+        }
+    }
+    for (c, values) in series.into_iter().enumerate() {
+        if values.iter().any(|&v| v > 0) {
+            out.series.insert(Category::ALL[c], values);
+        }
+    }
+    out.peak_x = x_of(tl.replay.peak_position() as usize);
+    out.oom_x = device
+        .events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.action == Action::Oom)
+        .map(|(k, _)| x_of(k + 1))
+        .collect();
+    out
+}
+
+/// A short, readable name for a site: its innermost meaningful frames.
+pub fn describe_site(sites: &Sites, site: crate::model::SiteId) -> String {
+    let frames = sites.frames(site);
+    if frames.is_empty() {
+        return "(no frames)".into();
+    }
+    let meaningful: Vec<String> = frames
+        .iter()
+        .filter_map(|f| {
+            let file = sites.str(f.filename);
+            let name = sites.str(f.name);
+            (!is_noise(file, name)).then(|| format_frame(file, f.line, name))
+        })
+        .take(2)
+        .collect();
+    if meaningful.is_empty() {
+        let f = frames[0];
+        return format_frame(sites.str(f.filename), f.line, sites.str(f.name));
+    }
+    meaningful.join(" < ")
+}
+
+fn format_frame(file: &str, line: u32, name: &str) -> String {
+    let name = clean_name(name);
+    if file.is_empty() || file == "none" || file == "??" || is_category(file) {
+        return name;
+    }
+    let short = file
+        .rsplit_once("site-packages/")
+        .map_or(file, |(_, rest)| rest);
+    if line > 0 {
+        format!("{short}:{line} {name}")
+    } else {
+        format!("{short} {name}")
+    }
+}
+
+fn is_category(file: &str) -> bool {
+    matches!(
+        file,
+        "cpu_op" | "python_function" | "user_annotation" | "operator" | "user"
+    )
+}
+
+/// Drops object addresses from Python builtin names (`<built-in method empty
+/// of type object at 0x7f…>` → `<built-in method empty>`): they differ run to run.
+fn clean_name(name: &str) -> String {
+    if let Some(at) = name
+        .find(" of type object at 0x")
+        .or_else(|| name.find(" object at 0x"))
+    {
+        let head = &name[..at];
+        let head = head.rsplit_once(" of ").map_or(head, |(h, _)| h);
+        return format!("{head}>");
+    }
+    let mut s = name.to_owned();
+    if s.len() > 160 {
+        let mut cut = 157;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
+}
+
+/// Frames that say nothing about the program: unwinder, allocator and
+/// interpreter internals (the list MemoryViz hides, plus module plumbing).
+fn is_noise(file: &str, name: &str) -> bool {
+    const NAMES: &[&str] = &[
+        "unwind::unwind",
+        "CapturedTraceback::gather",
+        "gather_with_cpp",
+        "_start",
+        "__libc_start_main",
+        "PyEval_",
+        "PyObject_",
+        "PyFunction_",
+        "_PyEval",
+        "_PyObject",
+        "_PyFunction",
+        "CUDACachingAllocator",
+        "c10::",
+        "at::detail::empty",
+        "_call_impl",
+        "_wrapped_call_impl",
+        "run_backward",
+        "_engine_run_backward",
+        "torch/autograd/__init__.py",
+        "torch/_tensor.py",
+        "_PyErr",
+        "PyType_",
+        "THPVariable",
+        "Py_RunMain",
+        "pymain_",
+    ];
+    const FILES: &[&str] = &[
+        "core/boxing",
+        "/Register",
+        "/Redispatch",
+        "pythonrun.c",
+        "Modules/main.c",
+        "Objects/call.c",
+        "Objects/methodobject.c",
+        "pycore_ceval.h",
+        "ceval.c",
+        "cpython/abstract.h",
+        "memory_snapshot.cpp",
+        "CUDACachingAllocator.cpp",
+        "torch/nn/modules/module.py",
+    ];
+    if file == "??" && (name.is_empty() || name == "??") {
+        return true;
+    }
+    if file.is_empty() && name.is_empty() {
+        return true;
+    }
+    NAMES.iter().any(|n| name.contains(n)) || FILES.iter().any(|f| file.contains(f))
+}

@@ -1,0 +1,242 @@
+//! Input: bytes → a parsed [`Trace`], with the format sniffed from content.
+//!
+//! | first bytes | meaning |
+//! |---|---|
+//! | `1f 8b` | gzip: inflate (bounded), then sniff again |
+//! | `80 0N` | pickle: PyTorch memory snapshot (streamed, never loaded whole) |
+//! | `{`…`"traceEvents"`, `[{` | Chrome trace |
+//! | `{`…`"segments"`/`"device_traces"` | snapshot saved as JSON |
+//! | `[[` numbers | `export_memory_timeline` output |
+//! | `<` | `_memory_viz.py` HTML with an embedded pickle |
+//!
+//! File names are never consulted.
+
+use std::io::{BufRead, BufReader, Read};
+
+use flate2::bufread::MultiGzDecoder;
+
+use crate::error::{Error, Result};
+use crate::formats::{chrome, pickle, snapshot, timeline_export};
+use crate::model::Trace;
+
+/// Bounds on what an input may make memcut do.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Most bytes a gzip stream may inflate to.
+    pub max_inflated_bytes: u64,
+    pub pickle: pickle::Limits,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_inflated_bytes: default_inflate_limit(),
+            pickle: pickle::Limits::default(),
+        }
+    }
+}
+
+/// 16 GiB or the memory available, whichever is lower.
+fn default_inflate_limit() -> u64 {
+    const CAP: u64 = 16 << 30;
+    let available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
+        m.lines()
+            .find(|l| l.starts_with("MemAvailable:"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+    });
+    available.map_or(CAP, |a| a.min(CAP))
+}
+
+/// Parses a trace from a reader of raw file bytes.
+pub fn read_trace<R: Read>(reader: R, limits: &Limits) -> Result<Trace> {
+    let mut reader = BufReader::with_capacity(1 << 16, reader);
+    read_sniffed(&mut reader, limits, 0)
+}
+
+/// Parses a trace already in memory.
+pub fn parse_bytes(bytes: &[u8], limits: &Limits) -> Result<Trace> {
+    read_trace(bytes, limits)
+}
+
+fn read_sniffed(reader: &mut dyn BufRead, limits: &Limits, depth: u32) -> Result<Trace> {
+    let head = peek(reader, 2)?;
+    if head.is_empty() {
+        return Err(if depth == 0 {
+            Error::Empty
+        } else {
+            Error::UnknownFormat("gzip stream inflates to nothing".into())
+        });
+    }
+    if head.starts_with(&[0x1f, 0x8b]) {
+        if depth >= 2 {
+            return Err(Error::UnknownFormat("gzip nested more than twice".into()));
+        }
+        let inflated = LimitedReader {
+            inner: MultiGzDecoder::new(reader),
+            left: limits.max_inflated_bytes,
+            limit: limits.max_inflated_bytes,
+        };
+        let mut inner = BufReader::with_capacity(1 << 16, inflated);
+        return read_sniffed(&mut inner, limits, depth + 1).map_err(|e| match e {
+            Error::Io(io) => gzip_error(io),
+            other => other,
+        });
+    }
+    if head[0] == 0x80 {
+        return snapshot::parse_pickle(reader, &limits.pickle);
+    }
+    let mut bytes = Vec::new();
+    reader.read_to_end(&mut bytes).map_err(gzip_error)?;
+    parse_text(&bytes, limits)
+}
+
+/// Turns inflate errors into one-line reasons.
+fn gzip_error(e: std::io::Error) -> Error {
+    match e.kind() {
+        std::io::ErrorKind::UnexpectedEof => Error::UnknownFormat("truncated gzip stream".into()),
+        std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput => {
+            Error::UnknownFormat(format!("corrupt gzip stream: {e}"))
+        }
+        std::io::ErrorKind::FileTooLarge => Error::Limit(e.to_string()),
+        _ => Error::Io(e),
+    }
+}
+
+/// JSON or HTML text (whole file in memory; these parsers borrow from it).
+fn parse_text(bytes: &[u8], limits: &Limits) -> Result<Trace> {
+    let body = skip_bom_and_space(bytes);
+    match body.first() {
+        Some(b'{') => {
+            let key_pos = |k: &[u8]| memchr::memmem::find(body, k);
+            match (key_pos(b"\"traceEvents\""), key_pos(b"\"device_traces\"").or(key_pos(b"\"segments\""))) {
+                (Some(_), _) => chrome::parse_chrome_trace(body),
+                (None, Some(_)) => snapshot::parse_json(body),
+                (None, None) => Err(Error::UnknownFormat(
+                    "a JSON object with neither `traceEvents` (Chrome trace) nor `segments`/`device_traces` (memory snapshot)".into(),
+                )),
+            }
+        }
+        Some(b'[') => {
+            if timeline_export::looks_like_memory_timeline(body) {
+                timeline_export::parse_memory_timeline(body)
+            } else if looks_like_segment_list(body) {
+                snapshot::parse_json(body)
+            } else {
+                chrome::parse_chrome_trace(body)
+            }
+        }
+        Some(b'<') => snapshot::parse_memory_viz_html(body, &limits.pickle),
+        Some(&b) => Err(Error::UnknownFormat(format!(
+            "unrecognised content (first byte 0x{b:02x}); expected a snapshot pickle, a Chrome trace JSON or gzip"
+        ))),
+        None => Err(Error::Empty),
+    }
+}
+
+/// The legacy `memory_snapshot()` JSON: a list of segment objects.
+fn looks_like_segment_list(body: &[u8]) -> bool {
+    let head = &body[..body.len().min(4096)];
+    let first_obj = head.iter().skip(1).find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    first_obj
+        && memchr::memmem::find(head, b"\"total_size\"").is_some()
+        && memchr::memmem::find(head, b"\"traceEvents\"").is_none()
+        && memchr::memmem::find(head, b"\"ph\"").is_none()
+}
+
+fn skip_bom_and_space(bytes: &[u8]) -> &[u8] {
+    let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(bytes);
+    let start = bytes
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(bytes.len());
+    &bytes[start..]
+}
+
+fn peek(reader: &mut dyn BufRead, n: usize) -> Result<Vec<u8>> {
+    let buf = reader.fill_buf().map_err(gzip_error)?;
+    Ok(buf[..buf.len().min(n)].to_vec())
+}
+
+/// Stops inflation past the configured limit (gzip bombs).
+struct LimitedReader<R> {
+    inner: R,
+    left: u64,
+    limit: u64,
+}
+
+impl<R: Read> Read for LimitedReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.left == 0 {
+            // Is there more? One byte tells.
+            let mut probe = [0u8; 1];
+            return match self.inner.read(&mut probe)? {
+                0 => Ok(0),
+                _ => Err(std::io::Error::new(
+                    std::io::ErrorKind::FileTooLarge,
+                    format!(
+                        "gzip stream inflates past {} bytes (possible gzip bomb)",
+                        self.limit
+                    ),
+                )),
+            };
+        }
+        let want = buf.len().min(self.left.min(usize::MAX as u64) as usize);
+        let n = self.inner.read(&mut buf[..want])?;
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_input_is_an_error() {
+        assert!(matches!(
+            parse_bytes(b"", &Limits::default()),
+            Err(Error::Empty)
+        ));
+    }
+
+    #[test]
+    fn random_bytes_are_not_a_trace() {
+        let err = parse_bytes(b"\x07\x01garbage", &Limits::default()).unwrap_err();
+        assert!(err.to_string().contains("unrecognised content"), "{err}");
+    }
+
+    #[test]
+    fn json_object_that_is_neither_format_is_refused() {
+        let err = parse_bytes(br#"{"hello": 1}"#, &Limits::default()).unwrap_err();
+        assert!(err.to_string().contains("neither"), "{err}");
+    }
+
+    #[test]
+    fn gzip_bomb_stops_at_the_limit() {
+        use flate2::{write::GzEncoder, Compression};
+        use std::io::Write;
+        let mut enc = GzEncoder::new(Vec::new(), Compression::best());
+        enc.write_all(b"[").unwrap();
+        enc.write_all(&vec![b' '; 1 << 20]).unwrap();
+        let gz = enc.finish().unwrap();
+        let limits = Limits {
+            max_inflated_bytes: 1000,
+            ..Limits::default()
+        };
+        let err = parse_bytes(&gz, &limits).unwrap_err();
+        assert!(err.to_string().contains("gzip bomb"), "{err}");
+    }
+
+    #[test]
+    fn truncated_gzip_is_reported() {
+        use flate2::{write::GzEncoder, Compression};
+        use std::io::Write;
+        let mut enc = GzEncoder::new(Vec::new(), Compression::default());
+        enc.write_all(br#"{"segments": [], "device_traces": []}"#)
+            .unwrap();
+        let gz = enc.finish().unwrap();
+        let err = parse_bytes(&gz[..gz.len() / 2], &Limits::default()).unwrap_err();
+        assert!(err.to_string().contains("gzip"), "{err}");
+    }
+}

@@ -1,0 +1,187 @@
+//! The report: the machine contract (JSON, `schema_version` 1) and the value
+//! every renderer reads. Field names here are the JSON field names.
+//!
+//! Sizes are bytes (integers) everywhere; renderers turn them into GiB/MiB.
+//! Maps are `BTreeMap`s keyed by [`Category`] (declaration order), rows are
+//! sorted, so the same input gives the same bytes at any thread count.
+
+pub mod html;
+pub mod json;
+pub mod markdown;
+pub mod text;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Category, Diagnostic};
+use crate::plan::Plan;
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Output formats of `memcut analyze`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Md,
+    Json,
+    Html,
+}
+
+impl OutputFormat {
+    pub fn extension(self) -> &'static str {
+        match self {
+            OutputFormat::Text => "txt",
+            OutputFormat::Md => "md",
+            OutputFormat::Json => "json",
+            OutputFormat::Html => "html",
+        }
+    }
+}
+
+/// Renders a report in the given format.
+pub fn render(report: &Report, format: OutputFormat) -> String {
+    match format {
+        OutputFormat::Text => text::render(report),
+        OutputFormat::Md => markdown::render(report),
+        OutputFormat::Json => json::render(report),
+        OutputFormat::Html => html::render(report),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub tool: Tool,
+    pub source: SourceInfo,
+    pub devices: Vec<DeviceReport>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tool {
+    pub name: String,
+    pub version: String,
+}
+
+impl Default for Tool {
+    fn default() -> Tool {
+        Tool {
+            name: "memcut".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceInfo {
+    pub path: String,
+    /// `torch_snapshot`, `chrome_trace` or `memory_timeline`.
+    pub format: String,
+    pub size_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceReport {
+    pub device: String,
+    pub events: u64,
+    /// Memory that existed before recording began (counted from the start).
+    pub baseline_bytes: u64,
+    /// Total device memory, when the file says.
+    pub capacity_bytes: Option<u64>,
+    pub peak: Peak,
+    pub reserved_peak_bytes: Option<u64>,
+    pub reserved_peak_event_index: Option<u64>,
+    pub ooms: Vec<OomFinding>,
+    pub plan: Option<Plan>,
+    /// Memory by category over time, downsampled for plots (HTML only; not in JSON).
+    #[serde(skip)]
+    pub timeline: TimelineSeries,
+}
+
+/// The instant of maximum allocated bytes (earliest on ties) and what was live.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Peak {
+    pub allocated_bytes: u64,
+    pub reserved_bytes: Option<u64>,
+    /// Index of the event after which the peak holds.
+    pub event_index: u64,
+    pub ts_us: Option<f64>,
+    /// What the program was doing (forward, backward, optimizer step, …).
+    pub phase: String,
+    /// Bytes live at the peak by category; `allocator_cache` is reserved − allocated.
+    pub by_category: BTreeMap<Category, u64>,
+    pub top_sites: Vec<TopSite>,
+    /// Every allocation live at the peak, largest first.
+    pub allocations: Vec<LiveAllocation>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopSite {
+    pub site: String,
+    pub category: Category,
+    pub bytes: u64,
+    pub count: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveAllocation {
+    pub addr: u64,
+    pub size: u64,
+    pub category: Category,
+    pub site: String,
+    pub rule: String,
+}
+
+/// One failed allocation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OomFinding {
+    pub event_index: u64,
+    pub ts_us: Option<f64>,
+    pub requested_bytes: u64,
+    pub device_free_bytes: Option<u64>,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: Option<u64>,
+    pub by_category: BTreeMap<Category, u64>,
+    /// Largest inactive block in the dumped segments.
+    pub largest_free_block_bytes: Option<u64>,
+    /// One line: fragmentation or a genuine shortage.
+    pub verdict: String,
+}
+
+/// Per-category memory over time, downsampled (local maxima kept).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct TimelineSeries {
+    /// `time_us` (relative to the first event) or event index when the trace has no timestamps.
+    pub x_unit: String,
+    pub x: Vec<f64>,
+    /// Categories in order, each with one value per `x`.
+    pub series: BTreeMap<Category, Vec<u64>>,
+    pub reserved: Option<Vec<u64>>,
+    pub peak_x: f64,
+    pub oom_x: Vec<f64>,
+}
+
+/// Human units for renderers: binary GiB/MiB/KiB.
+pub fn human_bytes(bytes: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let b = bytes as f64;
+    if b >= KIB * KIB * KIB {
+        format!("{:.2} GiB", b / (KIB * KIB * KIB))
+    } else if b >= KIB * KIB {
+        format!("{:.1} MiB", b / (KIB * KIB))
+    } else if b >= KIB {
+        format!("{:.1} KiB", b / KIB)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// Share of `part` in `whole` as a percentage string.
+pub fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "0%".into()
+    } else {
+        format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+    }
+}

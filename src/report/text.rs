@@ -1,0 +1,101 @@
+//! Text: what a person reads in ten seconds on a terminal.
+
+use std::fmt::Write;
+
+use super::{human_bytes as h, percent, Report};
+
+pub fn render(report: &Report) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "memcut: {} ({})",
+        report.source.path, report.source.format
+    );
+    for d in &report.devices {
+        let p = &d.peak;
+        let _ = write!(
+            out,
+            "\n{}: peak {} allocated at event {} ({})",
+            d.device,
+            h(p.allocated_bytes),
+            p.event_index,
+            p.phase
+        );
+        if let Some(r) = p.reserved_bytes {
+            let _ = write!(out, ", {} reserved", h(r));
+        }
+        let _ = writeln!(out);
+        if d.baseline_bytes > 0 {
+            let _ = writeln!(
+                out,
+                "  baseline (allocated before recording): {}",
+                h(d.baseline_bytes)
+            );
+        }
+        let mut cats: Vec<_> = p.by_category.iter().collect();
+        cats.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let whole: u64 = p.by_category.values().sum();
+        for (c, b) in cats.iter().take(6) {
+            let _ = writeln!(
+                out,
+                "  {:<16} {:>11}  {:>6}",
+                c.as_str(),
+                h(**b),
+                percent(**b, whole)
+            );
+        }
+        for s in p.top_sites.iter().take(3) {
+            let _ = writeln!(
+                out,
+                "  top site: {} ({}, {}, {}x)",
+                s.site,
+                h(s.bytes),
+                s.category,
+                s.count
+            );
+        }
+        for o in &d.ooms {
+            let _ = writeln!(out, "  OOM at event {}: {}", o.event_index, o.verdict);
+        }
+        match &d.plan {
+            Some(plan) => {
+                let _ = writeln!(
+                    out,
+                    "  plan: target {} (budget {} - headroom {}): {}",
+                    h(plan.target_bytes),
+                    h(plan.budget_bytes),
+                    h(plan.headroom_bytes),
+                    plan.reason
+                );
+                for (i, s) in plan.steps.iter().enumerate() {
+                    let _ = writeln!(
+                        out,
+                        "    {}. {} -> peak {} (saves {})",
+                        i + 1,
+                        s.lever,
+                        h(s.peak_after_bytes),
+                        h(s.saved_bytes)
+                    );
+                }
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "  plan: pass --budget SIZE (e.g. --budget 80GiB) to get a cut plan"
+                );
+            }
+        }
+    }
+    let warnings: Vec<_> = report
+        .diagnostics
+        .iter()
+        .filter(|d| d.level == crate::model::Level::Warning)
+        .collect();
+    if !warnings.is_empty() {
+        let _ = writeln!(out);
+        for w in warnings {
+            let _ = writeln!(out, "warning: {}", w.message);
+        }
+    }
+    out
+}

@@ -1,0 +1,571 @@
+//! Replay: one device's events → allocation intervals and memory curves.
+//!
+//! Positions, not timestamps, are the clock: position `p` is the state after
+//! the first `p` events (position 0 = the start of the recording). An
+//! [`Interval`] is live at `p` when `start <= p < end`. List order is
+//! authoritative; timestamps tie often (formats.md A7).
+//!
+//! Memory that existed before recording began — frees of addresses never
+//! allocated in the trace, blocks live at dump time that were never allocated,
+//! and what a Chrome trace's `Total Allocated` says beyond the replayed sum —
+//! is the *baseline*: live from position 0, as pytorch.org/memory_viz shows it.
+
+use std::collections::HashMap;
+
+use crate::model::{Action, BlockState, Category, DeviceTrace, Diagnostic, SiteId};
+
+/// Where an interval's memory came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Allocated by an event in the trace.
+    Traced,
+    /// Freed in the trace but allocated before recording began.
+    BeforeTraceFreed,
+    /// Live at dump time (a block in `segments`) but never allocated in the trace.
+    BeforeTraceLive,
+    /// Allocator total beyond the replayed sum (Chrome traces): memory from
+    /// before profiling that no event names.
+    Untracked,
+}
+
+impl Origin {
+    pub fn is_baseline(self) -> bool {
+        self != Origin::Traced
+    }
+}
+
+/// One allocation's lifetime on the position clock.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Interval {
+    pub addr: u64,
+    pub size: u64,
+    pub site: SiteId,
+    /// First position where it is live.
+    pub start: u32,
+    /// First position where it is gone; `positions()` means alive at the end.
+    pub end: u32,
+    pub origin: Origin,
+    /// Category stated by the file (see [`crate::model::Event::given`]).
+    pub given: Option<Category>,
+}
+
+impl Interval {
+    pub fn live_at(&self, position: u32) -> bool {
+        self.start <= position && position < self.end
+    }
+}
+
+/// The replayed device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replay {
+    /// Number of events; positions run `0..=events`.
+    pub events: u32,
+    /// Every allocation, in order of allocation (baseline ones first).
+    pub intervals: Vec<Interval>,
+    /// Allocated bytes at each position (`events + 1` values).
+    pub allocated: Vec<u64>,
+    /// Reserved bytes at each position, when the file lets us know.
+    pub reserved: Option<Vec<u64>>,
+    pub baseline_bytes: u64,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Replay {
+    /// Number of positions (`events + 1`); also the `end` of intervals alive at the end.
+    pub fn positions(&self) -> u32 {
+        self.events + 1
+    }
+
+    /// The position of maximum allocated bytes; the earliest on ties.
+    pub fn peak_position(&self) -> u32 {
+        argmax(&self.allocated)
+    }
+
+    pub fn reserved_peak_position(&self) -> Option<u32> {
+        self.reserved.as_deref().map(argmax)
+    }
+}
+
+/// Index of the maximum; the earliest on ties; 0 for an empty slice.
+pub fn argmax(values: &[u64]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in values.iter().enumerate() {
+        if v > values[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// An interval still open during the walk.
+struct Open {
+    interval: usize,
+    /// Position of a `free_requested` not yet completed.
+    requested_at: Option<u32>,
+}
+
+/// Replays one device (formats.md A11, "Recommended memcut algorithm").
+pub fn replay(device: &DeviceTrace) -> Replay {
+    let n = device.events.len() as u32;
+    let end = n + 1;
+    let mut intervals: Vec<Interval> = Vec::new();
+    let mut open: HashMap<u64, Open> = HashMap::new();
+    // Chrome traces before PyTorch 1.10 have no `Addr`: match frees by size.
+    let mut open_without_addr: HashMap<u64, Vec<usize>> = HashMap::new();
+    let mut frees_unmatched = (0u64, 0u64);
+    let mut realloc_live = 0u64;
+    let mut skipped_completion = 0u64;
+
+    for (k, event) in device.events.iter().enumerate() {
+        let after = k as u32 + 1;
+        match event.action {
+            Action::Alloc => {
+                if event.addr == 0 {
+                    open_without_addr
+                        .entry(event.size)
+                        .or_default()
+                        .push(intervals.len());
+                } else if let Some(previous) = open.remove(&event.addr) {
+                    // The address is live again: its free was skipped or lost.
+                    let close_at = match previous.requested_at {
+                        Some(at) => {
+                            skipped_completion += 1;
+                            at
+                        }
+                        None => {
+                            realloc_live += 1;
+                            after
+                        }
+                    };
+                    intervals[previous.interval].end = close_at;
+                }
+                if event.addr != 0 {
+                    open.insert(
+                        event.addr,
+                        Open {
+                            interval: intervals.len(),
+                            requested_at: None,
+                        },
+                    );
+                }
+                intervals.push(Interval {
+                    addr: event.addr,
+                    size: event.size,
+                    site: event.site,
+                    start: after,
+                    end,
+                    origin: Origin::Traced,
+                    given: event.given,
+                });
+            }
+            Action::FreeRequested | Action::FreeCompleted => {
+                let completed = event.action == Action::FreeCompleted;
+                if event.addr == 0 {
+                    if completed {
+                        let matched = open_without_addr
+                            .get_mut(&event.size)
+                            .and_then(|stack| stack.pop());
+                        match matched {
+                            Some(i) => intervals[i].end = after,
+                            None => {
+                                frees_unmatched.0 += 1;
+                                frees_unmatched.1 += event.size;
+                                intervals.push(before_trace(
+                                    event.addr,
+                                    event.size,
+                                    event.site,
+                                    after,
+                                    event.given,
+                                ));
+                            }
+                        }
+                    }
+                    continue;
+                }
+                if !open.contains_key(&event.addr) {
+                    // Allocated before recording began.
+                    frees_unmatched.0 += 1;
+                    frees_unmatched.1 += event.size;
+                    open.insert(
+                        event.addr,
+                        Open {
+                            interval: intervals.len(),
+                            requested_at: None,
+                        },
+                    );
+                    intervals.push(before_trace(
+                        event.addr,
+                        event.size,
+                        event.site,
+                        end,
+                        event.given,
+                    ));
+                }
+                if completed {
+                    let closed = open.remove(&event.addr).expect("inserted above");
+                    intervals[closed.interval].end = after;
+                } else if let Some(o) = open.get_mut(&event.addr) {
+                    o.requested_at = Some(after);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    let mut diagnostics = Vec::new();
+    let segments = device.segments.as_deref().unwrap_or(&[]);
+    // Blocks live at dump time that the trace never allocated: baseline, alive throughout.
+    let mut live_blocks = 0u64;
+    let mut unmatched_open = 0u64;
+    for block in segments.iter().flat_map(|s| s.blocks.iter()) {
+        match block.state {
+            BlockState::ActiveAllocated => {
+                live_blocks += 1;
+                if open.remove(&block.addr).is_none() {
+                    intervals.push(Interval {
+                        addr: block.addr,
+                        size: block.requested_size,
+                        site: block.site,
+                        start: 0,
+                        end,
+                        origin: Origin::BeforeTraceLive,
+                        given: None,
+                    });
+                }
+            }
+            BlockState::ActivePendingFree => {
+                open.remove(&block.addr);
+            }
+            BlockState::Inactive => {}
+        }
+    }
+    if live_blocks > 0 && n > 0 {
+        unmatched_open = open.len() as u64;
+    }
+
+    let first_is_free = device
+        .events
+        .iter()
+        .find(|e| {
+            matches!(
+                e.action,
+                Action::Alloc | Action::FreeRequested | Action::FreeCompleted
+            )
+        })
+        .is_some_and(|e| e.action != Action::Alloc);
+    if first_is_free {
+        diagnostics.push(Diagnostic::warning(
+            "the history starts with a free: recording began mid-program or the ring buffer wrapped; memory allocated earlier is counted as baseline",
+        ));
+    }
+    if frees_unmatched.0 > 0 {
+        diagnostics.push(Diagnostic::info(format!(
+            "{} frees of addresses never allocated in the trace ({} bytes): counted as baseline from the start",
+            frees_unmatched.0, frees_unmatched.1
+        )));
+    }
+    if realloc_live > 0 {
+        diagnostics.push(Diagnostic::warning(format!(
+            "{realloc_live} allocations reuse an address that was still live (a free is missing); the older allocation is closed there"
+        )));
+    }
+    if skipped_completion > 0 {
+        diagnostics.push(Diagnostic::info(format!(
+            "{skipped_completion} free_requested without free_completed: closed at the request"
+        )));
+    }
+    if unmatched_open > 0 {
+        diagnostics.push(Diagnostic::info(format!(
+            "{unmatched_open} allocations still open at the end of the trace are not live blocks in the dump"
+        )));
+    }
+    if n == 0 {
+        diagnostics.push(Diagnostic::warning(
+            "no allocation history (segments-only snapshot): the report shows the state at dump time, not a timeline",
+        ));
+    }
+
+    let mut allocated = curve(&intervals, end);
+    if let Some(untracked) = reconcile_with_reported(device, &mut allocated, &mut diagnostics) {
+        intervals.push(Interval {
+            addr: 0,
+            size: untracked,
+            site: 0,
+            start: 0,
+            end,
+            origin: Origin::Untracked,
+            given: None,
+        });
+    }
+    let reserved = reserved_curve(device, &mut diagnostics);
+    let baseline_bytes = intervals
+        .iter()
+        .filter(|i| i.origin.is_baseline())
+        .map(|i| i.size)
+        .sum();
+    Replay {
+        events: n,
+        intervals,
+        allocated,
+        reserved,
+        baseline_bytes,
+        diagnostics,
+    }
+}
+
+fn before_trace(addr: u64, size: u64, site: SiteId, end: u32, given: Option<Category>) -> Interval {
+    Interval {
+        addr,
+        size,
+        site,
+        start: 0,
+        end,
+        origin: Origin::BeforeTraceFreed,
+        given,
+    }
+}
+
+/// Allocated bytes at each position: sum of sizes of live intervals.
+pub fn curve(intervals: &[Interval], positions: u32) -> Vec<u64> {
+    let mut delta = vec![0i128; positions as usize + 1];
+    for i in intervals {
+        delta[i.start as usize] += i.size as i128;
+        delta[i.end as usize] -= i.size as i128;
+    }
+    let mut total = 0i128;
+    delta[..positions as usize]
+        .iter()
+        .map(|d| {
+            total += d;
+            total.max(0) as u64
+        })
+        .collect()
+}
+
+/// Chrome traces state the allocator's own total after each event. Where they
+/// do, they are the truth: the curve takes them, and the constant excess over
+/// the replay at the first event is memory from before profiling (returned as
+/// an untracked baseline interval).
+fn reconcile_with_reported(
+    device: &DeviceTrace,
+    allocated: &mut [u64],
+    diagnostics: &mut Vec<Diagnostic>,
+) -> Option<u64> {
+    if device.reported.len() != device.events.len() || device.reported.is_empty() {
+        return None;
+    }
+    let first = device
+        .reported
+        .iter()
+        .enumerate()
+        .find_map(|(k, r)| r.allocated.map(|a| (k, a)))?;
+    let untracked = first.1.saturating_sub(allocated[first.0 + 1]);
+    let mut worst = 0u64;
+    for p in 0..allocated.len() {
+        let replayed = allocated[p] + untracked;
+        let reported = p
+            .checked_sub(1)
+            .and_then(|k| device.reported[k].allocated)
+            .unwrap_or(replayed);
+        worst = worst.max(reported.abs_diff(replayed));
+        allocated[p] = reported;
+    }
+    if worst > 0 {
+        diagnostics.push(Diagnostic::info(format!(
+            "the allocator's Total Allocated differs from the replayed events by up to {worst} bytes; the allocator's totals are used"
+        )));
+    }
+    (untracked > 0).then_some(untracked)
+}
+
+/// Reserved bytes per position: from the Chrome trace's `Total Reserved`, or
+/// from the dump's segments walked backwards through segment events.
+fn reserved_curve(device: &DeviceTrace, diagnostics: &mut Vec<Diagnostic>) -> Option<Vec<u64>> {
+    let n = device.events.len();
+    if device.reported.len() == n && device.reported.iter().any(|r| r.reserved.is_some()) {
+        let mut out = Vec::with_capacity(n + 1);
+        let first = device.reported.iter().find_map(|r| r.reserved).unwrap_or(0);
+        out.push(first);
+        let mut last = first;
+        for r in &device.reported {
+            last = r.reserved.unwrap_or(last);
+            out.push(last);
+        }
+        return Some(out);
+    }
+    let segments = device.segments.as_ref()?;
+    let final_reserved: i128 = segments.iter().map(|s| s.total_size as i128).sum();
+    let mut out = vec![0u64; n + 1];
+    let mut value = final_reserved;
+    let mut went_negative = false;
+    out[n] = value.max(0) as u64;
+    for k in (0..n).rev() {
+        let e = &device.events[k];
+        match e.action {
+            Action::SegmentAlloc | Action::SegmentMap => value -= e.size as i128,
+            Action::SegmentFree | Action::SegmentUnmap => value += e.size as i128,
+            _ => {}
+        }
+        went_negative |= value < 0;
+        out[k] = value.max(0) as u64;
+    }
+    if went_negative {
+        diagnostics.push(Diagnostic::warning(
+            "segment events do not add up to the dumped segments (history incomplete): early reserved values are clamped at 0",
+        ));
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Block, Event, ReportedTotals, Segment};
+
+    fn ev(action: Action, addr: u64, size: u64) -> Event {
+        Event::new(action, addr, size)
+    }
+
+    fn device(events: Vec<Event>) -> DeviceTrace {
+        DeviceTrace {
+            device: "cuda:0".into(),
+            events,
+            ..DeviceTrace::default()
+        }
+    }
+
+    //   a: ████████        (alloc 0, free at 3)
+    //   b:    ██████████   (alloc 1, alive)
+    //   positions 0 1 2 3 4
+    #[test]
+    fn alloc_and_free_make_a_curve_with_earliest_peak() {
+        let d = device(vec![
+            ev(Action::Alloc, 0x10, 100),
+            ev(Action::Alloc, 0x20, 50),
+            ev(Action::FreeRequested, 0x10, 100),
+            ev(Action::FreeCompleted, 0x10, 100),
+        ]);
+        let r = replay(&d);
+        assert_eq!(r.allocated, vec![0, 100, 150, 150, 50]);
+        assert_eq!(r.peak_position(), 2);
+        assert_eq!(r.baseline_bytes, 0);
+        assert_eq!(r.intervals[0].end, 4);
+        assert_eq!(r.intervals[1].end, 5);
+    }
+
+    #[test]
+    fn free_of_unknown_address_is_baseline_from_the_start() {
+        let d = device(vec![
+            ev(Action::FreeCompleted, 0x99, 70),
+            ev(Action::Alloc, 0x10, 10),
+        ]);
+        let r = replay(&d);
+        assert_eq!(r.allocated, vec![70, 0, 10]);
+        assert_eq!(r.baseline_bytes, 70);
+        assert_eq!(r.intervals[0].origin, Origin::BeforeTraceFreed);
+        assert!(r
+            .diagnostics
+            .iter()
+            .any(|d| d.message.contains("starts with a free")));
+    }
+
+    #[test]
+    fn live_block_never_allocated_is_baseline_alive_throughout() {
+        let mut d = device(vec![ev(Action::Alloc, 0x10, 10)]);
+        d.segments = Some(vec![Segment {
+            addr: 0x0,
+            total_size: 2048,
+            is_expandable: false,
+            blocks: vec![
+                Block {
+                    addr: 0x10,
+                    size: 512,
+                    requested_size: 10,
+                    state: BlockState::ActiveAllocated,
+                    site: 0,
+                },
+                Block {
+                    addr: 0x400,
+                    size: 1024,
+                    requested_size: 1000,
+                    state: BlockState::ActiveAllocated,
+                    site: 0,
+                },
+            ],
+        }]);
+        let r = replay(&d);
+        assert_eq!(r.allocated, vec![1000, 1010]);
+        assert_eq!(r.baseline_bytes, 1000);
+        assert_eq!(r.reserved, Some(vec![2048, 2048]));
+    }
+
+    #[test]
+    fn free_requested_without_completion_closes_at_request_when_address_reused() {
+        let d = device(vec![
+            ev(Action::Alloc, 0x10, 100),
+            ev(Action::FreeRequested, 0x10, 100),
+            ev(Action::Alloc, 0x10, 30),
+        ]);
+        let r = replay(&d);
+        assert_eq!(r.allocated, vec![0, 100, 0, 30]);
+    }
+
+    #[test]
+    fn segment_events_walk_reserved_backwards_from_the_dump() {
+        let mut d = device(vec![
+            ev(Action::SegmentAlloc, 0x0, 4096),
+            ev(Action::Alloc, 0x0, 100),
+            ev(Action::SegmentAlloc, 0x10000, 8192),
+        ]);
+        d.segments = Some(vec![
+            Segment {
+                addr: 0,
+                total_size: 4096,
+                is_expandable: false,
+                blocks: vec![],
+            },
+            Segment {
+                addr: 0x10000,
+                total_size: 8192,
+                is_expandable: false,
+                blocks: vec![],
+            },
+        ]);
+        let r = replay(&d);
+        assert_eq!(r.reserved, Some(vec![0, 4096, 4096, 12288]));
+    }
+
+    #[test]
+    fn reported_totals_win_and_excess_is_untracked_baseline() {
+        let mut d = device(vec![
+            ev(Action::Alloc, 0x10, 100),
+            ev(Action::FreeCompleted, 0x10, 100),
+        ]);
+        d.reported = vec![
+            ReportedTotals {
+                allocated: Some(1100),
+                reserved: Some(2000),
+            },
+            ReportedTotals {
+                allocated: Some(1000),
+                reserved: Some(2000),
+            },
+        ];
+        let r = replay(&d);
+        assert_eq!(r.allocated, vec![1000, 1100, 1000]);
+        assert_eq!(r.baseline_bytes, 1000);
+        assert_eq!(r.peak_position(), 1);
+        assert_eq!(r.reserved, Some(vec![2000, 2000, 2000]));
+    }
+
+    #[test]
+    fn frees_without_addresses_match_by_size() {
+        let d = device(vec![
+            ev(Action::Alloc, 0, 100),
+            ev(Action::Alloc, 0, 50),
+            ev(Action::FreeCompleted, 0, 100),
+        ]);
+        let r = replay(&d);
+        assert_eq!(r.allocated, vec![0, 100, 150, 50]);
+    }
+}
