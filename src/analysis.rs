@@ -414,26 +414,45 @@ fn timeline_series(device: &DeviceTrace, tl: &DeviceTimeline, points: usize) -> 
     out
 }
 
-/// A short, readable name for a site: its innermost meaningful frames.
+/// A short, readable name for a site: its two innermost meaningful frames,
+/// preferring Python frames (what the user wrote) over C++ ones.
 pub fn describe_site(sites: &Sites, site: crate::model::SiteId) -> String {
     let frames = sites.frames(site);
     if frames.is_empty() {
         return "(no frames)".into();
     }
-    let meaningful: Vec<String> = frames
+    let candidates: Vec<(&str, u32, &str)> = frames
         .iter()
-        .filter_map(|f| {
-            let file = sites.str(f.filename);
-            let name = sites.str(f.name);
-            (!is_noise(file, name)).then(|| format_frame(file, f.line, name))
-        })
-        .take(2)
+        .map(|f| (sites.str(f.filename), f.line, sites.str(f.name)))
+        .filter(|(file, _, name)| !is_noise(file, name))
         .collect();
-    if meaningful.is_empty() {
+    let python: Vec<_> = candidates
+        .iter()
+        .filter(|(file, _, name)| is_python(file, name))
+        .collect();
+    let chosen: Vec<String> = if python.is_empty() {
+        candidates
+            .iter()
+            .take(2)
+            .map(|(f, l, n)| format_frame(f, *l, n))
+            .collect()
+    } else {
+        python
+            .iter()
+            .take(2)
+            .map(|(f, l, n)| format_frame(f, *l, n))
+            .collect()
+    };
+    if chosen.is_empty() {
         let f = frames[0];
         return format_frame(sites.str(f.filename), f.line, sites.str(f.name));
     }
-    meaningful.join(" < ")
+    chosen.join(" < ")
+}
+
+/// A Python frame: a `.py` file, or the profiler's `file.py(N): name` form.
+fn is_python(file: &str, name: &str) -> bool {
+    file.ends_with(".py") || name.contains(".py(") || name.starts_with("<built-in")
 }
 
 fn format_frame(file: &str, line: u32, name: &str) -> String {
@@ -441,14 +460,30 @@ fn format_frame(file: &str, line: u32, name: &str) -> String {
     if file.is_empty() || file == "none" || file == "??" || is_category(file) {
         return name;
     }
-    let short = file
-        .rsplit_once("site-packages/")
-        .map_or(file, |(_, rest)| rest);
+    let file = file.replace('\\', "/");
+    let short = short_path(&file);
     if line > 0 {
         format!("{short}:{line} {name}")
     } else {
         format!("{short} {name}")
     }
+}
+
+/// Library files from `site-packages/…`; user files as their last three components.
+fn short_path(file: &str) -> &str {
+    for marker in ["site-packages/", "dist-packages/"] {
+        if let Some((_, rest)) = file.rsplit_once(marker) {
+            return rest;
+        }
+    }
+    let mut cut = file.len();
+    for _ in 0..3 {
+        match file[..cut].rfind('/') {
+            Some(i) => cut = i,
+            None => return file,
+        }
+    }
+    &file[cut + 1..]
 }
 
 fn is_category(file: &str) -> bool {
@@ -526,7 +561,12 @@ fn is_noise(file: &str, name: &str) -> bool {
         "CUDACachingAllocator.cpp",
         "torch/nn/modules/module.py",
     ];
-    if file == "??" && (name.is_empty() || name == "??") {
+    if file == "??"
+        && (name.is_empty() || name == "??" || name.starts_with("Py") || name.starts_with("_Py"))
+    {
+        return true;
+    }
+    if name.starts_with("Py") && !name.contains("::") || name.starts_with("__libc") {
         return true;
     }
     if file.is_empty() && name.is_empty() {

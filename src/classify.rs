@@ -78,11 +78,17 @@ impl SiteFacts {
 /// (`filename`, `name`), C++ frames and profiler operator names.
 pub fn site_facts(sites: &Sites, site: SiteId) -> SiteFacts {
     let mut f = SiteFacts::default();
+    let mut attention = false;
+    let mut concat_or_copy = false;
     for frame in sites.frames(site) {
-        let file = sites.str(frame.filename);
-        let name = sites.str(frame.name);
+        // Windows stacks use backslashes; patterns are written with `/`.
+        let file = sites.str(frame.filename).replace('\\', "/");
+        let name = sites.str(frame.name).replace('\\', "/");
+        let (file, name) = (file.as_str(), name.as_str());
         let has = |needle: &str| file.contains(needle) || name.contains(needle);
         f.optimizer |= has("torch/optim/")
+            || file.contains("/optimizer/")
+            || file.contains("/optim/")
             || has("Optimizer.step")
             || name.starts_with("Optimizer.")
             || (file.contains("optimizer") && name == "step");
@@ -121,7 +127,15 @@ pub fn site_facts(sites: &Sites, site: SiteId) -> SiteFacts {
             || has("DynamicCache")
             || has("StaticCache");
         f.recompute |= has("torch/utils/checkpoint.py") || has("CheckpointFunction");
+        attention |= has("attn") || has("attention") || has("Attention");
+        concat_or_copy |= name.contains("method cat>")
+            || name.contains("aten::cat")
+            || name.contains("index_copy")
+            || name.contains("aten::copy_")
+            || name.contains("scatter");
     }
+    // A cache grows by concatenating or copying new keys/values under attention.
+    f.kv_cache |= attention && concat_or_copy;
     f
 }
 
@@ -322,7 +336,7 @@ fn classify_one(ctx: &Context, interval: &Interval, user_rules: &[UserRule]) -> 
         Phase::Forward => {
             if short_lived {
                 pick(Category::Temporary, "short_lived_in_forward")
-            } else if facts.kv_cache || (!ctx.training && kv_like(ctx, interval, alive_at_end)) {
+            } else if facts.kv_cache && !ctx.training {
                 pick(Category::KvCache, "inference_cache_outlives_forward")
             } else if free_phase == Some(Phase::Backward) {
                 pick(Category::Activation, "forward_output_freed_in_backward")
@@ -347,16 +361,6 @@ fn classify_one(ctx: &Context, interval: &Interval, user_rules: &[UserRule]) -> 
     }
 }
 
-/// In inference, a forward allocation that stays alive while later decode
-/// steps allocate a lot is cache-like (a KV cache grows step by step).
-fn kv_like(ctx: &Context, interval: &Interval, alive_at_end: bool) -> bool {
-    let end = interval.end.min(ctx.positions - 1) as usize;
-    let allocs_during = ctx.allocs_before[end] - ctx.allocs_before[interval.start as usize];
-    let total = ctx.allocs_before[ctx.positions as usize - 1].max(1);
-    // Lives through at least a tenth of all allocations of the run.
-    (alive_at_end || allocs_during * 10 >= total) && interval.size >= 4096
-}
-
 fn classify_baseline(facts: &SiteFacts, alive_at_end: bool) -> Classification {
     let pick = |category, rule| Classification { category, rule };
     if facts.optimizer {
@@ -372,6 +376,13 @@ fn classify_baseline(facts: &SiteFacts, alive_at_end: bool) -> Classification {
         pick(Category::KvCache, "existed_before_trace_cache_site")
     } else if facts.forward {
         pick(Category::Activation, "existed_before_trace_forward_site")
+    } else if alive_at_end {
+        // Alive before recording began and never freed: in a training or
+        // inference process that is overwhelmingly the weights.
+        pick(
+            Category::Parameter,
+            "existed_before_trace_alive_to_end_assumed_weights",
+        )
     } else {
         pick(Category::Unknown, "existed_before_trace_no_evidence")
     }

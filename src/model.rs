@@ -7,8 +7,9 @@
 //! [`Sites`], and events only hold a `u32` [`SiteId`], so a frames list that a
 //! pickle references ten thousand times costs one site.
 
-use std::collections::HashMap;
 use std::fmt;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -336,9 +337,9 @@ impl Default for Sites {
     fn default() -> Sites {
         let mut sites = Sites {
             strings: Vec::new(),
-            string_ids: HashMap::new(),
+            string_ids: HashMap::default(),
             sites: Vec::new(),
-            site_ids: HashMap::new(),
+            site_ids: HashMap::default(),
         };
         sites.intern_str("");
         sites.intern_site(&[]);

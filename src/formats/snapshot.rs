@@ -52,32 +52,50 @@ pub fn parse_memory_viz_html(bytes: &[u8], limits: &Limits) -> Result<Trace> {
     parse_pickle(&decoded[..], limits)
 }
 
-/// Turns trace-entry dicts into [`Event`]s as the unpickler completes them.
+/// Lowers dicts to compact records while the unpickler streams:
+/// trace entries (`{"action": …}`) become [`Event`]s and frame dicts
+/// (`{"filename", "line", "name"}`) become [`Frame`]s, each replaced in the
+/// value tree by a [`Value::Handle`]. Real dumps share frame *dicts* across
+/// entries (memoized), so a frame is decoded once; each entry's frames list
+/// is interned into a site and then emptied, keeping memory near the size of
+/// the compact records.
 #[derive(Default)]
 struct EntryLowering {
     sites: Sites,
     events: Vec<Event>,
-    /// Frames lists already interned, by container identity.
-    site_by_identity: HashMap<usize, SiteId>,
+    frames: Vec<Frame>,
     unknown_actions: BTreeMap<String, u64>,
     entries_without_frames: u64,
 }
+
+/// Handle tags: the top two bits say what a [`Value::Handle`] indexes.
+const TAG_MASK: u32 = 0b11 << 30;
+const FRAME_TAG: u32 = 0b01 << 30;
+const SITE_TAG: u32 = 0b10 << 30;
+/// Marks an entry whose action memcut skips.
+const SKIPPED: u32 = TAG_MASK - 1;
 
 impl Hook for EntryLowering {
     fn on_list_dict(
         &mut self,
         dict: &[(Value, Value)],
     ) -> std::result::Result<Option<Value>, String> {
-        let Some(action) = lookup(dict, "action") else {
-            return Ok(None);
-        };
-        let handle = self.lower_entry(dict, &action)?;
-        Ok(Some(Value::Handle(handle)))
+        if let Some(action) = lookup(dict, "action") {
+            let handle = self.lower_entry(dict, &action)?;
+            return Ok(Some(Value::Handle(handle)));
+        }
+        if has_key(dict, "filename") && has_key(dict, "name") {
+            let frame = frame_of(&mut self.sites, dict);
+            let index = self.frames.len() as u32;
+            if index >= FRAME_TAG {
+                return Err("more than 2^30 distinct frames".into());
+            }
+            self.frames.push(frame);
+            return Ok(Some(Value::Handle(FRAME_TAG | index)));
+        }
+        Ok(None)
     }
 }
-
-/// Marks an entry whose action memcut skips (kept so list positions stay meaningful).
-const SKIPPED: u32 = u32::MAX;
 
 impl EntryLowering {
     fn lower_entry(
@@ -92,35 +110,60 @@ impl EntryLowering {
             *self.unknown_actions.entry(name.to_owned()).or_default() += 1;
             return Ok(SKIPPED);
         };
-        let int = |key: &str| lookup(dict, key).and_then(|v| v.as_u64()).unwrap_or(0);
-        let mut event = Event::new(action, int("addr"), int("size"));
-        event.device_free = int("device_free");
-        if let Some(t) = lookup(dict, "time_us").and_then(|v| v.as_f64()) {
-            event.ts_us = t;
+        let mut event = Event::new(action, 0, 0);
+        for (key, value) in dict {
+            match key.as_str() {
+                Some("addr") => event.addr = value.as_u64().unwrap_or(0),
+                Some("size") => event.size = value.as_u64().unwrap_or(0),
+                Some("device_free") => event.device_free = value.as_u64().unwrap_or(0),
+                Some("time_us") => event.ts_us = value.as_f64().unwrap_or(f64::NAN),
+                Some("category") => event.given = value.as_str().and_then(Category::parse),
+                Some("frames") => event.site = self.site_of(value),
+                _ => {}
+            }
         }
-        event.given = lookup(dict, "category")
-            .as_ref()
-            .and_then(|v| v.as_str())
-            .and_then(Category::parse);
-        match lookup(dict, "frames") {
-            Some(frames) => event.site = self.site_of(&frames),
-            None => self.entries_without_frames += 1,
+        if !has_key(dict, "frames") {
+            self.entries_without_frames += 1;
         }
         let index = self.events.len() as u32;
+        if index >= SKIPPED {
+            return Err("more than 2^30 trace entries".into());
+        }
         self.events.push(event);
         Ok(index)
     }
 
-    /// Interns a frames list once per shared (memoized) list object.
+    /// Interns a frames list as a site, then empties the list and leaves the
+    /// site's handle in it, so a later reference (free events share their
+    /// alloc's list) costs nothing and the frames are not held twice.
     fn site_of(&mut self, frames: &Value) -> SiteId {
-        let identity = frames.identity();
-        if let Some(site) = identity.and_then(|id| self.site_by_identity.get(&id)) {
-            return *site;
+        let Value::List(list) = frames else {
+            return 0;
+        };
+        let mut items = list.borrow_mut();
+        if let [Value::Handle(h)] = items.as_slice() {
+            if h & TAG_MASK == SITE_TAG {
+                return h & !TAG_MASK;
+            }
         }
-        let site = intern_frames(&mut self.sites, frames);
-        if let Some(id) = identity {
-            self.site_by_identity.insert(id, site);
+        let mut resolved = Vec::with_capacity(items.len());
+        for item in items.iter() {
+            match item {
+                Value::Handle(h) if h & TAG_MASK == FRAME_TAG => {
+                    resolved.push(self.frames[(h & !TAG_MASK) as usize]);
+                }
+                Value::Dict(d) => resolved.push(frame_of(&mut self.sites, &d.borrow())),
+                // `forward_frames` style: preformatted lines.
+                Value::Str(line) => resolved.push(Frame {
+                    filename: 0,
+                    line: 0,
+                    name: self.sites.intern_str(line),
+                }),
+                _ => {}
+            }
         }
+        let site = self.sites.intern_site(&resolved);
+        *items = vec![Value::Handle(SITE_TAG | site)];
         site
     }
 }
@@ -131,35 +174,26 @@ fn lookup(dict: &[(Value, Value)], key: &str) -> Option<Value> {
         .map(|(_, v)| v.clone())
 }
 
-/// `[{"filename", "line", "name"}, …]` (innermost first) → site id.
-/// FX frames and any other extra keys are ignored.
-fn intern_frames(sites: &mut Sites, frames: &Value) -> SiteId {
-    let Some(items) = frames.list_items() else {
-        return 0;
+fn has_key(dict: &[(Value, Value)], key: &str) -> bool {
+    dict.iter().any(|(k, _)| k.as_str() == Some(key))
+}
+
+/// `{"filename", "line", "name"}` → frame. FX fields and other keys are ignored.
+fn frame_of(sites: &mut Sites, dict: &[(Value, Value)]) -> Frame {
+    let mut frame = Frame {
+        filename: 0,
+        line: 0,
+        name: 0,
     };
-    let mut list = Vec::with_capacity(items.len());
-    for frame in items.iter() {
-        let text = |key: &str| frame.get(key).and_then(|v| v.as_str().map(str::to_owned));
-        let (filename, name) = match (text("filename"), text("name")) {
-            (None, None) => match frame.as_str() {
-                // `forward_frames` style: preformatted lines.
-                Some(line) => (String::new(), line.to_owned()),
-                None => continue,
-            },
-            (f, n) => (f.unwrap_or_default(), n.unwrap_or_default()),
-        };
-        let line = frame
-            .get("line")
-            .and_then(|v| v.as_u64())
-            .unwrap_or(0)
-            .min(u32::MAX as u64) as u32;
-        list.push(Frame {
-            filename: sites.intern_str(&filename),
-            line,
-            name: sites.intern_str(&name),
-        });
+    for (key, value) in dict {
+        match key.as_str() {
+            Some("filename") => frame.filename = sites.intern_str(value.as_str().unwrap_or("")),
+            Some("name") => frame.name = sites.intern_str(value.as_str().unwrap_or("")),
+            Some("line") => frame.line = value.as_u64().unwrap_or(0).min(u32::MAX as u64) as u32,
+            _ => {}
+        }
     }
-    sites.intern_site(&list)
+    frame
 }
 
 /// Assembles the [`Trace`] from the unpickled root and the lowered entries.
@@ -210,7 +244,7 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
                         }
                         _ => continue,
                     };
-                    if index != SKIPPED {
+                    if index & TAG_MASK == 0 {
                         let event = lowering.events[index as usize];
                         profile_derived |= event.given.is_some();
                         events.push(event);
