@@ -382,7 +382,13 @@ fn reconcile_with_reported(
 /// from the dump's segments walked backwards through segment events.
 fn reserved_curve(device: &DeviceTrace, diagnostics: &mut Vec<Diagnostic>) -> Option<Vec<u64>> {
     let n = device.events.len();
-    if device.reported.len() == n && device.reported.iter().any(|r| r.reserved.is_some()) {
+    // The CPU allocator reports `Total Reserved: 0` throughout: no cache to speak of.
+    if device.reported.len() == n
+        && device
+            .reported
+            .iter()
+            .any(|r| r.reserved.is_some_and(|v| v > 0))
+    {
         let mut out = Vec::with_capacity(n + 1);
         let first = device.reported.iter().find_map(|r| r.reserved).unwrap_or(0);
         out.push(first);
