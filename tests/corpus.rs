@@ -1,0 +1,156 @@
+//! The real-trace corpus in `../shared/corpus` (other people's files, never
+//! committed here). Each test skips with a message when the folder is absent.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use memcut::{AnalyzeOptions, Error};
+
+fn corpus() -> Option<PathBuf> {
+    let dir = std::env::var_os("MEMCUT_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus"));
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!("skipping: corpus not found at {} (set MEMCUT_CORPUS)", dir.display());
+        None
+    }
+}
+
+fn files(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if keep(&path.to_string_lossy()) {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Peaks from `scripts/replay_peak.py` (a plain Python replay in the
+/// MemoryViz manner: frees of unseen addresses and live blocks never
+/// allocated count from the start) on the same files.
+const PYTHON_PEAKS: &[(&str, u64)] = &[
+    ("cs336-bcrafton/memory_snapshot.pickle", 3849232640),
+    ("cs336-magma27/memory_snapshot.pickle", 13923997700),
+    ("cs336-nothanmin/memory_snapshot_forward.pickle", 43754773506),
+    ("cs336-nothanmin/memory_snapshot_forward_without_mixed.pickle", 44087612420),
+    ("cs336-silmont2000/mem_snapshot.pickle", 3249143816),
+    ("cs336-silmont2000/memory_forward_bf16_128.pickle", 779837440),
+    ("cs336-silmont2000/memory_forward_fp32_128.pickle", 556843008),
+    ("cs336-wedsonlin/results/medium_1024_training_memory_snapshot.pickle", 24207167496),
+    ("cs336-wedsonlin/results/medium_128_inference_memory_snapshot.pickle", 1736962048),
+    ("cs336-wedsonlin/results/medium_128_training_memory_snapshot.pickle", 7013335044),
+    ("cs336-wedsonlin/results/medium_512_training_memory_snapshot.pickle", 12426629128),
+    ("decomfl/memory.pickle", 1783664516),
+    ("flexgen-yiyi/1.3b_snapshot.pickle", 5692346376),
+    ("flexgen-yiyi/log1/1.3b_snapshot.pickle", 809849328),
+    ("flexgen-yiyi/oom_snapshot.pickle", 11840159744),
+    ("sketchkv2/my_snapshot.pickle", 16380108176),
+    ("verl/mem.pickle", 24886778000),
+];
+
+#[test]
+fn every_snapshot_pickle_matches_the_python_replay_peak() {
+    let Some(dir) = corpus() else { return };
+    let found = files(&dir, &|p| p.ends_with(".pickle"));
+    assert_eq!(found.len(), PYTHON_PEAKS.len(), "corpus pickles changed");
+    for (name, expected) in PYTHON_PEAKS {
+        let report = memcut::analyze_path(&dir.join(name), &AnalyzeOptions::new())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(report.devices.len(), 1, "{name}");
+        let peak = &report.devices[0].peak;
+        assert_eq!(peak.allocated_bytes, *expected, "{name}");
+        let categorised: u64 = peak
+            .by_category
+            .iter()
+            .filter(|(c, _)| **c != memcut::model::Category::AllocatorCache)
+            .map(|(_, b)| b)
+            .sum();
+        assert_eq!(categorised, peak.allocated_bytes, "{name}: categories sum to the peak");
+    }
+}
+
+/// Max `Total Allocated` per device, read independently of memcut's reader.
+fn max_total_allocated(path: &Path) -> BTreeMap<String, u64> {
+    let mut raw = Vec::new();
+    std::fs::File::open(path).unwrap().read_to_end(&mut raw).unwrap();
+    let text = if raw.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        flate2::read::MultiGzDecoder::new(&raw[..]).read_to_end(&mut out).unwrap();
+        out
+    } else {
+        raw
+    };
+    let json: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    let events = json.get("traceEvents").and_then(|e| e.as_array()).cloned().unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for e in events {
+        if e.get("name").and_then(|n| n.as_str()) != Some("[memory]") {
+            continue;
+        }
+        let args = &e["args"];
+        let Some(total) = args.get("Total Allocated").and_then(|v| v.as_u64()) else { continue };
+        let kind = args.get("Device Type").and_then(|v| v.as_i64()).unwrap_or(0);
+        let id = args.get("Device Id").and_then(|v| v.as_i64()).unwrap_or(-1);
+        let name = match kind {
+            0 => "cpu".to_owned(),
+            1 => format!("cuda:{id}"),
+            6 => format!("hip:{id}"),
+            k => format!("type{k}:{id}"),
+        };
+        let slot = out.entry(name).or_insert(0u64);
+        *slot = (*slot).max(total);
+    }
+    out
+}
+
+#[test]
+fn chrome_traces_with_memory_peak_at_the_allocator_total() {
+    let Some(dir) = corpus() else { return };
+    let mut with_memory = 0;
+    let mut without = 0;
+    for path in files(&dir, &|p| p.contains(".json")) {
+        let name = path.strip_prefix(&dir).unwrap().display().to_string();
+        match memcut::analyze_path(&path, &AnalyzeOptions::new()) {
+            Err(Error::NoMemoryEvents) => without += 1,
+            Err(e) => panic!("{name}: {e}"),
+            Ok(report) => {
+                with_memory += 1;
+                let totals = max_total_allocated(&path);
+                for d in &report.devices {
+                    if let Some(total) = totals.get(&d.device) {
+                        assert_eq!(d.peak.allocated_bytes, *total, "{name} {}", d.device);
+                    }
+                }
+                if name.contains("df_index_resolver") {
+                    assert!(report.devices.iter().any(|d| d.device == "cuda:1"), "{name}");
+                }
+                if name.contains("mi300") || name.contains("inference/") {
+                    assert!(report.devices.iter().any(|d| d.device.starts_with("hip:")), "{name}");
+                }
+            }
+        }
+    }
+    assert_eq!((with_memory, without), (12, 20));
+}
+
+#[test]
+fn memory_timeline_export_is_categorised() {
+    let Some(dir) = corpus() else { return };
+    let path = dir.join("hta/tests/data/memory_analysis/memory_timeline.raw.gz");
+    let report = memcut::analyze_path(&path, &AnalyzeOptions::new()).unwrap();
+    assert_eq!(report.source.format, "memory_timeline");
+    let by = &report.devices[0].peak.by_category;
+    let top = by.iter().max_by_key(|(_, b)| **b).unwrap().0;
+    assert_eq!(*top, memcut::model::Category::Activation);
+}
