@@ -42,9 +42,7 @@ impl Format {
 /// The component taxonomy shared by every input format (DESIGN.md §4).
 ///
 /// The declaration order is the display order of every table and legend.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Category {
     Parameter,

@@ -1,1 +1,2620 @@
-//! placeholder
+//! A small, safe, fast, **non-executing** unpickler for PyTorch memory snapshots
+//! (formats.md §A1, §A2, §D 1–3, 10).
+//!
+//! Only the data opcodes listed in formats.md §A2 are implemented (plus the
+//! trivial stack opcodes `POP`, `POP_MARK` and `DUP`). Every opcode that could
+//! import or call code (`GLOBAL`, `STACK_GLOBAL`, `REDUCE`, `BUILD`, `NEWOBJ`,
+//! `NEWOBJ_EX`, `INST`, `OBJ`, `PERSID`, `BINPERSID`, `EXT1/2/4`) is refused
+//! with an error naming it; other opcodes (protocol-0 text forms, bytes, sets,
+//! out-of-band buffers) are reported as unsupported. Nothing is ever imported
+//! or called.
+//!
+//! Design notes:
+//! - Streaming: the input is read through a private buffer window (1 MiB once
+//!   the input proves large) that grows only when a single item (a long string)
+//!   needs more and only as the bytes actually arrive, so a hostile declared
+//!   length never causes a large allocation up front.
+//! - Memo: values are shared (`Rc`), never deep-copied. Dense indices live in a
+//!   `Vec`, sparse ones in a `HashMap`.
+//! - Strings: invalid UTF-8 (e.g. lone surrogates written with CPython's
+//!   `surrogatepass`) is decoded lossily with U+FFFD, never an error.
+//! - Dicts are vectors of pairs in insertion order; a duplicated key is kept
+//!   and [`Value::get`] returns the last one (Python's "last write wins").
+//! - Depth: `MARK` nesting is limited while parsing; container nesting of the
+//!   finished value is checked iteratively after `STOP` (cycles are rejected
+//!   too), and everything the parser discards is torn down iteratively, so a
+//!   hostile input cannot overflow the stack. The returned value is at most
+//!   `max_depth` containers deep, so the ordinary recursive `Drop` is safe.
+
+use std::cell::{Ref, RefCell};
+use std::collections::HashMap;
+use std::fmt;
+use std::io::BufRead;
+use std::rc::Rc;
+
+/// A decoded pickle value. Cloning is cheap (`Rc` clones for containers and strings).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    None,
+    Bool(bool),
+    Int(i64),
+    /// Integers that do not fit i64 (e.g. 9-byte LONG1 unsigned 64-bit values). Larger than i128 → error.
+    BigInt(Box<i128>),
+    Float(f64),
+    Str(Rc<str>),
+    List(Rc<RefCell<Vec<Value>>>),
+    Tuple(Rc<[Value]>),
+    /// Pairs in insertion order (keys may be any value).
+    Dict(Rc<RefCell<Vec<(Value, Value)>>>),
+    /// A value the caller's hook substituted for a completed dict (see [`Hook`]).
+    Handle(u32),
+}
+
+impl Value {
+    /// Dict lookup by string key (the last pair wins if a key repeats). `None`
+    /// if `self` is not a dict or the key is missing.
+    pub fn get(&self, key: &str) -> Option<Value> {
+        match self {
+            Value::Dict(d) => d
+                .borrow()
+                .iter()
+                .rev()
+                .find(|(k, _)| matches!(k, Value::Str(s) if &**s == key))
+                .map(|(_, v)| v.clone()),
+            _ => None,
+        }
+    }
+
+    /// `Int`, `Bool` (0/1) or a `BigInt` in i64 range.
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            Value::Int(i) => Some(*i),
+            Value::Bool(b) => Some(*b as i64),
+            Value::BigInt(b) => i64::try_from(**b).ok(),
+            _ => None,
+        }
+    }
+
+    /// A non-negative `Int` or a `BigInt` in u64 range.
+    pub fn as_u64(&self) -> Option<u64> {
+        match self {
+            Value::Int(i) => u64::try_from(*i).ok(),
+            Value::BigInt(b) => u64::try_from(**b).ok(),
+            _ => None,
+        }
+    }
+
+    /// `Float`, `Int` or `BigInt` (rounded).
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Value::Float(f) => Some(*f),
+            Value::Int(i) => Some(*i as f64),
+            Value::BigInt(b) => Some(**b as f64),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Value::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    pub fn list_items(&self) -> Option<Ref<'_, Vec<Value>>> {
+        match self {
+            Value::List(l) => Some(l.borrow()),
+            _ => None,
+        }
+    }
+
+    pub fn tuple_items(&self) -> Option<&[Value]> {
+        match self {
+            Value::Tuple(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    pub fn dict_items(&self) -> Option<Ref<'_, Vec<(Value, Value)>>> {
+        match self {
+            Value::Dict(d) => Some(d.borrow()),
+            _ => None,
+        }
+    }
+
+    /// Identity of a shared container (its `Rc` address), so callers can intern
+    /// a memoized list once. `None` for scalars and strings.
+    pub fn identity(&self) -> Option<usize> {
+        match self {
+            Value::List(l) => Some(Rc::as_ptr(l) as *const u8 as usize),
+            Value::Dict(d) => Some(Rc::as_ptr(d) as *const u8 as usize),
+            Value::Tuple(t) => Some(Rc::as_ptr(t) as *const u8 as usize),
+            _ => None,
+        }
+    }
+
+    /// Python-ish type name for error messages.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::None => "None",
+            Value::Bool(_) => "bool",
+            Value::Int(_) | Value::BigInt(_) => "int",
+            Value::Float(_) => "float",
+            Value::Str(_) => "str",
+            Value::List(_) => "list",
+            Value::Tuple(_) => "tuple",
+            Value::Dict(_) => "dict",
+            Value::Handle(_) => "handle",
+        }
+    }
+
+    fn is_container(&self) -> bool {
+        matches!(self, Value::List(_) | Value::Tuple(_) | Value::Dict(_))
+    }
+
+    /// Strong count of the container's `Rc` (1 for scalars).
+    fn share_count(&self) -> usize {
+        match self {
+            Value::List(l) => Rc::strong_count(l),
+            Value::Dict(d) => Rc::strong_count(d),
+            Value::Tuple(t) => Rc::strong_count(t),
+            _ => 1,
+        }
+    }
+}
+
+/// Lets the caller replace completed dicts with compact records as they are
+/// appended to a list, so a 1M-entry snapshot never holds 1M generic dicts at once.
+pub trait Hook {
+    /// Called for each dict appended to a list by APPEND/APPENDS. Return
+    /// `Ok(Some(v))` to store `v` instead of the dict — the memo slot that holds
+    /// the dict is replaced too, so that the dict is freed. `Ok(None)` keeps the
+    /// dict. `Err(msg)` aborts with a [`PickleError`] at the current offset.
+    fn on_list_dict(&mut self, dict: &[(Value, Value)]) -> Result<Option<Value>, String>;
+}
+
+/// A hook that keeps every dict.
+pub struct NoHook;
+
+impl Hook for NoHook {
+    fn on_list_dict(&mut self, _dict: &[(Value, Value)]) -> Result<Option<Value>, String> {
+        Ok(None)
+    }
+}
+
+/// Resource limits for [`unpickle`].
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Nesting of MARKs and of containers in the result (default 1000).
+    pub max_depth: usize,
+    /// Largest memo index and largest number of memo entries (default 2^28).
+    pub max_memo: usize,
+    /// Longest single string or integer payload, in bytes (default 1 GiB).
+    pub max_string_bytes: u64,
+    /// Bytes of input consumed (default unlimited).
+    pub max_total_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_depth: 1000,
+            max_memo: 1 << 28,
+            max_string_bytes: 1 << 30,
+            max_total_bytes: u64::MAX,
+        }
+    }
+}
+
+/// Why a pickle could not be read; `offset` is the byte offset of the offending opcode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PickleError {
+    pub offset: u64,
+    pub message: String,
+}
+
+impl fmt::Display for PickleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "bad pickle at byte {}: {}", self.offset, self.message)
+    }
+}
+
+impl std::error::Error for PickleError {}
+
+impl From<PickleError> for crate::error::Error {
+    fn from(e: PickleError) -> Self {
+        crate::error::Error::Pickle {
+            offset: e.offset,
+            message: e.message,
+        }
+    }
+}
+
+/// Reads one pickle from `reader` up to and including STOP; bytes after STOP
+/// (e.g. NUL padding) are ignored (the reader may have been read past STOP).
+pub fn unpickle<R: BufRead>(
+    reader: R,
+    limits: &Limits,
+    hook: &mut dyn Hook,
+) -> Result<Value, PickleError> {
+    let mut p = Parser::new(reader, limits, hook);
+    let result = p.run();
+    let offset = p.op_off;
+    // Tear down whatever the parser still holds without recursion.
+    let mut work = std::mem::take(&mut p.work);
+    dismantle_all(p.stack.drain(..).map(|s| s.v), &mut work);
+    dismantle_all(p.memo.dense.drain(..).flatten(), &mut work);
+    dismantle_all(p.memo.sparse.drain().map(|(_, v)| v), &mut work);
+    let value = result?;
+    if let Err(message) = check_depth(&value, limits.max_depth) {
+        dismantle(value, &mut work);
+        return Err(PickleError { offset, message });
+    }
+    Ok(value)
+}
+
+/// Convenience: [`unpickle`] with default limits and [`NoHook`].
+pub fn unpickle_slice(bytes: &[u8]) -> Result<Value, PickleError> {
+    unpickle(bytes, &Limits::default(), &mut NoHook)
+}
+
+// ---------------------------------------------------------------------------
+// Opcodes
+
+mod op {
+    pub const MARK: u8 = b'(';
+    pub const STOP: u8 = b'.';
+    pub const POP: u8 = b'0';
+    pub const POP_MARK: u8 = b'1';
+    pub const DUP: u8 = b'2';
+    pub const BININT: u8 = b'J';
+    pub const BININT1: u8 = b'K';
+    pub const BININT2: u8 = b'M';
+    pub const NONE: u8 = b'N';
+    pub const BINUNICODE: u8 = b'X';
+    pub const APPEND: u8 = b'a';
+    pub const DICT: u8 = b'd';
+    pub const EMPTY_DICT: u8 = b'}';
+    pub const APPENDS: u8 = b'e';
+    pub const BINGET: u8 = b'h';
+    pub const LONG_BINGET: u8 = b'j';
+    pub const LIST: u8 = b'l';
+    pub const EMPTY_LIST: u8 = b']';
+    pub const BINPUT: u8 = b'q';
+    pub const LONG_BINPUT: u8 = b'r';
+    pub const SETITEM: u8 = b's';
+    pub const TUPLE: u8 = b't';
+    pub const EMPTY_TUPLE: u8 = b')';
+    pub const SETITEMS: u8 = b'u';
+    pub const BINFLOAT: u8 = b'G';
+    pub const PROTO: u8 = 0x80;
+    pub const TUPLE1: u8 = 0x85;
+    pub const TUPLE2: u8 = 0x86;
+    pub const TUPLE3: u8 = 0x87;
+    pub const NEWTRUE: u8 = 0x88;
+    pub const NEWFALSE: u8 = 0x89;
+    pub const LONG1: u8 = 0x8a;
+    pub const LONG4: u8 = 0x8b;
+    pub const SHORT_BINUNICODE: u8 = 0x8c;
+    pub const BINUNICODE8: u8 = 0x8d;
+    pub const MEMOIZE: u8 = 0x94;
+    pub const FRAME: u8 = 0x95;
+}
+
+/// Name of an implemented opcode (for messages).
+fn op_name(code: u8) -> &'static str {
+    match code {
+        op::MARK => "MARK",
+        op::STOP => "STOP",
+        op::POP => "POP",
+        op::POP_MARK => "POP_MARK",
+        op::DUP => "DUP",
+        op::APPEND => "APPEND",
+        op::APPENDS => "APPENDS",
+        op::DICT => "DICT",
+        op::LIST => "LIST",
+        op::TUPLE => "TUPLE",
+        op::TUPLE1 => "TUPLE1",
+        op::TUPLE2 => "TUPLE2",
+        op::TUPLE3 => "TUPLE3",
+        op::SETITEM => "SETITEM",
+        op::SETITEMS => "SETITEMS",
+        op::MEMOIZE => "MEMOIZE",
+        op::BINPUT => "BINPUT",
+        op::LONG_BINPUT => "LONG_BINPUT",
+        _ => "this opcode",
+    }
+}
+
+/// Opcodes that import or call code: always refused.
+fn refused_name(op: u8) -> Option<&'static str> {
+    Some(match op {
+        b'c' => "GLOBAL",
+        0x93 => "STACK_GLOBAL",
+        b'R' => "REDUCE",
+        b'b' => "BUILD",
+        0x81 => "NEWOBJ",
+        0x92 => "NEWOBJ_EX",
+        b'i' => "INST",
+        b'o' => "OBJ",
+        b'P' => "PERSID",
+        b'Q' => "BINPERSID",
+        0x82 => "EXT1",
+        0x83 => "EXT2",
+        0x84 => "EXT4",
+        _ => return None,
+    })
+}
+
+/// Harmless opcodes that PyTorch snapshots never contain.
+fn unsupported_name(op: u8) -> Option<&'static str> {
+    Some(match op {
+        b'I' => "INT",
+        b'L' => "LONG",
+        b'F' => "FLOAT",
+        b'S' => "STRING",
+        b'T' => "BINSTRING",
+        b'U' => "SHORT_BINSTRING",
+        b'V' => "UNICODE",
+        b'p' => "PUT",
+        b'g' => "GET",
+        b'B' => "BINBYTES",
+        b'C' => "SHORT_BINBYTES",
+        0x8e => "BINBYTES8",
+        0x8f => "EMPTY_SET",
+        0x90 => "ADDITEMS",
+        0x91 => "FROZENSET",
+        0x96 => "BYTEARRAY8",
+        0x97 => "NEXT_BUFFER",
+        0x98 => "READONLY_BUFFER",
+        _ => return None,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Parser
+
+const NO_MEMO: u32 = u32::MAX;
+const INITIAL_BUF: usize = 64 << 10;
+const TARGET_BUF: usize = 1 << 20;
+
+/// A stack slot: the value and the memo index it was last stored at (or
+/// `NO_MEMO`), so the hook can replace a dict's memo slot in O(1).
+struct Slot {
+    v: Value,
+    memo: u32,
+}
+
+#[derive(Default)]
+struct Memo {
+    dense: Vec<Option<Value>>,
+    sparse: HashMap<u32, Value>,
+    count: usize,
+}
+
+impl Memo {
+    fn get(&self, idx: u32) -> Option<&Value> {
+        match self.dense.get(idx as usize) {
+            Some(Some(v)) => Some(v),
+            _ if self.sparse.is_empty() => None,
+            _ => self.sparse.get(&idx),
+        }
+    }
+
+    /// Stores `v` at `idx`, returning the value it replaced.
+    fn put(&mut self, idx: u32, v: Value, max_memo: usize) -> Result<Option<Value>, String> {
+        let i = idx as usize;
+        if i < self.dense.len() {
+            let old = self.dense[i].replace(v);
+            let old = match old {
+                Some(o) => Some(o),
+                None if !self.sparse.is_empty() => self.sparse.remove(&idx),
+                None => None,
+            };
+            if old.is_none() {
+                self.count_one(max_memo)?;
+            }
+            return Ok(old);
+        }
+        if i >= max_memo {
+            return Err(format!("memo index {idx} exceeds the limit of {max_memo}"));
+        }
+        let len = self.dense.len();
+        if i <= len + len / 2 + 1024 {
+            // Dense enough: grow the vector.
+            let old = if self.sparse.is_empty() {
+                None
+            } else {
+                self.sparse.remove(&idx)
+            };
+            if old.is_none() {
+                self.count_one(max_memo)?;
+            }
+            self.dense.resize(i, None);
+            self.dense.push(Some(v));
+            Ok(old)
+        } else {
+            let old = self.sparse.insert(idx, v);
+            if old.is_none() {
+                self.count_one(max_memo)?;
+            }
+            Ok(old)
+        }
+    }
+
+    fn count_one(&mut self, max_memo: usize) -> Result<(), String> {
+        if self.count >= max_memo {
+            return Err(format!("memo holds more than {max_memo} entries"));
+        }
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Replaces slot `idx` with `new` if it still holds the dict `d`; returns the old value.
+    fn replace_dict(
+        &mut self,
+        idx: u32,
+        d: &Rc<RefCell<Vec<(Value, Value)>>>,
+        new: Value,
+    ) -> Option<Value> {
+        let slot = match self.dense.get_mut(idx as usize) {
+            Some(Some(v)) => v,
+            _ => self.sparse.get_mut(&idx)?,
+        };
+        match slot {
+            Value::Dict(x) if Rc::ptr_eq(x, d) => Some(std::mem::replace(slot, new)),
+            _ => None,
+        }
+    }
+}
+
+struct Parser<'a, R> {
+    rd: R,
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+    /// Absolute offset of `buf[0]`.
+    base: u64,
+    /// Absolute offset of the opcode being executed.
+    op_off: u64,
+    /// The opcode being executed.
+    code: u8,
+    limits: &'a Limits,
+    hook: &'a mut dyn Hook,
+    stack: Vec<Slot>,
+    marks: Vec<usize>,
+    memo: Memo,
+    work: Vec<Value>,
+}
+
+type PResult<T> = Result<T, PickleError>;
+
+impl<'a, R: BufRead> Parser<'a, R> {
+    fn new(rd: R, limits: &'a Limits, hook: &'a mut dyn Hook) -> Self {
+        Parser {
+            rd,
+            buf: vec![0; INITIAL_BUF],
+            pos: 0,
+            end: 0,
+            base: 0,
+            op_off: 0,
+            code: 0,
+            limits,
+            hook,
+            stack: Vec::with_capacity(64),
+            marks: Vec::with_capacity(16),
+            memo: Memo::default(),
+            work: Vec::new(),
+        }
+    }
+
+    fn err<T>(&self, message: impl Into<String>) -> PResult<T> {
+        Err(PickleError {
+            offset: self.op_off,
+            message: message.into(),
+        })
+    }
+
+    /// Makes at least `n` bytes available at `buf[pos..]`.
+    #[inline(always)]
+    fn ensure(&mut self, n: usize) -> PResult<()> {
+        if self.end - self.pos >= n {
+            Ok(())
+        } else {
+            self.fill(n)
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fill(&mut self, n: usize) -> PResult<()> {
+        if self.pos > 0 {
+            self.buf.copy_within(self.pos..self.end, 0);
+            self.base += self.pos as u64;
+            self.end -= self.pos;
+            self.pos = 0;
+        }
+        if self.base > 0 && self.buf.len() < TARGET_BUF {
+            // The input is larger than the first window: read bigger chunks.
+            self.buf.resize(TARGET_BUF, 0);
+        }
+        while self.end < n {
+            if self.end == self.buf.len() {
+                // Grow only when the buffer is full of real data: by doubling,
+                // up to what this item needs (or the streaming target size).
+                let want = n.max(TARGET_BUF);
+                let new_len = (self.buf.len() * 2).min(want).max(self.end + 1);
+                self.buf.resize(new_len, 0);
+            }
+            let consumed = self.base + self.end as u64;
+            let allowed = self.limits.max_total_bytes.saturating_sub(consumed);
+            if allowed == 0 {
+                return self.err(format!(
+                    "input exceeds the limit of {} bytes",
+                    self.limits.max_total_bytes
+                ));
+            }
+            let room =
+                (self.buf.len() - self.end).min(usize::try_from(allowed).unwrap_or(usize::MAX));
+            match self.rd.read(&mut self.buf[self.end..self.end + room]) {
+                Ok(0) => {
+                    return self.err(format!(
+                        "truncated pickle: unexpected end of input at byte {}",
+                        self.base + self.end as u64
+                    ))
+                }
+                Ok(k) => self.end += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return self.err(format!("read error: {e}")),
+            }
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn take<const N: usize>(&mut self) -> PResult<[u8; N]> {
+        self.ensure(N)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(&self.buf[self.pos..self.pos + N]);
+        self.pos += N;
+        Ok(a)
+    }
+
+    #[inline(always)]
+    fn take_u8(&mut self) -> PResult<u8> {
+        self.ensure(1)?;
+        let b = self.buf[self.pos];
+        self.pos += 1;
+        Ok(b)
+    }
+
+    /// Checks a declared payload length against the limits (before any allocation).
+    fn check_len(&self, n: u64, what: &str) -> PResult<usize> {
+        if n > self.limits.max_string_bytes {
+            return self.err(format!(
+                "{what} of {n} bytes exceeds the limit of {} bytes",
+                self.limits.max_string_bytes
+            ));
+        }
+        if n > self.limits.max_total_bytes {
+            return self.err(format!(
+                "{what} of {n} bytes exceeds the input limit of {} bytes",
+                self.limits.max_total_bytes
+            ));
+        }
+        match usize::try_from(n) {
+            Ok(n) if n < usize::MAX / 2 => Ok(n),
+            _ => self.err(format!("{what} of {n} bytes is too long")),
+        }
+    }
+
+    #[inline(always)]
+    fn string(&mut self, n: usize) -> PResult<Value> {
+        self.ensure(n)?;
+        let bytes = &self.buf[self.pos..self.pos + n];
+        let s: Rc<str> = match std::str::from_utf8(bytes) {
+            Ok(s) => Rc::from(s),
+            Err(_) => Rc::from(&*String::from_utf8_lossy(bytes)),
+        };
+        self.pos += n;
+        Ok(Value::Str(s))
+    }
+
+    fn long(&mut self, n: usize) -> PResult<Value> {
+        if n > 16 {
+            return self.err(format!("integer wider than 128 bits ({n} bytes)"));
+        }
+        self.ensure(n)?;
+        let bytes = &self.buf[self.pos..self.pos + n];
+        let v = if n == 0 {
+            Value::Int(0)
+        } else if n <= 8 {
+            let mut a = [0u8; 8];
+            a[..n].copy_from_slice(bytes);
+            let sh = 64 - 8 * n as u32;
+            Value::Int((i64::from_le_bytes(a) << sh) >> sh)
+        } else {
+            let mut a = [0u8; 16];
+            a[..n].copy_from_slice(bytes);
+            let sh = 128 - 8 * n as u32;
+            let v = (i128::from_le_bytes(a) << sh) >> sh;
+            match i64::try_from(v) {
+                Ok(i) => Value::Int(i),
+                Err(_) => Value::BigInt(Box::new(v)),
+            }
+        };
+        self.pos += n;
+        Ok(v)
+    }
+
+    #[inline(always)]
+    fn floor(&self) -> usize {
+        self.marks.last().copied().unwrap_or(0)
+    }
+
+    #[inline(always)]
+    fn push(&mut self, v: Value) {
+        self.stack.push(Slot { v, memo: NO_MEMO });
+    }
+
+    #[inline(always)]
+    fn pop(&mut self) -> PResult<Slot> {
+        if self.stack.len() > self.floor() {
+            Ok(self.stack.pop().expect("non-empty"))
+        } else {
+            self.underflow()
+        }
+    }
+
+    #[cold]
+    fn underflow<T>(&self) -> PResult<T> {
+        self.err(format!(
+            "stack underflow: {} needs more values than the stack holds (above the last MARK)",
+            op_name(self.code)
+        ))
+    }
+
+    fn top_index(&self) -> PResult<usize> {
+        if self.stack.len() > self.floor() {
+            Ok(self.stack.len() - 1)
+        } else {
+            self.underflow()
+        }
+    }
+
+    fn pop_mark(&mut self) -> PResult<usize> {
+        match self.marks.pop() {
+            Some(k) => Ok(k),
+            None => self.err(format!("MARK missing: {} needs a MARK", op_name(self.code))),
+        }
+    }
+
+    fn memo_put(&mut self, idx: u32) -> PResult<()> {
+        let top = self.top_index()?;
+        let v = self.stack[top].v.clone();
+        self.stack[top].memo = idx;
+        match self.memo.put(idx, v, self.limits.max_memo) {
+            Ok(Some(old)) => {
+                dismantle(old, &mut self.work);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(m) => self.err(m),
+        }
+    }
+
+    fn memo_get(&mut self, idx: u32, name: &str) -> PResult<()> {
+        match self.memo.get(idx) {
+            Some(v) => {
+                let v = v.clone();
+                self.stack.push(Slot { v, memo: idx });
+                Ok(())
+            }
+            None => self.err(format!("{name}: memo index {idx} not found")),
+        }
+    }
+
+    /// Runs the hook over `stack[from..]` (items about to be appended to a list).
+    fn hook_items(&mut self, from: usize) -> PResult<()> {
+        for i in from..self.stack.len() {
+            let d = match &self.stack[i].v {
+                Value::Dict(d) => d.clone(),
+                _ => continue,
+            };
+            let r = self.hook.on_list_dict(&d.borrow());
+            match r {
+                Ok(None) => {}
+                Ok(Some(new)) => {
+                    let memo_idx = self.stack[i].memo;
+                    if memo_idx != NO_MEMO {
+                        // The old memo value is the dict `d` still holds: dropping it
+                        // only decrements the count.
+                        drop(self.memo.replace_dict(memo_idx, &d, new.clone()));
+                    }
+                    let slot = &mut self.stack[i];
+                    drop(std::mem::replace(&mut slot.v, new));
+                    slot.memo = NO_MEMO;
+                    dismantle(Value::Dict(d), &mut self.work);
+                }
+                Err(m) => return self.err(m),
+            }
+        }
+        Ok(())
+    }
+
+    fn list_at(&self, i: usize, name: &str) -> PResult<Rc<RefCell<Vec<Value>>>> {
+        match &self.stack[i].v {
+            Value::List(l) => Ok(l.clone()),
+            other => self.err(format!(
+                "{name} on a {}, expected a list",
+                other.type_name()
+            )),
+        }
+    }
+
+    fn dict_at(&self, i: usize, name: &str) -> PResult<Rc<RefCell<Vec<(Value, Value)>>>> {
+        match &self.stack[i].v {
+            Value::Dict(d) => Ok(d.clone()),
+            other => self.err(format!(
+                "{name} on a {}, expected a dict",
+                other.type_name()
+            )),
+        }
+    }
+
+    fn run(&mut self) -> PResult<Value> {
+        loop {
+            self.ensure(1)?;
+            self.op_off = self.base + self.pos as u64;
+            let code = self.buf[self.pos];
+            self.code = code;
+            self.pos += 1;
+            match code {
+                op::BININT1 => {
+                    let b = self.take_u8()?;
+                    self.push(Value::Int(b as i64));
+                }
+                op::BININT2 => {
+                    let b = self.take::<2>()?;
+                    self.push(Value::Int(u16::from_le_bytes(b) as i64));
+                }
+                op::BININT => {
+                    let b = self.take::<4>()?;
+                    self.push(Value::Int(i32::from_le_bytes(b) as i64));
+                }
+                op::BINGET => {
+                    let i = self.take_u8()?;
+                    self.memo_get(i as u32, "BINGET")?;
+                }
+                op::LONG_BINGET => {
+                    let b = self.take::<4>()?;
+                    self.memo_get(u32::from_le_bytes(b), "LONG_BINGET")?;
+                }
+                op::MEMOIZE => {
+                    let idx = match u32::try_from(self.memo.count) {
+                        Ok(i) if i != NO_MEMO => i,
+                        _ => return self.err("memo is full"),
+                    };
+                    self.memo_put(idx)?;
+                }
+                op::BINPUT => {
+                    let i = self.take_u8()?;
+                    self.memo_put(i as u32)?;
+                }
+                op::LONG_BINPUT => {
+                    let b = self.take::<4>()?;
+                    let i = u32::from_le_bytes(b);
+                    if i == NO_MEMO {
+                        return self.err(format!(
+                            "memo index {i} exceeds the limit of {}",
+                            self.limits.max_memo
+                        ));
+                    }
+                    self.memo_put(i)?;
+                }
+                op::SHORT_BINUNICODE => {
+                    let n = self.take_u8()? as usize;
+                    let v = self.string(n)?;
+                    self.push(v);
+                }
+                op::BINUNICODE => {
+                    let b = self.take::<4>()?;
+                    let n = self.check_len(u32::from_le_bytes(b) as u64, "string")?;
+                    let v = self.string(n)?;
+                    self.push(v);
+                }
+                op::BINUNICODE8 => {
+                    let b = self.take::<8>()?;
+                    let n = self.check_len(u64::from_le_bytes(b), "string")?;
+                    let v = self.string(n)?;
+                    self.push(v);
+                }
+                op::LONG1 => {
+                    let n = self.take_u8()? as usize;
+                    let v = self.long(n)?;
+                    self.push(v);
+                }
+                op::LONG4 => {
+                    let b = self.take::<4>()?;
+                    let n = i32::from_le_bytes(b);
+                    if n < 0 {
+                        return self.err(format!("LONG4 with negative length {n}"));
+                    }
+                    let v = self.long(n as usize)?;
+                    self.push(v);
+                }
+                op::BINFLOAT => {
+                    let b = self.take::<8>()?;
+                    self.push(Value::Float(f64::from_be_bytes(b)));
+                }
+                op::NONE => self.push(Value::None),
+                op::NEWTRUE => self.push(Value::Bool(true)),
+                op::NEWFALSE => self.push(Value::Bool(false)),
+                op::EMPTY_DICT => self.push(Value::Dict(Rc::new(RefCell::new(Vec::new())))),
+                op::EMPTY_LIST => self.push(Value::List(Rc::new(RefCell::new(Vec::new())))),
+                op::EMPTY_TUPLE => self.push(Value::Tuple(Rc::from(Vec::new()))),
+                op::MARK => {
+                    if self.marks.len() >= self.limits.max_depth {
+                        return self.err(format!(
+                            "nesting deeper than max_depth ({})",
+                            self.limits.max_depth
+                        ));
+                    }
+                    self.marks.push(self.stack.len());
+                }
+                op::APPENDS => {
+                    let k = self.pop_mark()?;
+                    if k <= self.floor() {
+                        return self.underflow();
+                    }
+                    let list = self.list_at(k - 1, "APPENDS")?;
+                    self.hook_items(k)?;
+                    let mut l = list.borrow_mut();
+                    l.reserve(self.stack.len() - k);
+                    l.extend(self.stack.drain(k..).map(|s| s.v));
+                }
+                op::APPEND => {
+                    let top = self.top_index()?;
+                    if top <= self.floor() {
+                        return self.underflow();
+                    }
+                    let list = self.list_at(top - 1, "APPEND")?;
+                    self.hook_items(top)?;
+                    let v = self.stack.pop().expect("non-empty").v;
+                    list.borrow_mut().push(v);
+                }
+                op::SETITEMS => {
+                    let k = self.pop_mark()?;
+                    if k <= self.floor() {
+                        return self.underflow();
+                    }
+                    let dict = self.dict_at(k - 1, "SETITEMS")?;
+                    let n = self.stack.len() - k;
+                    if n % 2 != 0 {
+                        return self
+                            .err(format!("SETITEMS with an odd number of stack items ({n})"));
+                    }
+                    let mut d = dict.borrow_mut();
+                    d.reserve(n / 2);
+                    let mut it = self.stack.drain(k..);
+                    while let (Some(key), Some(val)) = (it.next(), it.next()) {
+                        d.push((key.v, val.v));
+                    }
+                }
+                op::SETITEM => {
+                    let top = self.top_index()?;
+                    if top < self.floor() + 2 {
+                        return self.underflow();
+                    }
+                    let dict = self.dict_at(top - 2, "SETITEM")?;
+                    let val = self.stack.pop().expect("non-empty").v;
+                    let key = self.stack.pop().expect("non-empty").v;
+                    dict.borrow_mut().push((key, val));
+                }
+                op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => {
+                    let n = (code - op::TUPLE1 + 1) as usize;
+                    if self.stack.len() < self.floor() + n {
+                        return self.underflow();
+                    }
+                    let k = self.stack.len() - n;
+                    let t: Rc<[Value]> = self.stack.drain(k..).map(|s| s.v).collect();
+                    self.push(Value::Tuple(t));
+                }
+                op::TUPLE => {
+                    let k = self.pop_mark()?;
+                    let t: Rc<[Value]> = self.stack.drain(k..).map(|s| s.v).collect();
+                    self.push(Value::Tuple(t));
+                }
+                op::LIST => {
+                    let k = self.pop_mark()?;
+                    let l: Vec<Value> = self.stack.drain(k..).map(|s| s.v).collect();
+                    self.push(Value::List(Rc::new(RefCell::new(l))));
+                }
+                op::DICT => {
+                    let k = self.pop_mark()?;
+                    let n = self.stack.len() - k;
+                    if n % 2 != 0 {
+                        return self.err(format!("DICT with an odd number of stack items ({n})"));
+                    }
+                    let mut d = Vec::with_capacity(n / 2);
+                    let mut it = self.stack.drain(k..);
+                    while let (Some(key), Some(val)) = (it.next(), it.next()) {
+                        d.push((key.v, val.v));
+                    }
+                    drop(it);
+                    self.push(Value::Dict(Rc::new(RefCell::new(d))));
+                }
+                op::FRAME => {
+                    // Frames are an I/O hint; the data is parsed as a stream.
+                    self.take::<8>()?;
+                }
+                op::PROTO => {
+                    let v = self.take_u8()?;
+                    if !(2..=5).contains(&v) {
+                        return self.err(format!(
+                            "unsupported pickle protocol {v} (memcut reads protocols 2 to 5)"
+                        ));
+                    }
+                }
+                op::STOP => {
+                    let s = self.pop()?;
+                    return Ok(s.v);
+                }
+                op::POP => {
+                    if self.stack.len() > self.floor() {
+                        let s = self.stack.pop().expect("non-empty");
+                        dismantle(s.v, &mut self.work);
+                    } else {
+                        let k = self.pop_mark()?;
+                        self.discard_from(k);
+                    }
+                }
+                op::POP_MARK => {
+                    let k = self.pop_mark()?;
+                    self.discard_from(k);
+                }
+                op::DUP => {
+                    let top = self.top_index()?;
+                    let s = Slot {
+                        v: self.stack[top].v.clone(),
+                        memo: self.stack[top].memo,
+                    };
+                    self.stack.push(s);
+                }
+                other => {
+                    let hex = other;
+                    return match (refused_name(other), unsupported_name(other)) {
+                        (Some(name), _) => self.err(format!(
+                            "opcode {name} (0x{hex:02x}) refused: memcut never imports or calls code from a pickle"
+                        )),
+                        (None, Some(name)) => self.err(format!(
+                            "opcode {name} (0x{hex:02x}) not supported: PyTorch memory snapshots do not use it"
+                        )),
+                        (None, None) => self.err(format!("unknown opcode 0x{hex:02x}")),
+                    };
+                }
+            }
+        }
+    }
+
+    fn discard_from(&mut self, k: usize) {
+        dismantle_all(self.stack.drain(k..).map(|s| s.v), &mut self.work);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Iterative teardown and depth check
+
+/// Drops `v` without recursion: uniquely owned containers are emptied into
+/// `work` first, so each drop is shallow.
+fn dismantle(v: Value, work: &mut Vec<Value>) {
+    if !v.is_container() {
+        return;
+    }
+    work.push(v);
+    drain_work(work);
+}
+
+fn dismantle_all(vals: impl Iterator<Item = Value>, work: &mut Vec<Value>) {
+    for v in vals {
+        if v.is_container() {
+            work.push(v);
+        }
+    }
+    drain_work(work);
+}
+
+fn drain_work(work: &mut Vec<Value>) {
+    while let Some(mut v) = work.pop() {
+        match &mut v {
+            Value::List(l) => {
+                if let Some(cell) = Rc::get_mut(l) {
+                    work.extend(cell.get_mut().drain(..).filter(Value::is_container));
+                }
+            }
+            Value::Dict(d) => {
+                if let Some(cell) = Rc::get_mut(d) {
+                    for (k, x) in cell.get_mut().drain(..) {
+                        if k.is_container() {
+                            work.push(k);
+                        }
+                        if x.is_container() {
+                            work.push(x);
+                        }
+                    }
+                }
+            }
+            Value::Tuple(t) => {
+                if let Some(items) = Rc::get_mut(t) {
+                    for x in items.iter_mut() {
+                        if x.is_container() {
+                            work.push(std::mem::replace(x, Value::None));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        // `v` is now shallow (or shared, in which case dropping only decrements).
+    }
+}
+
+enum Seen {
+    InProgress,
+    Height(usize),
+}
+
+struct Frame {
+    v: Value,
+    next: usize,
+    max_child: usize,
+    shared: bool,
+}
+
+/// Verifies that `root` nests at most `max_depth` containers deep and has no
+/// cycles, iteratively. Shared containers are visited once (their heights are
+/// memoized), so a DAG of shared frames costs O(size).
+fn check_depth(root: &Value, max_depth: usize) -> Result<(), String> {
+    if !root.is_container() {
+        return Ok(());
+    }
+    let too_deep = || format!("containers nested deeper than max_depth ({max_depth})");
+    if max_depth == 0 {
+        return Err(too_deep());
+    }
+    let mut seen: HashMap<usize, Seen> = HashMap::new();
+    let root_shared = root.share_count() > 1;
+    if root_shared {
+        seen.insert(root.identity().expect("container"), Seen::InProgress);
+    }
+    let mut frames: Vec<Frame> = vec![Frame {
+        v: root.clone(),
+        next: 0,
+        max_child: 0,
+        shared: root_shared,
+    }];
+    while let Some(top) = frames.last_mut() {
+        let child = child_at(&top.v, top.next);
+        top.next += 1;
+        match child {
+            Some(None) => {}
+            Some(Some(c)) => {
+                // The clone in `c` adds one reference.
+                let shared = c.share_count() > 2;
+                if shared {
+                    let id = c.identity().expect("container");
+                    match seen.get(&id) {
+                        Some(Seen::InProgress) => {
+                            return Err("self-referential container (cycle) in pickle".into())
+                        }
+                        Some(Seen::Height(h)) => {
+                            let h = *h;
+                            if frames.len() + h > max_depth {
+                                return Err(too_deep());
+                            }
+                            let top = frames.last_mut().expect("non-empty");
+                            top.max_child = top.max_child.max(h);
+                            continue;
+                        }
+                        None => {
+                            seen.insert(id, Seen::InProgress);
+                        }
+                    }
+                }
+                if frames.len() >= max_depth {
+                    return Err(too_deep());
+                }
+                frames.push(Frame {
+                    v: c,
+                    next: 0,
+                    max_child: 0,
+                    shared,
+                });
+            }
+            None => {
+                let f = frames.pop().expect("non-empty");
+                let h = f.max_child + 1;
+                if f.shared {
+                    seen.insert(f.v.identity().expect("container"), Seen::Height(h));
+                }
+                if let Some(parent) = frames.last_mut() {
+                    parent.max_child = parent.max_child.max(h);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The `i`-th child of a container (dict: key0, value0, key1, …): `None` past
+/// the end, `Some(None)` for a scalar child, `Some(Some(c))` for a container.
+fn child_at(v: &Value, i: usize) -> Option<Option<Value>> {
+    fn keep(c: &Value) -> Option<Value> {
+        c.is_container().then(|| c.clone())
+    }
+    match v {
+        Value::List(l) => l.borrow().get(i).map(keep),
+        Value::Tuple(t) => t.get(i).map(keep),
+        Value::Dict(d) => {
+            let d = d.borrow();
+            let (k, x) = d.get(i / 2)?;
+            Some(keep(if i % 2 == 0 { k } else { x }))
+        }
+        _ => None,
+    }
+}
+
+// ---------------------------------------------------------------------------
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufReader, Read};
+    use std::path::{Path, PathBuf};
+    use std::rc::Weak;
+
+    // `pickle.dumps(OBJ, protocol=N)` from CPython 3.11, where
+    // s = [1, 'x']; OBJ = {'a': [1, 2.5, None, True, False, 'héllo ☃', (1, 2), (), (7,),
+    //   (1, 2, 3), (1, 2, 3, 4), 2**64-1, -2**70, 300, 70000, -5, -2**31, 2**31, 2**63-1,
+    //   -2**63], 'b': {'x': 'y'*256}, 's1': s, 's2': s, 'e': {}, 'one': [{'action': 'alloc'}]}
+    const CPY_P2: &[u8] = &[
+        0x80, 0x02, 0x7d, 0x71, 0x00, 0x28, 0x58, 0x01, 0x00, 0x00, 0x00, 0x61, 0x71, 0x01, 0x5d,
+        0x71, 0x02, 0x28, 0x4b, 0x01, 0x47, 0x40, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x4e,
+        0x88, 0x89, 0x58, 0x0a, 0x00, 0x00, 0x00, 0x68, 0xc3, 0xa9, 0x6c, 0x6c, 0x6f, 0x20, 0xe2,
+        0x98, 0x83, 0x71, 0x03, 0x4b, 0x01, 0x4b, 0x02, 0x86, 0x71, 0x04, 0x29, 0x4b, 0x07, 0x85,
+        0x71, 0x05, 0x4b, 0x01, 0x4b, 0x02, 0x4b, 0x03, 0x87, 0x71, 0x06, 0x28, 0x4b, 0x01, 0x4b,
+        0x02, 0x4b, 0x03, 0x4b, 0x04, 0x74, 0x71, 0x07, 0x8a, 0x09, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0xff, 0xff, 0x00, 0x8a, 0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xc0,
+        0x4d, 0x2c, 0x01, 0x4a, 0x70, 0x11, 0x01, 0x00, 0x4a, 0xfb, 0xff, 0xff, 0xff, 0x4a, 0x00,
+        0x00, 0x00, 0x80, 0x8a, 0x05, 0x00, 0x00, 0x00, 0x80, 0x00, 0x8a, 0x08, 0xff, 0xff, 0xff,
+        0xff, 0xff, 0xff, 0xff, 0x7f, 0x8a, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x80,
+        0x65, 0x58, 0x01, 0x00, 0x00, 0x00, 0x62, 0x71, 0x08, 0x7d, 0x71, 0x09, 0x58, 0x01, 0x00,
+        0x00, 0x00, 0x78, 0x71, 0x0a, 0x58, 0x00, 0x01, 0x00, 0x00, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x71, 0x0b, 0x73, 0x58,
+        0x02, 0x00, 0x00, 0x00, 0x73, 0x31, 0x71, 0x0c, 0x5d, 0x71, 0x0d, 0x28, 0x4b, 0x01, 0x68,
+        0x0a, 0x65, 0x58, 0x02, 0x00, 0x00, 0x00, 0x73, 0x32, 0x71, 0x0e, 0x68, 0x0d, 0x58, 0x01,
+        0x00, 0x00, 0x00, 0x65, 0x71, 0x0f, 0x7d, 0x71, 0x10, 0x58, 0x03, 0x00, 0x00, 0x00, 0x6f,
+        0x6e, 0x65, 0x71, 0x11, 0x5d, 0x71, 0x12, 0x7d, 0x71, 0x13, 0x58, 0x06, 0x00, 0x00, 0x00,
+        0x61, 0x63, 0x74, 0x69, 0x6f, 0x6e, 0x71, 0x14, 0x58, 0x05, 0x00, 0x00, 0x00, 0x61, 0x6c,
+        0x6c, 0x6f, 0x63, 0x71, 0x15, 0x73, 0x61, 0x75, 0x2e,
+    ];
+    const CPY_P3: &[u8] = &[
+        0x80, 0x03, 0x7d, 0x71, 0x00, 0x28, 0x58, 0x01, 0x00, 0x00, 0x00, 0x61, 0x71, 0x01, 0x5d,
+        0x71, 0x02, 0x28, 0x4b, 0x01, 0x47, 0x40, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x4e,
+        0x88, 0x89, 0x58, 0x0a, 0x00, 0x00, 0x00, 0x68, 0xc3, 0xa9, 0x6c, 0x6c, 0x6f, 0x20, 0xe2,
+        0x98, 0x83, 0x71, 0x03, 0x4b, 0x01, 0x4b, 0x02, 0x86, 0x71, 0x04, 0x29, 0x4b, 0x07, 0x85,
+        0x71, 0x05, 0x4b, 0x01, 0x4b, 0x02, 0x4b, 0x03, 0x87, 0x71, 0x06, 0x28, 0x4b, 0x01, 0x4b,
+        0x02, 0x4b, 0x03, 0x4b, 0x04, 0x74, 0x71, 0x07, 0x8a, 0x09, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xff, 0xff, 0xff, 0x00, 0x8a, 0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xc0,
+        0x4d, 0x2c, 0x01, 0x4a, 0x70, 0x11, 0x01, 0x00, 0x4a, 0xfb, 0xff, 0xff, 0xff, 0x4a, 0x00,
+        0x00, 0x00, 0x80, 0x8a, 0x05, 0x00, 0x00, 0x00, 0x80, 0x00, 0x8a, 0x08, 0xff, 0xff, 0xff,
+        0xff, 0xff, 0xff, 0xff, 0x7f, 0x8a, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x80,
+        0x65, 0x58, 0x01, 0x00, 0x00, 0x00, 0x62, 0x71, 0x08, 0x7d, 0x71, 0x09, 0x58, 0x01, 0x00,
+        0x00, 0x00, 0x78, 0x71, 0x0a, 0x58, 0x00, 0x01, 0x00, 0x00, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x71, 0x0b, 0x73, 0x58,
+        0x02, 0x00, 0x00, 0x00, 0x73, 0x31, 0x71, 0x0c, 0x5d, 0x71, 0x0d, 0x28, 0x4b, 0x01, 0x68,
+        0x0a, 0x65, 0x58, 0x02, 0x00, 0x00, 0x00, 0x73, 0x32, 0x71, 0x0e, 0x68, 0x0d, 0x58, 0x01,
+        0x00, 0x00, 0x00, 0x65, 0x71, 0x0f, 0x7d, 0x71, 0x10, 0x58, 0x03, 0x00, 0x00, 0x00, 0x6f,
+        0x6e, 0x65, 0x71, 0x11, 0x5d, 0x71, 0x12, 0x7d, 0x71, 0x13, 0x58, 0x06, 0x00, 0x00, 0x00,
+        0x61, 0x63, 0x74, 0x69, 0x6f, 0x6e, 0x71, 0x14, 0x58, 0x05, 0x00, 0x00, 0x00, 0x61, 0x6c,
+        0x6c, 0x6f, 0x63, 0x71, 0x15, 0x73, 0x61, 0x75, 0x2e,
+    ];
+    const CPY_P4: &[u8] = &[
+        0x80, 0x04, 0x95, 0xd1, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x7d, 0x94, 0x28, 0x8c,
+        0x01, 0x61, 0x94, 0x5d, 0x94, 0x28, 0x4b, 0x01, 0x47, 0x40, 0x04, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x4e, 0x88, 0x89, 0x8c, 0x0a, 0x68, 0xc3, 0xa9, 0x6c, 0x6c, 0x6f, 0x20, 0xe2,
+        0x98, 0x83, 0x94, 0x4b, 0x01, 0x4b, 0x02, 0x86, 0x94, 0x29, 0x4b, 0x07, 0x85, 0x94, 0x4b,
+        0x01, 0x4b, 0x02, 0x4b, 0x03, 0x87, 0x94, 0x28, 0x4b, 0x01, 0x4b, 0x02, 0x4b, 0x03, 0x4b,
+        0x04, 0x74, 0x94, 0x8a, 0x09, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00, 0x8a,
+        0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xc0, 0x4d, 0x2c, 0x01, 0x4a, 0x70,
+        0x11, 0x01, 0x00, 0x4a, 0xfb, 0xff, 0xff, 0xff, 0x4a, 0x00, 0x00, 0x00, 0x80, 0x8a, 0x05,
+        0x00, 0x00, 0x00, 0x80, 0x00, 0x8a, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f,
+        0x8a, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x80, 0x65, 0x8c, 0x01, 0x62, 0x94,
+        0x7d, 0x94, 0x8c, 0x01, 0x78, 0x94, 0x58, 0x00, 0x01, 0x00, 0x00, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x94, 0x73, 0x8c,
+        0x02, 0x73, 0x31, 0x94, 0x5d, 0x94, 0x28, 0x4b, 0x01, 0x68, 0x0a, 0x65, 0x8c, 0x02, 0x73,
+        0x32, 0x94, 0x68, 0x0d, 0x8c, 0x01, 0x65, 0x94, 0x7d, 0x94, 0x8c, 0x03, 0x6f, 0x6e, 0x65,
+        0x94, 0x5d, 0x94, 0x7d, 0x94, 0x8c, 0x06, 0x61, 0x63, 0x74, 0x69, 0x6f, 0x6e, 0x94, 0x8c,
+        0x05, 0x61, 0x6c, 0x6c, 0x6f, 0x63, 0x94, 0x73, 0x61, 0x75, 0x2e,
+    ];
+    const CPY_P5: &[u8] = &[
+        0x80, 0x05, 0x95, 0xd1, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x7d, 0x94, 0x28, 0x8c,
+        0x01, 0x61, 0x94, 0x5d, 0x94, 0x28, 0x4b, 0x01, 0x47, 0x40, 0x04, 0x00, 0x00, 0x00, 0x00,
+        0x00, 0x00, 0x4e, 0x88, 0x89, 0x8c, 0x0a, 0x68, 0xc3, 0xa9, 0x6c, 0x6c, 0x6f, 0x20, 0xe2,
+        0x98, 0x83, 0x94, 0x4b, 0x01, 0x4b, 0x02, 0x86, 0x94, 0x29, 0x4b, 0x07, 0x85, 0x94, 0x4b,
+        0x01, 0x4b, 0x02, 0x4b, 0x03, 0x87, 0x94, 0x28, 0x4b, 0x01, 0x4b, 0x02, 0x4b, 0x03, 0x4b,
+        0x04, 0x74, 0x94, 0x8a, 0x09, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00, 0x8a,
+        0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xc0, 0x4d, 0x2c, 0x01, 0x4a, 0x70,
+        0x11, 0x01, 0x00, 0x4a, 0xfb, 0xff, 0xff, 0xff, 0x4a, 0x00, 0x00, 0x00, 0x80, 0x8a, 0x05,
+        0x00, 0x00, 0x00, 0x80, 0x00, 0x8a, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f,
+        0x8a, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x80, 0x65, 0x8c, 0x01, 0x62, 0x94,
+        0x7d, 0x94, 0x8c, 0x01, 0x78, 0x94, 0x58, 0x00, 0x01, 0x00, 0x00, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79,
+        0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x79, 0x94, 0x73, 0x8c,
+        0x02, 0x73, 0x31, 0x94, 0x5d, 0x94, 0x28, 0x4b, 0x01, 0x68, 0x0a, 0x65, 0x8c, 0x02, 0x73,
+        0x32, 0x94, 0x68, 0x0d, 0x8c, 0x01, 0x65, 0x94, 0x7d, 0x94, 0x8c, 0x03, 0x6f, 0x6e, 0x65,
+        0x94, 0x5d, 0x94, 0x7d, 0x94, 0x8c, 0x06, 0x61, 0x63, 0x74, 0x69, 0x6f, 0x6e, 0x94, 0x8c,
+        0x05, 0x61, 0x6c, 0x6c, 0x6f, 0x63, 0x94, 0x73, 0x61, 0x75, 0x2e,
+    ];
+
+    const ALL_CPY: [(&str, &[u8]); 4] = [
+        ("p2", CPY_P2),
+        ("p3", CPY_P3),
+        ("p4", CPY_P4),
+        ("p5", CPY_P5),
+    ];
+
+    /// Emits pickle opcodes byte by byte.
+    struct P(Vec<u8>);
+
+    impl P {
+        /// `PROTO 2`.
+        fn new() -> P {
+            P(vec![op::PROTO, 2])
+        }
+        fn bare() -> P {
+            P(Vec::new())
+        }
+        fn op(mut self, c: u8) -> P {
+            self.0.push(c);
+            self
+        }
+        fn raw(mut self, b: &[u8]) -> P {
+            self.0.extend_from_slice(b);
+            self
+        }
+        fn binint(self, i: i32) -> P {
+            self.op(op::BININT).raw(&i.to_le_bytes())
+        }
+        fn k(self, i: u8) -> P {
+            self.op(op::BININT1).raw(&[i])
+        }
+        fn s(self, x: &str) -> P {
+            assert!(x.len() < 256);
+            self.op(op::SHORT_BINUNICODE)
+                .raw(&[x.len() as u8])
+                .raw(x.as_bytes())
+        }
+        fn long1(self, b: &[u8]) -> P {
+            self.op(op::LONG1).raw(&[b.len() as u8]).raw(b)
+        }
+        fn put(self, i: u8) -> P {
+            self.op(op::BINPUT).raw(&[i])
+        }
+        fn get(self, i: u8) -> P {
+            self.op(op::BINGET).raw(&[i])
+        }
+        fn long_put(self, i: u32) -> P {
+            self.op(op::LONG_BINPUT).raw(&i.to_le_bytes())
+        }
+        fn long_get(self, i: u32) -> P {
+            self.op(op::LONG_BINGET).raw(&i.to_le_bytes())
+        }
+        fn stop(self) -> Vec<u8> {
+            self.op(op::STOP).0
+        }
+    }
+
+    fn ok(b: &[u8]) -> Value {
+        unpickle_slice(b).unwrap_or_else(|e| panic!("unexpected error: {e}"))
+    }
+
+    fn fail(b: &[u8]) -> PickleError {
+        match unpickle_slice(b) {
+            Ok(v) => panic!("expected an error, got {v:?}"),
+            Err(e) => e,
+        }
+    }
+
+    fn with_limits(b: &[u8], limits: &Limits) -> Result<Value, PickleError> {
+        unpickle(b, limits, &mut NoHook)
+    }
+
+    fn s(x: &str) -> Value {
+        Value::Str(Rc::from(x))
+    }
+
+    /// A reader that hands out at most `n` bytes per `read`, to exercise
+    /// opcodes straddling buffer refills.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        n: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let k = self.n.min(buf.len()).min(self.data.len());
+            buf[..k].copy_from_slice(&self.data[..k]);
+            self.data = &self.data[k..];
+            Ok(k)
+        }
+    }
+
+    fn trickle(data: &[u8], n: usize) -> Result<Value, PickleError> {
+        let r = BufReader::with_capacity(1, Trickle { data, n });
+        unpickle(r, &Limits::default(), &mut NoHook)
+    }
+
+    #[test]
+    fn value_is_24_bytes() {
+        assert!(std::mem::size_of::<Value>() <= 24);
+        assert!(std::mem::size_of::<Option<Value>>() <= 24);
+    }
+
+    fn check_cpython_obj(v: &Value) {
+        assert_eq!(v.type_name(), "dict");
+        let a = v.get("a").expect("a");
+        let a = a.list_items().expect("list");
+        assert_eq!(a.len(), 20);
+        assert_eq!(a[0], Value::Int(1));
+        assert_eq!(a[1].as_f64(), Some(2.5));
+        assert_eq!(a[2], Value::None);
+        assert_eq!(a[3].as_bool(), Some(true));
+        assert_eq!(a[4].as_bool(), Some(false));
+        assert_eq!(a[5].as_str(), Some("héllo ☃"));
+        assert_eq!(
+            a[6].tuple_items(),
+            Some(&[Value::Int(1), Value::Int(2)][..])
+        );
+        assert_eq!(a[7].tuple_items().map(<[Value]>::len), Some(0));
+        assert_eq!(a[8].tuple_items(), Some(&[Value::Int(7)][..]));
+        assert_eq!(a[9].tuple_items().map(<[Value]>::len), Some(3));
+        assert_eq!(a[10].tuple_items().map(<[Value]>::len), Some(4));
+        assert!(matches!(a[11], Value::BigInt(_)));
+        assert_eq!(a[11].as_u64(), Some(u64::MAX));
+        assert_eq!(a[11].as_i64(), None);
+        assert_eq!(a[12], Value::BigInt(Box::new(-(1i128 << 70))));
+        assert_eq!(a[12].as_u64(), None);
+        assert_eq!(a[13], Value::Int(300));
+        assert_eq!(a[14], Value::Int(70000));
+        assert_eq!(a[15], Value::Int(-5));
+        assert_eq!(a[16], Value::Int(-(1 << 31)));
+        assert_eq!(a[17], Value::Int(1 << 31));
+        assert_eq!(a[18], Value::Int(i64::MAX));
+        assert_eq!(a[19], Value::Int(i64::MIN));
+        let b = v.get("b").expect("b");
+        assert_eq!(
+            b.get("x").as_ref().and_then(Value::as_str),
+            Some(&*"y".repeat(256))
+        );
+        let s1 = v.get("s1").expect("s1");
+        let s2 = v.get("s2").expect("s2");
+        assert_eq!(s1.identity(), s2.identity());
+        assert!(s1.identity().is_some());
+        match (&s1, &s2) {
+            (Value::List(x), Value::List(y)) => assert!(Rc::ptr_eq(x, y)),
+            _ => panic!("s1/s2 not lists"),
+        }
+        assert_eq!(*s1.list_items().unwrap(), vec![Value::Int(1), s("x")]);
+        assert_eq!(v.get("e").unwrap().dict_items().unwrap().len(), 0);
+        let one = v.get("one").unwrap();
+        let one = one.list_items().unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].get("action").unwrap().as_str(), Some("alloc"));
+        assert!(v.get("missing").is_none());
+    }
+
+    #[test]
+    fn cpython_protocols_2_to_5() {
+        for (name, bytes) in ALL_CPY {
+            let v = ok(bytes);
+            check_cpython_obj(&v);
+            // Same result when the input arrives in small pieces.
+            for n in [1, 2, 3, 7, 64] {
+                let w = trickle(bytes, n).unwrap_or_else(|e| panic!("{name} n={n}: {e}"));
+                assert_eq!(v, w, "{name} n={n}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_prefix_is_truncated() {
+        let hand = P::new()
+            .op(op::EMPTY_DICT)
+            .put(0)
+            .s("k")
+            .op(op::MARK)
+            .binint(-7)
+            .long1(&[0xff; 9])
+            .op(op::BINFLOAT)
+            .raw(&1.5f64.to_be_bytes())
+            .op(op::BINUNICODE)
+            .raw(&3u32.to_le_bytes())
+            .raw(b"abc")
+            .op(op::BINUNICODE8)
+            .raw(&2u64.to_le_bytes())
+            .raw(b"de")
+            .op(op::LONG4)
+            .raw(&2i32.to_le_bytes())
+            .raw(&[1, 2])
+            .op(op::TUPLE)
+            .op(op::SETITEM)
+            .stop();
+        ok(&hand);
+        let mut cases: Vec<&[u8]> = ALL_CPY.iter().map(|(_, b)| *b).collect();
+        cases.push(&hand);
+        for bytes in cases {
+            for len in 0..bytes.len() {
+                let e = fail(&bytes[..len]);
+                assert_eq!(
+                    e.message,
+                    format!("truncated pickle: unexpected end of input at byte {len}"),
+                    "prefix {len}"
+                );
+                assert!(
+                    e.offset < len.max(1) as u64,
+                    "prefix {len}: offset {}",
+                    e.offset
+                );
+                let e2 = trickle(&bytes[..len], 3).unwrap_err();
+                assert_eq!(e, e2);
+            }
+        }
+    }
+
+    #[test]
+    fn scalars() {
+        assert_eq!(ok(&P::new().k(200).stop()), Value::Int(200));
+        assert_eq!(
+            ok(&P::new().op(op::BININT2).raw(&[0xff, 0xff]).stop()),
+            Value::Int(65535)
+        );
+        assert_eq!(ok(&P::new().binint(-123456).stop()), Value::Int(-123456));
+        assert_eq!(ok(&P::new().op(op::NONE).stop()), Value::None);
+        assert_eq!(ok(&P::new().op(op::NEWTRUE).stop()), Value::Bool(true));
+        assert_eq!(ok(&P::new().op(op::NEWFALSE).stop()), Value::Bool(false));
+        let f = ok(&P::new()
+            .op(op::BINFLOAT)
+            .raw(&(-0.1f64).to_be_bytes())
+            .stop());
+        assert_eq!(f, Value::Float(-0.1));
+        assert_eq!(f.type_name(), "float");
+        let nan = ok(&P::new()
+            .op(op::BINFLOAT)
+            .raw(&f64::NAN.to_be_bytes())
+            .stop());
+        assert!(nan.as_f64().unwrap().is_nan());
+        assert_eq!(Value::Bool(true).as_i64(), Some(1));
+        assert_eq!(Value::Int(-1).as_u64(), None);
+        assert_eq!(Value::Int(5).as_f64(), Some(5.0));
+        assert_eq!(Value::Int(5).as_str(), None);
+        assert_eq!(Value::Int(5).identity(), None);
+        assert_eq!(s("x").identity(), None);
+        assert_eq!(Value::Handle(3).type_name(), "handle");
+        assert_eq!(Value::None.get("x"), None);
+    }
+
+    #[test]
+    fn long_integers() {
+        // LONG1 with zero bytes is 0.
+        assert_eq!(ok(&P::new().long1(&[]).stop()), Value::Int(0));
+        assert_eq!(ok(&P::new().long1(&[0xff]).stop()), Value::Int(-1));
+        assert_eq!(ok(&P::new().long1(&[0x80]).stop()), Value::Int(-128));
+        assert_eq!(ok(&P::new().long1(&[0x80, 0x00]).stop()), Value::Int(128));
+        assert_eq!(
+            ok(&P::new().long1(&[0x00, 0x80]).stop()),
+            Value::Int(-32768)
+        );
+        let mut max = [0xffu8; 9];
+        max[8] = 0;
+        let v = ok(&P::new().long1(&max).stop());
+        assert_eq!(v, Value::BigInt(Box::new(u64::MAX as i128)));
+        assert_eq!(v.as_u64(), Some(u64::MAX));
+        assert_eq!(v.as_i64(), None);
+        assert_eq!(v.as_f64(), Some(u64::MAX as f64));
+        assert_eq!(v.type_name(), "int");
+        // A 9-byte encoding of a value that fits i64 narrows to Int.
+        let minus2 = [0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff];
+        assert_eq!(ok(&P::new().long1(&minus2).stop()), Value::Int(-2));
+        // 16 bytes: i128::MIN.
+        let mut min = [0u8; 16];
+        min[15] = 0x80;
+        assert_eq!(
+            ok(&P::new().long1(&min).stop()),
+            Value::BigInt(Box::new(i128::MIN))
+        );
+        let e = fail(&P::new().long1(&[0; 17]).stop());
+        assert_eq!(e.message, "integer wider than 128 bits (17 bytes)");
+        assert_eq!(e.offset, 2);
+        // LONG4
+        let v = ok(&P::new()
+            .op(op::LONG4)
+            .raw(&9i32.to_le_bytes())
+            .raw(&max)
+            .stop());
+        assert_eq!(v.as_u64(), Some(u64::MAX));
+        let v = ok(&P::new()
+            .op(op::LONG4)
+            .raw(&1i32.to_le_bytes())
+            .raw(&[0x85])
+            .stop());
+        assert_eq!(v, Value::Int(-123));
+        let e = fail(&P::new().op(op::LONG4).raw(&(-1i32).to_le_bytes()).stop());
+        assert_eq!(e.message, "LONG4 with negative length -1");
+        let e = fail(&P::new().op(op::LONG4).raw(&i32::MAX.to_le_bytes()).stop());
+        assert!(
+            e.message.starts_with("integer wider than 128 bits"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn strings() {
+        assert_eq!(ok(&P::new().s("").stop()), s(""));
+        assert_eq!(ok(&P::new().s("naïve").stop()), s("naïve"));
+        let long = "z".repeat(70_000);
+        let b = P::new()
+            .op(op::BINUNICODE)
+            .raw(&(long.len() as u32).to_le_bytes())
+            .raw(long.as_bytes())
+            .stop();
+        assert_eq!(ok(&b), s(&long));
+        assert_eq!(trickle(&b, 1000).unwrap(), s(&long));
+        let b = P::new()
+            .op(op::BINUNICODE8)
+            .raw(&3u64.to_le_bytes())
+            .raw("☃".as_bytes())
+            .stop();
+        assert_eq!(ok(&b), s("☃"));
+        // Invalid UTF-8 (a lone surrogate as CPython's surrogatepass writes it) is lossy.
+        let b = P::new()
+            .op(op::SHORT_BINUNICODE)
+            .raw(&[5, b'a', 0xed, 0xa0, 0x80, b'b'])
+            .stop();
+        let v = ok(&b);
+        assert!(v.as_str().unwrap().starts_with('a'));
+        assert!(v.as_str().unwrap().ends_with('b'));
+        assert!(v.as_str().unwrap().contains('\u{fffd}'));
+    }
+
+    #[test]
+    fn string_longer_than_buffer_and_limits() {
+        // Larger than the initial window and delivered in pieces.
+        let big = "q".repeat(3 << 20);
+        let b = P::new()
+            .op(op::BINUNICODE)
+            .raw(&(big.len() as u32).to_le_bytes())
+            .raw(big.as_bytes())
+            .stop();
+        assert_eq!(
+            trickle(&b, 100_000).unwrap().as_str().map(str::len),
+            Some(3 << 20)
+        );
+        // Over max_string_bytes: rejected before reading.
+        let limits = Limits {
+            max_string_bytes: 1000,
+            ..Limits::default()
+        };
+        let e = with_limits(&b, &limits).unwrap_err();
+        assert_eq!(
+            e.message,
+            "string of 3145728 bytes exceeds the limit of 1000 bytes"
+        );
+        assert_eq!(e.offset, 2);
+        // Absurd declared lengths.
+        let e = fail(
+            &P::new()
+                .op(op::BINUNICODE)
+                .raw(&u32::MAX.to_le_bytes())
+                .raw(b"ab")
+                .stop(),
+        );
+        assert!(e.message.contains("exceeds the limit"), "{}", e.message);
+        let e = fail(
+            &P::new()
+                .op(op::BINUNICODE8)
+                .raw(&u64::MAX.to_le_bytes())
+                .stop(),
+        );
+        assert!(e.message.contains("exceeds the limit"), "{}", e.message);
+        // Within the limit but longer than the input: truncation, no big allocation up front.
+        let e = fail(
+            &P::new()
+                .op(op::BINUNICODE)
+                .raw(&(900u32 << 20).to_le_bytes())
+                .raw(b"ab")
+                .stop(),
+        );
+        assert_eq!(
+            e.message,
+            "truncated pickle: unexpected end of input at byte 10"
+        );
+    }
+
+    #[test]
+    fn max_total_bytes() {
+        let b = P::new().s("hello").stop();
+        let limits = Limits {
+            max_total_bytes: b.len() as u64,
+            ..Limits::default()
+        };
+        assert_eq!(with_limits(&b, &limits).unwrap(), s("hello"));
+        let limits = Limits {
+            max_total_bytes: 5,
+            ..Limits::default()
+        };
+        let e = with_limits(&b, &limits).unwrap_err();
+        assert_eq!(e.message, "input exceeds the limit of 5 bytes");
+    }
+
+    #[test]
+    fn containers() {
+        // EMPTY_LIST + APPEND, APPENDS
+        let v = ok(&P::new()
+            .op(op::EMPTY_LIST)
+            .k(1)
+            .op(op::APPEND)
+            .op(op::MARK)
+            .k(2)
+            .k(3)
+            .op(op::APPENDS)
+            .op(op::MARK)
+            .op(op::APPENDS)
+            .stop());
+        assert_eq!(
+            *v.list_items().unwrap(),
+            vec![Value::Int(1), Value::Int(2), Value::Int(3)]
+        );
+        assert_eq!(v.type_name(), "list");
+        // LIST
+        let v = ok(&P::new().op(op::MARK).k(1).s("a").op(op::LIST).stop());
+        assert_eq!(*v.list_items().unwrap(), vec![Value::Int(1), s("a")]);
+        // EMPTY_DICT + SETITEM, SETITEMS; DICT
+        let v = ok(&P::new()
+            .op(op::EMPTY_DICT)
+            .s("a")
+            .k(1)
+            .op(op::SETITEM)
+            .op(op::MARK)
+            .s("b")
+            .k(2)
+            .k(7) // non-string key
+            .s("seven")
+            .op(op::SETITEMS)
+            .stop());
+        assert_eq!(v.get("a"), Some(Value::Int(1)));
+        assert_eq!(v.get("b"), Some(Value::Int(2)));
+        assert_eq!(v.dict_items().unwrap()[2], (Value::Int(7), s("seven")));
+        let v = ok(&P::new()
+            .op(op::MARK)
+            .s("x")
+            .op(op::NONE)
+            .op(op::DICT)
+            .stop());
+        assert_eq!(v.get("x"), Some(Value::None));
+        // Repeated keys: the last one wins for `get`.
+        let v = ok(&P::new()
+            .op(op::MARK)
+            .s("x")
+            .k(1)
+            .s("x")
+            .k(2)
+            .op(op::DICT)
+            .stop());
+        assert_eq!(v.get("x"), Some(Value::Int(2)));
+        // Tuples
+        assert_eq!(
+            ok(&P::new().op(op::EMPTY_TUPLE).stop()).tuple_items(),
+            Some(&[][..])
+        );
+        assert_eq!(
+            ok(&P::new().k(1).op(op::TUPLE1).stop()).tuple_items(),
+            Some(&[Value::Int(1)][..])
+        );
+        assert_eq!(
+            ok(&P::new().k(1).k(2).op(op::TUPLE2).stop()).tuple_items(),
+            Some(&[Value::Int(1), Value::Int(2)][..])
+        );
+        assert_eq!(
+            ok(&P::new().k(1).k(2).k(3).op(op::TUPLE3).stop()).tuple_items(),
+            Some(&[Value::Int(1), Value::Int(2), Value::Int(3)][..])
+        );
+        let v = ok(&P::new()
+            .op(op::MARK)
+            .k(1)
+            .k(2)
+            .k(3)
+            .k(4)
+            .op(op::TUPLE)
+            .stop());
+        assert_eq!(v.tuple_items().unwrap().len(), 4);
+        assert_eq!(v.type_name(), "tuple");
+        assert!(v.identity().is_some());
+        // Nested dict / list / tuple
+        let v = ok(&P::new()
+            .op(op::EMPTY_DICT)
+            .s("l")
+            .op(op::EMPTY_LIST)
+            .op(op::EMPTY_DICT)
+            .s("t")
+            .k(1)
+            .op(op::EMPTY_LIST)
+            .op(op::TUPLE2)
+            .op(op::SETITEM)
+            .op(op::APPEND)
+            .op(op::SETITEM)
+            .stop());
+        let l = v.get("l").unwrap();
+        let inner = l.list_items().unwrap()[0].clone();
+        let t = inner.get("t").unwrap();
+        assert_eq!(t.tuple_items().unwrap()[0], Value::Int(1));
+        assert_eq!(t.tuple_items().unwrap()[1].list_items().unwrap().len(), 0);
+    }
+
+    #[test]
+    fn pop_pop_mark_dup_frame() {
+        let v = ok(&P::new().k(1).k(2).op(op::POP).stop());
+        assert_eq!(v, Value::Int(1));
+        let v = ok(&P::new().k(1).op(op::MARK).k(2).k(3).op(op::POP_MARK).stop());
+        assert_eq!(v, Value::Int(1));
+        // POP with nothing above the MARK pops the MARK.
+        let v = ok(&P::new().k(1).op(op::MARK).op(op::POP).stop());
+        assert_eq!(v, Value::Int(1));
+        let v = ok(&P::new()
+            .op(op::EMPTY_LIST)
+            .op(op::DUP)
+            .op(op::APPEND)
+            .op(op::POP)
+            .k(9)
+            .stop());
+        assert_eq!(v, Value::Int(9));
+        let b = P::bare()
+            .op(op::PROTO)
+            .raw(&[4])
+            .op(op::FRAME)
+            .raw(&3u64.to_le_bytes())
+            .k(5)
+            .stop();
+        assert_eq!(ok(&b), Value::Int(5));
+    }
+
+    #[test]
+    fn protocols() {
+        for v in 2..=5u8 {
+            assert_eq!(
+                ok(&P::bare().op(op::PROTO).raw(&[v]).op(op::NONE).stop()),
+                Value::None
+            );
+        }
+        for v in [0u8, 1, 6, 255] {
+            let e = fail(&P::bare().op(op::PROTO).raw(&[v]).op(op::NONE).stop());
+            assert_eq!(
+                e.message,
+                format!("unsupported pickle protocol {v} (memcut reads protocols 2 to 5)")
+            );
+            assert_eq!(e.offset, 0);
+        }
+    }
+
+    #[test]
+    fn trailing_bytes_after_stop_are_ignored() {
+        let mut b = P::new().s("x").stop();
+        b.extend_from_slice(&[0, 0, 0]);
+        assert_eq!(ok(&b), s("x"));
+        b.extend_from_slice(b"garbage\xff");
+        assert_eq!(ok(&b), s("x"));
+        for (_, cpy) in ALL_CPY {
+            let mut padded = cpy.to_vec();
+            padded.extend_from_slice(&[0, 0]);
+            check_cpython_obj(&ok(&padded));
+        }
+    }
+
+    #[test]
+    fn refused_opcodes() {
+        let cases: [(u8, &str); 13] = [
+            (b'c', "GLOBAL"),
+            (0x93, "STACK_GLOBAL"),
+            (b'R', "REDUCE"),
+            (b'b', "BUILD"),
+            (0x81, "NEWOBJ"),
+            (0x92, "NEWOBJ_EX"),
+            (b'i', "INST"),
+            (b'o', "OBJ"),
+            (b'P', "PERSID"),
+            (b'Q', "BINPERSID"),
+            (0x82, "EXT1"),
+            (0x83, "EXT2"),
+            (0x84, "EXT4"),
+        ];
+        for (code, name) in cases {
+            let e = fail(&P::new().k(1).op(code).raw(b"os\nsystem\n").stop());
+            assert_eq!(
+                e.message,
+                format!(
+                    "opcode {name} (0x{code:02x}) refused: memcut never imports or calls code from a pickle"
+                )
+            );
+            assert_eq!(e.offset, 4);
+        }
+        // The classic payload.
+        let e = fail(b"cos\nsystem\n(S'echo pwned'\ntR.");
+        assert_eq!(
+            e,
+            PickleError {
+                offset: 0,
+                message:
+                    "opcode GLOBAL (0x63) refused: memcut never imports or calls code from a pickle"
+                        .into()
+            }
+        );
+    }
+
+    #[test]
+    fn unsupported_and_unknown_opcodes() {
+        let e = fail(&P::new().op(0x8f).stop());
+        assert_eq!(
+            e.message,
+            "opcode EMPTY_SET (0x8f) not supported: PyTorch memory snapshots do not use it"
+        );
+        let e = fail(&P::new().op(b'I').raw(b"1\n").stop());
+        assert!(e.message.starts_with("opcode INT (0x49) not supported"));
+        for code in [0xffu8, 0x00, 0x99, b'z'] {
+            let e = fail(&P::new().op(code).stop());
+            assert_eq!(e.message, format!("unknown opcode 0x{code:02x}"));
+            assert_eq!(e.offset, 2);
+        }
+    }
+
+    #[test]
+    fn stack_errors() {
+        let e = fail(&P::new().stop());
+        assert!(
+            e.message.starts_with("stack underflow: STOP"),
+            "{}",
+            e.message
+        );
+        let e = fail(&P::new().k(1).op(op::APPEND).stop());
+        assert!(
+            e.message.starts_with("stack underflow: APPEND"),
+            "{}",
+            e.message
+        );
+        let e = fail(&P::new().k(1).k(2).op(op::APPEND).stop());
+        assert_eq!(e.message, "APPEND on a int, expected a list");
+        assert_eq!(e.offset, 6);
+        let e = fail(
+            &P::new()
+                .op(op::EMPTY_LIST)
+                .op(op::MARK)
+                .k(1)
+                .op(op::SETITEMS)
+                .stop(),
+        );
+        assert_eq!(e.message, "SETITEMS on a list, expected a dict");
+        let e = fail(
+            &P::new()
+                .op(op::EMPTY_DICT)
+                .op(op::MARK)
+                .k(1)
+                .op(op::APPENDS)
+                .stop(),
+        );
+        assert_eq!(e.message, "APPENDS on a dict, expected a list");
+        let e = fail(&P::new().k(0).k(1).k(2).op(op::SETITEM).stop());
+        assert_eq!(e.message, "SETITEM on a int, expected a dict");
+        let e = fail(
+            &P::new()
+                .op(op::EMPTY_DICT)
+                .op(op::MARK)
+                .k(1)
+                .op(op::SETITEMS)
+                .stop(),
+        );
+        assert_eq!(e.message, "SETITEMS with an odd number of stack items (1)");
+        let e = fail(&P::new().op(op::MARK).k(1).op(op::DICT).stop());
+        assert_eq!(e.message, "DICT with an odd number of stack items (1)");
+        let e = fail(&P::new().op(op::EMPTY_LIST).k(1).op(op::APPENDS).stop());
+        assert_eq!(e.message, "MARK missing: APPENDS needs a MARK");
+        let e = fail(&P::new().op(op::TUPLE).stop());
+        assert_eq!(e.message, "MARK missing: TUPLE needs a MARK");
+        let e = fail(&P::new().k(1).op(op::TUPLE2).stop());
+        assert!(e.message.starts_with("stack underflow: TUPLE2"));
+        // Values below a MARK are not reachable.
+        let e = fail(&P::new().k(1).op(op::MARK).op(op::TUPLE1).stop());
+        assert!(e.message.starts_with("stack underflow: TUPLE1"));
+        let e = fail(&P::new().op(op::MARK).op(op::APPENDS).stop());
+        assert!(e.message.starts_with("stack underflow: APPENDS"));
+        let e = fail(&P::new().op(op::MEMOIZE).stop());
+        assert!(e.message.starts_with("stack underflow: MEMOIZE"));
+        let e = fail(&P::new().op(op::POP).stop());
+        assert_eq!(e.message, "MARK missing: POP needs a MARK");
+    }
+
+    #[test]
+    fn memo_sharing() {
+        // BINPUT / BINGET
+        let v = ok(&P::new()
+            .op(op::EMPTY_LIST)
+            .put(0)
+            .op(op::MARK)
+            .op(op::EMPTY_LIST)
+            .put(1)
+            .k(1)
+            .op(op::APPEND)
+            .get(1)
+            .get(1)
+            .op(op::APPENDS)
+            .stop());
+        let items = v.list_items().unwrap();
+        assert_eq!(items.len(), 3);
+        let ids: Vec<_> = items.iter().map(Value::identity).collect();
+        assert!(ids[0].is_some() && ids[0] == ids[1] && ids[1] == ids[2]);
+        // LONG_BINPUT / LONG_BINGET and MEMOIZE
+        let v = ok(&P::bare()
+            .op(op::PROTO)
+            .raw(&[4])
+            .op(op::EMPTY_DICT)
+            .op(op::MEMOIZE) // 0
+            .s("k")
+            .op(op::MEMOIZE) // 1
+            .op(op::EMPTY_LIST)
+            .long_put(70_000)
+            .op(op::SETITEM)
+            .s("k2")
+            .long_get(70_000)
+            .op(op::SETITEM)
+            .s("k3")
+            .get(1)
+            .op(op::SETITEM)
+            .stop());
+        assert_eq!(
+            v.get("k").unwrap().identity(),
+            v.get("k2").unwrap().identity()
+        );
+        assert_eq!(v.get("k3"), Some(s("k")));
+        // A memo slot can be overwritten.
+        let v = ok(&P::new()
+            .k(1)
+            .put(0)
+            .k(2)
+            .put(0)
+            .op(op::MARK)
+            .get(0)
+            .op(op::TUPLE)
+            .stop());
+        assert_eq!(v.tuple_items(), Some(&[Value::Int(2)][..]));
+    }
+
+    #[test]
+    fn memo_errors_and_sparse_indices() {
+        let e = fail(&P::new().get(5).stop());
+        assert_eq!(e.message, "BINGET: memo index 5 not found");
+        assert_eq!(e.offset, 2);
+        let e = fail(&P::new().long_get(123_456).stop());
+        assert_eq!(e.message, "LONG_BINGET: memo index 123456 not found");
+        let e = fail(&P::new().k(1).long_put(u32::MAX - 1).stop());
+        assert_eq!(
+            e.message,
+            "memo index 4294967294 exceeds the limit of 268435456"
+        );
+        let limits = Limits {
+            max_memo: 10,
+            ..Limits::default()
+        };
+        let b = P::new().k(1).put(10).stop();
+        assert_eq!(
+            with_limits(&b, &limits).unwrap_err().message,
+            "memo index 10 exceeds the limit of 10"
+        );
+        let mut p = P::new().k(1);
+        for _ in 0..11 {
+            p = p.op(op::MEMOIZE);
+        }
+        let e = with_limits(&p.stop(), &limits).unwrap_err();
+        assert_eq!(e.message, "memo index 10 exceeds the limit of 10");
+        // A large sparse index works without a huge dense table.
+        let v = ok(&P::new()
+            .k(7)
+            .long_put(200_000_000)
+            .long_get(200_000_000)
+            .op(op::TUPLE2)
+            .stop());
+        assert_eq!(v.tuple_items(), Some(&[Value::Int(7), Value::Int(7)][..]));
+        let mut m = Memo::default();
+        assert!(m
+            .put(200_000_000, Value::Int(1), 1 << 28)
+            .unwrap()
+            .is_none());
+        assert_eq!(m.dense.len(), 0);
+        assert_eq!(m.sparse.len(), 1);
+        assert!(m.put(0, Value::Int(2), 1 << 28).unwrap().is_none());
+        assert_eq!(m.dense.len(), 1);
+        assert_eq!(m.count, 2);
+        assert_eq!(m.get(200_000_000), Some(&Value::Int(1)));
+        assert_eq!(m.get(1), None);
+        // Dense growth past a sparse entry keeps one value per index.
+        let mut m = Memo::default();
+        m.put(2000, Value::Int(1), 1 << 28).unwrap();
+        assert_eq!(m.sparse.len(), 1);
+        for i in 0..2001 {
+            m.put(i, Value::Int(i as i64 + 10), 1 << 28).unwrap();
+        }
+        assert_eq!(m.get(2000), Some(&Value::Int(2010)));
+        assert!(m.sparse.is_empty());
+        assert_eq!(m.count, 2001);
+    }
+
+    #[test]
+    fn mark_depth_limit() {
+        let mut p = P::new();
+        for _ in 0..1000 {
+            p = p.op(op::MARK);
+        }
+        let ok_depth = p.0.clone();
+        // 1000 MARKs are fine (then closed by 1000 TUPLEs).
+        let mut q = P(ok_depth);
+        for _ in 0..1000 {
+            q = q.op(op::TUPLE);
+        }
+        let v = ok(&q.stop());
+        assert!(v.tuple_items().is_some());
+        let e = fail(&p.op(op::MARK).stop());
+        assert_eq!(e.message, "nesting deeper than max_depth (1000)");
+        assert_eq!(e.offset, 1002);
+    }
+
+    #[test]
+    fn container_depth_limit() {
+        // 2000 nested lists built with EMPTY_LIST×n, APPEND×(n-1).
+        let nested = |n: usize| {
+            let mut p = P::new();
+            for _ in 0..n {
+                p = p.op(op::EMPTY_LIST);
+            }
+            for _ in 1..n {
+                p = p.op(op::APPEND);
+            }
+            p.stop()
+        };
+        ok(&nested(1000));
+        let e = fail(&nested(1001));
+        assert_eq!(e.message, "containers nested deeper than max_depth (1000)");
+        let limits = Limits {
+            max_depth: 2000,
+            ..Limits::default()
+        };
+        assert!(with_limits(&nested(2000), &limits).is_ok());
+    }
+
+    /// Runs `f` on a thread with a small stack, so that any recursion over a
+    /// deeply nested value would overflow.
+    fn small_stack(f: impl FnOnce() + Send + 'static) {
+        std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(f)
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    #[test]
+    fn million_deep_nesting_is_an_error_not_a_stack_overflow() {
+        small_stack(|| {
+            const N: usize = 1_000_000;
+            // Lists: EMPTY_LIST×N then APPEND×(N-1).
+            let mut b = vec![op::PROTO, 2];
+            b.resize(2 + N, op::EMPTY_LIST);
+            b.resize(2 + 2 * N - 1, op::APPEND);
+            b.push(op::STOP);
+            let e = fail(&b);
+            assert_eq!(e.message, "containers nested deeper than max_depth (1000)");
+            // Truncated before STOP: the partial structure is torn down too.
+            let e = fail(&b[..b.len() - 1]);
+            assert!(e.message.starts_with("truncated pickle"));
+            // Tuples with a constant-size stack: EMPTY_TUPLE then TUPLE1×N.
+            let mut t = vec![op::PROTO, 2, op::EMPTY_TUPLE];
+            t.resize(3 + N, op::TUPLE1);
+            t.push(op::STOP);
+            assert!(fail(&t).message.starts_with("containers nested deeper"));
+            assert!(fail(&t[..t.len() - 1])
+                .message
+                .starts_with("truncated pickle"));
+            // Deep structures that get overwritten in the memo or popped.
+            let mut m = t[..t.len() - 1].to_vec();
+            m.extend_from_slice(&[op::BINPUT, 0, op::NONE, op::BINPUT, 0, op::POP, op::POP]);
+            m.extend_from_slice(&[op::NONE, op::STOP]);
+            assert_eq!(ok(&m), Value::None);
+            // MARKs: stopped by the limit.
+            let mut k = vec![op::PROTO, 2];
+            k.resize(2 + N, op::MARK);
+            assert_eq!(fail(&k).message, "nesting deeper than max_depth (1000)");
+        });
+    }
+
+    #[test]
+    fn deep_value_inside_a_hook_replaced_dict_is_torn_down_safely() {
+        small_stack(|| {
+            const N: usize = 200_000;
+            let mut b = vec![op::PROTO, 2, op::EMPTY_LIST, op::EMPTY_DICT, op::BINPUT, 0];
+            b.extend_from_slice(&[op::SHORT_BINUNICODE, 1, b'd', op::EMPTY_TUPLE]);
+            b.resize(b.len() + N, op::TUPLE1);
+            b.extend_from_slice(&[op::SETITEM, op::APPEND, op::STOP]);
+            let mut hook = Replace::default();
+            let v = unpickle(&b[..], &Limits::default(), &mut hook).unwrap();
+            assert_eq!(*v.list_items().unwrap(), vec![Value::Handle(0)]);
+        });
+    }
+
+    #[test]
+    fn cycles_are_rejected_and_dags_are_cheap() {
+        let e = fail(
+            &P::new()
+                .op(op::EMPTY_LIST)
+                .put(0)
+                .get(0)
+                .op(op::APPEND)
+                .stop(),
+        );
+        assert_eq!(e.message, "self-referential container (cycle) in pickle");
+        let e = fail(
+            &P::new()
+                .op(op::EMPTY_LIST)
+                .op(op::EMPTY_DICT)
+                .put(0)
+                .s("x")
+                .op(op::EMPTY_LIST)
+                .get(0)
+                .op(op::APPEND)
+                .op(op::SETITEM)
+                .op(op::APPEND)
+                .stop(),
+        );
+        assert_eq!(e.message, "self-referential container (cycle) in pickle");
+        // L(i+1) = (L(i), L(i)): 2^300 paths, 301 levels.
+        let mut p = P::new().op(op::EMPTY_TUPLE).put(0);
+        for _ in 0..300 {
+            p = p.op(op::POP).get(0).get(0).op(op::TUPLE2).put(0);
+        }
+        let v = ok(&p.stop());
+        assert!(v.tuple_items().is_some());
+        let limits = Limits {
+            max_depth: 300,
+            ..Limits::default()
+        };
+        let mut p = P::new().op(op::EMPTY_TUPLE).put(0);
+        for _ in 0..300 {
+            p = p.op(op::POP).get(0).get(0).op(op::TUPLE2).put(0);
+        }
+        assert_eq!(
+            with_limits(&p.stop(), &limits).unwrap_err().message,
+            "containers nested deeper than max_depth (300)"
+        );
+    }
+
+    /// Replaces every dict that has an "action" key with `Handle(n)`; keeps
+    /// weak references to lists inside the dicts it sees.
+    #[derive(Default)]
+    struct Replace {
+        calls: usize,
+        replaced: u32,
+        weak_lists: Vec<Weak<RefCell<Vec<Value>>>>,
+    }
+
+    impl Hook for Replace {
+        fn on_list_dict(&mut self, dict: &[(Value, Value)]) -> Result<Option<Value>, String> {
+            self.calls += 1;
+            for (_, v) in dict {
+                if let Value::List(l) = v {
+                    self.weak_lists.push(Rc::downgrade(l));
+                }
+            }
+            let has = |k: &str| dict.iter().any(|(key, _)| key.as_str() == Some(k));
+            if has("fail") {
+                return Err("hook says no".into());
+            }
+            if has("action") || has("d") {
+                let h = self.replaced;
+                self.replaced += 1;
+                return Ok(Some(Value::Handle(h)));
+            }
+            Ok(None)
+        }
+    }
+
+    fn entry(p: P, memo: u8, inner_list: bool) -> P {
+        let p = p
+            .op(op::EMPTY_DICT)
+            .put(memo)
+            .op(op::MARK)
+            .s("action")
+            .s("alloc");
+        let p = if inner_list {
+            p.s("frames").op(op::EMPTY_LIST).k(1).op(op::APPEND)
+        } else {
+            p
+        };
+        p.op(op::SETITEMS)
+    }
+
+    #[test]
+    fn hook_replaces_dict_and_memo_slot() {
+        // [entry, entry-via-BINGET] with APPEND; then the same with APPENDS.
+        let b = entry(P::new().op(op::EMPTY_LIST).put(0), 1, true)
+            .op(op::APPEND)
+            .get(1) // the memo slot now holds the handle
+            .op(op::APPEND)
+            .stop();
+        let mut hook = Replace::default();
+        let v = unpickle(&b[..], &Limits::default(), &mut hook).unwrap();
+        assert_eq!(
+            *v.list_items().unwrap(),
+            vec![Value::Handle(0), Value::Handle(0)]
+        );
+        assert_eq!(hook.calls, 1);
+        assert_eq!(hook.weak_lists.len(), 1);
+        // The dict (the only holder of its "frames" list) has been freed.
+        assert!(hook.weak_lists[0].upgrade().is_none());
+
+        let mut p = P::bare()
+            .op(op::PROTO)
+            .raw(&[4])
+            .op(op::EMPTY_LIST)
+            .put(0)
+            .op(op::MARK);
+        for i in 0..3 {
+            p = entry(p, 1 + i, true);
+        }
+        p = p.op(op::APPENDS);
+        // After the APPENDS the memo slots hold the handles.
+        p = p
+            .op(op::MARK)
+            .get(1)
+            .get(2)
+            .get(3)
+            .op(op::TUPLE)
+            .op(op::APPEND);
+        let mut hook = Replace::default();
+        let v = unpickle(&p.stop()[..], &Limits::default(), &mut hook).unwrap();
+        let items = v.list_items().unwrap();
+        assert_eq!(
+            items[..3],
+            [Value::Handle(0), Value::Handle(1), Value::Handle(2)]
+        );
+        assert_eq!(
+            items[3].tuple_items(),
+            Some(&[Value::Handle(0), Value::Handle(1), Value::Handle(2)][..])
+        );
+        assert_eq!(hook.weak_lists.len(), 3);
+        assert!(hook.weak_lists.iter().all(|w| w.upgrade().is_none()));
+    }
+
+    #[test]
+    fn hook_keeps_dicts_it_declines() {
+        let b = P::new()
+            .op(op::EMPTY_LIST)
+            .op(op::EMPTY_DICT)
+            .put(0)
+            .s("frames")
+            .op(op::EMPTY_LIST)
+            .op(op::SETITEM)
+            .op(op::APPEND)
+            .get(0)
+            .op(op::TUPLE2)
+            .stop();
+        let mut hook = Replace::default();
+        let v = unpickle(&b[..], &Limits::default(), &mut hook).unwrap();
+        assert_eq!(hook.calls, 1);
+        assert!(hook.weak_lists[0].upgrade().is_some());
+        let t = v.tuple_items().unwrap();
+        let in_list = t[0].list_items().unwrap()[0].clone();
+        assert_eq!(in_list.identity(), t[1].identity());
+        assert_eq!(in_list.type_name(), "dict");
+        // Dicts in SETITEMS and tuples do not reach the hook.
+        let b = P::new()
+            .op(op::EMPTY_DICT)
+            .s("a")
+            .op(op::EMPTY_DICT)
+            .s("action")
+            .k(1)
+            .op(op::SETITEM)
+            .op(op::SETITEM)
+            .stop();
+        let mut hook = Replace::default();
+        unpickle(&b[..], &Limits::default(), &mut hook).unwrap();
+        assert_eq!(hook.calls, 0);
+    }
+
+    #[test]
+    fn hook_error_aborts_at_the_append() {
+        let b = P::new()
+            .op(op::EMPTY_LIST)
+            .op(op::EMPTY_DICT)
+            .s("fail")
+            .k(1)
+            .op(op::SETITEM)
+            .op(op::APPEND)
+            .stop();
+        let e = unpickle(&b[..], &Limits::default(), &mut Replace::default()).unwrap_err();
+        assert_eq!(
+            e,
+            PickleError {
+                offset: 13,
+                message: "hook says no".into()
+            }
+        );
+    }
+
+    #[test]
+    fn error_conversion() {
+        let e: crate::error::Error = PickleError {
+            offset: 7,
+            message: "x".into(),
+        }
+        .into();
+        assert_eq!(e.to_string(), "bad pickle at byte 7: x");
+        assert_eq!(
+            PickleError {
+                offset: 7,
+                message: "x".into()
+            }
+            .to_string(),
+            "bad pickle at byte 7: x"
+        );
+    }
+
+    #[test]
+    fn io_errors_are_reported() {
+        struct Broken;
+        impl Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::other("disk on fire"))
+            }
+        }
+        let e = unpickle(BufReader::new(Broken), &Limits::default(), &mut NoHook).unwrap_err();
+        assert_eq!(e.message, "read error: disk on fire");
+    }
+
+    // ---- corpus -----------------------------------------------------------
+
+    fn corpus_dir() -> Option<PathBuf> {
+        if let Some(p) = std::env::var_os("MEMCUT_CORPUS") {
+            let p = PathBuf::from(p);
+            if p.is_dir() {
+                return Some(p);
+            }
+        }
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
+        p.is_dir().then_some(p)
+    }
+
+    /// (path under the corpus, dicts with "action" appended to lists, all dicts
+    /// appended to lists), computed with CPython's pickle and a find_class that raises.
+    const CORPUS_EXPECTED: [(&str, usize, usize); 17] = [
+        ("cs336-bcrafton/memory_snapshot.pickle", 6486, 210595),
+        ("cs336-magma27/memory_snapshot.pickle", 5163, 17708),
+        (
+            "cs336-nothanmin/memory_snapshot_forward.pickle",
+            8948,
+            572662,
+        ),
+        (
+            "cs336-nothanmin/memory_snapshot_forward_without_mixed.pickle",
+            7600,
+            493900,
+        ),
+        ("cs336-silmont2000/mem_snapshot.pickle", 97, 2011),
+        (
+            "cs336-silmont2000/memory_forward_bf16_128.pickle",
+            2811,
+            81488,
+        ),
+        (
+            "cs336-silmont2000/memory_forward_fp32_128.pickle",
+            2043,
+            55486,
+        ),
+        (
+            "cs336-wedsonlin/results/medium_1024_training_memory_snapshot.pickle",
+            22331,
+            557018,
+        ),
+        (
+            "cs336-wedsonlin/results/medium_128_inference_memory_snapshot.pickle",
+            3840,
+            172052,
+        ),
+        (
+            "cs336-wedsonlin/results/medium_128_training_memory_snapshot.pickle",
+            19136,
+            471548,
+        ),
+        (
+            "cs336-wedsonlin/results/medium_512_training_memory_snapshot.pickle",
+            22332,
+            557195,
+        ),
+        ("decomfl/memory.pickle", 23105, 195764),
+        ("flexgen-yiyi/1.3b_snapshot.pickle", 1, 11071),
+        ("flexgen-yiyi/log1/1.3b_snapshot.pickle", 1, 12669),
+        ("flexgen-yiyi/oom_snapshot.pickle", 1, 5700),
+        ("sketchkv2/my_snapshot.pickle", 1, 10727),
+        ("verl/mem.pickle", 0, 88545),
+    ];
+
+    /// Counts handles and "action" dicts in `device_traces`.
+    fn count_traces(v: &Value) -> (usize, usize) {
+        let (mut handles, mut dicts) = (0, 0);
+        if let Some(traces) = v.get("device_traces") {
+            for dev in traces.list_items().expect("device_traces is a list").iter() {
+                for e in dev.list_items().expect("a device's trace is a list").iter() {
+                    match e {
+                        Value::Handle(_) => handles += 1,
+                        d if d.get("action").is_some() => dicts += 1,
+                        _ => {}
+                    }
+                }
+            }
+        }
+        (handles, dicts)
+    }
+
+    #[test]
+    fn corpus_snapshots_parse() {
+        let Some(dir) = corpus_dir() else {
+            eprintln!("corpus not found (set MEMCUT_CORPUS); skipping corpus_snapshots_parse");
+            return;
+        };
+        let pattern = format!("{}/**/*.pickle", dir.display());
+        let mut seen = 0;
+        for path in glob::glob(&pattern).unwrap() {
+            let path = path.unwrap();
+            let rel = path
+                .strip_prefix(&dir)
+                .unwrap()
+                .to_string_lossy()
+                .replace('\\', "/");
+            let file = std::fs::File::open(&path).unwrap();
+            let mut hook = Replace::default();
+            let v = unpickle(BufReader::new(file), &Limits::default(), &mut hook)
+                .unwrap_or_else(|e| panic!("{rel}: {e}"));
+            let segments = match &v {
+                Value::Dict(_) => v.get("segments"),
+                Value::List(_) => Some(v.clone()),
+                _ => None,
+            };
+            assert!(
+                segments.as_ref().and_then(Value::list_items).is_some(),
+                "{rel}: no segments list"
+            );
+            let (handles, dicts) = count_traces(&v);
+            assert_eq!(dicts, 0, "{rel}");
+            assert_eq!(handles, hook.replaced as usize, "{rel}");
+            let plain = unpickle_slice(&std::fs::read(&path).unwrap()).unwrap();
+            let (h0, plain_dicts) = count_traces(&plain);
+            assert_eq!((h0, plain_dicts), (0, handles), "{rel}");
+            if let Some((_, actions, list_dicts)) =
+                CORPUS_EXPECTED.iter().find(|(name, _, _)| *name == rel)
+            {
+                assert_eq!(hook.replaced as usize, *actions, "{rel}");
+                assert_eq!(hook.calls, *list_dicts, "{rel}");
+                seen += 1;
+            } else {
+                eprintln!("{rel}: no expected counts recorded");
+            }
+        }
+        eprintln!("checked {seen} corpus pickles");
+        assert!(seen > 0, "no corpus pickles under {}", dir.display());
+    }
+
+    /// Manual timing check (not run by default):
+    /// `MEMCUT_SPEED_PICKLE=/tmp/big.pickle cargo test --release --lib
+    ///  formats::pickle::tests::speed -- --ignored --nocapture`
+    #[test]
+    #[ignore]
+    fn speed() {
+        let Some(path) = std::env::var_os("MEMCUT_SPEED_PICKLE") else {
+            eprintln!("set MEMCUT_SPEED_PICKLE to a snapshot pickle");
+            return;
+        };
+        let with_hook = std::env::var_os("MEMCUT_SPEED_NOHOOK").is_none();
+        let t = std::time::Instant::now();
+        let file = std::fs::File::open(&path).unwrap();
+        let mut hook = Replace::default();
+        let v = if with_hook {
+            unpickle(BufReader::new(file), &Limits::default(), &mut hook).unwrap()
+        } else {
+            unpickle(BufReader::new(file), &Limits::default(), &mut NoHook).unwrap()
+        };
+        let parsed = t.elapsed();
+        let (handles, dicts) = count_traces(&v);
+        drop(v);
+        eprintln!(
+            "unpickle {:?}: {parsed:?} (with drop {:?}); hook calls {}, handles {handles}, dicts {dicts}",
+            path,
+            t.elapsed(),
+            hook.calls
+        );
+    }
+}
