@@ -249,7 +249,7 @@ pub fn unpickle<R: BufRead>(
     let offset = p.op_off;
     // Tear down whatever the parser still holds without recursion.
     let mut work = std::mem::take(&mut p.work);
-    dismantle_all(p.stack.drain(..).map(|s| s.v), &mut work);
+    dismantle_all(p.stack.drain(..), &mut work);
     dismantle_all(p.memo.dense.drain(..).flatten(), &mut work);
     dismantle_all(p.memo.sparse.drain().map(|(_, v)| v), &mut work);
     let value = result?;
@@ -381,16 +381,14 @@ fn unsupported_name(op: u8) -> Option<&'static str> {
 // ---------------------------------------------------------------------------
 // Parser
 
+/// The shared dict inside [`Value::Dict`].
+type DictRc = Rc<RefCell<Vec<(Value, Value)>>>;
+
+/// Memo indices are u32; this one is reserved so that `MEMOIZE` can detect overflow.
 const NO_MEMO: u32 = u32::MAX;
+const DICT_POOL_MAX: usize = 4096;
 const INITIAL_BUF: usize = 64 << 10;
 const TARGET_BUF: usize = 1 << 20;
-
-/// A stack slot: the value and the memo index it was last stored at (or
-/// `NO_MEMO`), so the hook can replace a dict's memo slot in O(1).
-struct Slot {
-    v: Value,
-    memo: u32,
-}
 
 #[derive(Default)]
 struct Memo {
@@ -458,12 +456,7 @@ impl Memo {
     }
 
     /// Replaces slot `idx` with `new` if it still holds the dict `d`; returns the old value.
-    fn replace_dict(
-        &mut self,
-        idx: u32,
-        d: &Rc<RefCell<Vec<(Value, Value)>>>,
-        new: Value,
-    ) -> Option<Value> {
+    fn replace_dict(&mut self, idx: u32, d: &DictRc, new: Value) -> Option<Value> {
         let slot = match self.dense.get_mut(idx as usize) {
             Some(Some(v)) => v,
             _ => self.sparse.get_mut(&idx)?,
@@ -473,6 +466,45 @@ impl Memo {
             _ => None,
         }
     }
+}
+
+/// Moves `items` out as (key, value) pairs, leaving `None`s behind. An exact-size
+/// iterator over slots is much faster than pairing `Drain::next()` results,
+/// which go through `Option<Value>` temporaries.
+#[inline(always)]
+fn pairs(items: &mut [Value]) -> impl ExactSizeIterator<Item = (Value, Value)> + '_ {
+    items.chunks_exact_mut(2).map(|c| {
+        (
+            std::mem::replace(&mut c[0], Value::None),
+            std::mem::replace(&mut c[1], Value::None),
+        )
+    })
+}
+
+/// Records that the dict at stack position `pos` is held by memo slot `idx`.
+#[inline]
+fn tag_dict(tags: &mut Vec<(usize, u32)>, pos: usize, idx: u32) {
+    while matches!(tags.last(), Some(&(p, _)) if p >= pos) {
+        tags.pop();
+    }
+    tags.push((pos, idx));
+}
+
+/// Pushes a value onto the parser's stack, constructing it in place after the
+/// capacity check (a plain `Vec::push` builds small enum values in a stack
+/// temporary first, which costs a store-forwarding stall on every opcode).
+macro_rules! push {
+    ($p:expr, $v:expr) => {{
+        let st = &mut $p.stack;
+        if st.len() == st.capacity() {
+            st.reserve(st.len().max(64));
+        }
+        let len = st.len();
+        st.spare_capacity_mut()[0].write($v);
+        // SAFETY: `len < capacity` (reserved above) and the slot at `len` was
+        // initialised by the write just above.
+        unsafe { st.set_len(len + 1) };
+    }};
 }
 
 struct Parser<'a, R> {
@@ -488,7 +520,13 @@ struct Parser<'a, R> {
     code: u8,
     limits: &'a Limits,
     hook: &'a mut dyn Hook,
-    stack: Vec<Slot>,
+    stack: Vec<Value>,
+    /// `(stack position, memo index)` for dicts stored in or fetched from the
+    /// memo, increasing by position; lets the hook replace a dict's memo slot
+    /// in O(1). Entries may be stale: they are verified by pointer identity.
+    dict_tags: Vec<(usize, u32)>,
+    /// Emptied dicts (unique, capacity kept) for `EMPTY_DICT` to reuse.
+    dict_pool: Vec<DictRc>,
     marks: Vec<usize>,
     memo: Memo,
     work: Vec<Value>,
@@ -509,6 +547,8 @@ impl<'a, R: BufRead> Parser<'a, R> {
             limits,
             hook,
             stack: Vec::with_capacity(64),
+            dict_tags: Vec::with_capacity(64),
+            dict_pool: Vec::new(),
             marks: Vec::with_capacity(16),
             memo: Memo::default(),
             work: Vec::new(),
@@ -661,11 +701,11 @@ impl<'a, R: BufRead> Parser<'a, R> {
 
     #[inline(always)]
     fn push(&mut self, v: Value) {
-        self.stack.push(Slot { v, memo: NO_MEMO });
+        push!(self, v);
     }
 
     #[inline(always)]
-    fn pop(&mut self) -> PResult<Slot> {
+    fn pop(&mut self) -> PResult<Value> {
         if self.stack.len() > self.floor() {
             Ok(self.stack.pop().expect("non-empty"))
         } else {
@@ -698,8 +738,10 @@ impl<'a, R: BufRead> Parser<'a, R> {
 
     fn memo_put(&mut self, idx: u32) -> PResult<()> {
         let top = self.top_index()?;
-        let v = self.stack[top].v.clone();
-        self.stack[top].memo = idx;
+        let v = self.stack[top].clone();
+        if let Value::Dict(_) = v {
+            self.tag_dict(top, idx);
+        }
         match self.memo.put(idx, v, self.limits.max_memo) {
             Ok(Some(old)) => {
                 dismantle(old, &mut self.work);
@@ -710,21 +752,29 @@ impl<'a, R: BufRead> Parser<'a, R> {
         }
     }
 
+    #[inline(always)]
     fn memo_get(&mut self, idx: u32, name: &str) -> PResult<()> {
-        match self.memo.get(idx) {
-            Some(v) => {
-                let v = v.clone();
-                self.stack.push(Slot { v, memo: idx });
-                Ok(())
-            }
-            None => self.err(format!("{name}: memo index {idx} not found")),
+        let pos = self.stack.len();
+        let Some(v) = self.memo.get(idx) else {
+            return self.err(format!("{name}: memo index {idx} not found"));
+        };
+        if let Value::Dict(_) = v {
+            tag_dict(&mut self.dict_tags, pos, idx);
         }
+        push!(self, v.clone());
+        Ok(())
+    }
+
+    fn tag_dict(&mut self, pos: usize, idx: u32) {
+        tag_dict(&mut self.dict_tags, pos, idx);
     }
 
     /// Runs the hook over `stack[from..]` (items about to be appended to a list).
     fn hook_items(&mut self, from: usize) -> PResult<()> {
+        let first_tag = self.dict_tags.partition_point(|&(p, _)| p < from);
+        let mut t = first_tag;
         for i in from..self.stack.len() {
-            let d = match &self.stack[i].v {
+            let d = match &self.stack[i] {
                 Value::Dict(d) => d.clone(),
                 _ => continue,
             };
@@ -732,25 +782,51 @@ impl<'a, R: BufRead> Parser<'a, R> {
             match r {
                 Ok(None) => {}
                 Ok(Some(new)) => {
-                    let memo_idx = self.stack[i].memo;
-                    if memo_idx != NO_MEMO {
-                        // The old memo value is the dict `d` still holds: dropping it
-                        // only decrements the count.
-                        drop(self.memo.replace_dict(memo_idx, &d, new.clone()));
+                    while t < self.dict_tags.len() && self.dict_tags[t].0 < i {
+                        t += 1;
                     }
-                    let slot = &mut self.stack[i];
-                    drop(std::mem::replace(&mut slot.v, new));
-                    slot.memo = NO_MEMO;
-                    dismantle(Value::Dict(d), &mut self.work);
+                    if let Some(&(p, idx)) = self.dict_tags.get(t) {
+                        if p == i {
+                            // The old memo value is the dict `d` still holds:
+                            // dropping it only decrements the count.
+                            drop(self.memo.replace_dict(idx, &d, new.clone()));
+                        }
+                    }
+                    drop(std::mem::replace(&mut self.stack[i], new));
+                    self.recycle_dict(d);
                 }
                 Err(m) => return self.err(m),
             }
         }
+        // These stack slots are about to be consumed.
+        self.dict_tags.truncate(first_tag);
         Ok(())
     }
 
+    /// Frees a dict the hook replaced, keeping its allocations for reuse by
+    /// `EMPTY_DICT` when nothing else refers to it (trace entries arrive in
+    /// batches of ~1000 and all have the same shape).
+    fn recycle_dict(&mut self, mut d: DictRc) {
+        let Some(cell) = Rc::get_mut(&mut d) else {
+            return; // shared: dropping our reference is enough
+        };
+        let pairs = cell.get_mut();
+        for (k, x) in pairs.drain(..) {
+            if k.is_container() {
+                self.work.push(k);
+            }
+            if x.is_container() {
+                self.work.push(x);
+            }
+        }
+        drain_work(&mut self.work);
+        if self.dict_pool.len() < DICT_POOL_MAX && pairs.capacity() <= 64 {
+            self.dict_pool.push(d);
+        }
+    }
+
     fn list_at(&self, i: usize, name: &str) -> PResult<Rc<RefCell<Vec<Value>>>> {
-        match &self.stack[i].v {
+        match &self.stack[i] {
             Value::List(l) => Ok(l.clone()),
             other => self.err(format!(
                 "{name} on a {}, expected a list",
@@ -759,8 +835,8 @@ impl<'a, R: BufRead> Parser<'a, R> {
         }
     }
 
-    fn dict_at(&self, i: usize, name: &str) -> PResult<Rc<RefCell<Vec<(Value, Value)>>>> {
-        match &self.stack[i].v {
+    fn dict_at(&self, i: usize, name: &str) -> PResult<DictRc> {
+        match &self.stack[i] {
             Value::Dict(d) => Ok(d.clone()),
             other => self.err(format!(
                 "{name} on a {}, expected a dict",
@@ -779,15 +855,15 @@ impl<'a, R: BufRead> Parser<'a, R> {
             match code {
                 op::BININT1 => {
                     let b = self.take_u8()?;
-                    self.push(Value::Int(b as i64));
+                    push!(self, Value::Int(b as i64));
                 }
                 op::BININT2 => {
                     let b = self.take::<2>()?;
-                    self.push(Value::Int(u16::from_le_bytes(b) as i64));
+                    push!(self, Value::Int(u16::from_le_bytes(b) as i64));
                 }
                 op::BININT => {
                     let b = self.take::<4>()?;
-                    self.push(Value::Int(i32::from_le_bytes(b) as i64));
+                    push!(self, Value::Int(i32::from_le_bytes(b) as i64));
                 }
                 op::BINGET => {
                     let i = self.take_u8()?;
@@ -838,8 +914,18 @@ impl<'a, R: BufRead> Parser<'a, R> {
                 }
                 op::LONG1 => {
                     let n = self.take_u8()? as usize;
-                    let v = self.long(n)?;
-                    self.push(v);
+                    if (1..=8).contains(&n) {
+                        // Fast path: addresses and timestamps.
+                        self.ensure(n)?;
+                        let mut a = [0u8; 8];
+                        a[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+                        self.pos += n;
+                        let sh = 64 - 8 * n as u32;
+                        push!(self, Value::Int((i64::from_le_bytes(a) << sh) >> sh));
+                    } else {
+                        let v = self.long(n)?;
+                        self.push(v);
+                    }
                 }
                 op::LONG4 => {
                     let b = self.take::<4>()?;
@@ -852,12 +938,18 @@ impl<'a, R: BufRead> Parser<'a, R> {
                 }
                 op::BINFLOAT => {
                     let b = self.take::<8>()?;
-                    self.push(Value::Float(f64::from_be_bytes(b)));
+                    push!(self, Value::Float(f64::from_be_bytes(b)));
                 }
-                op::NONE => self.push(Value::None),
-                op::NEWTRUE => self.push(Value::Bool(true)),
-                op::NEWFALSE => self.push(Value::Bool(false)),
-                op::EMPTY_DICT => self.push(Value::Dict(Rc::new(RefCell::new(Vec::new())))),
+                op::NONE => push!(self, Value::None),
+                op::NEWTRUE => push!(self, Value::Bool(true)),
+                op::NEWFALSE => push!(self, Value::Bool(false)),
+                op::EMPTY_DICT => {
+                    let d = match self.dict_pool.pop() {
+                        Some(d) => d,
+                        None => Rc::new(RefCell::new(Vec::new())),
+                    };
+                    push!(self, Value::Dict(d));
+                }
                 op::EMPTY_LIST => self.push(Value::List(Rc::new(RefCell::new(Vec::new())))),
                 op::EMPTY_TUPLE => self.push(Value::Tuple(Rc::from(Vec::new()))),
                 op::MARK => {
@@ -878,7 +970,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
                     self.hook_items(k)?;
                     let mut l = list.borrow_mut();
                     l.reserve(self.stack.len() - k);
-                    l.extend(self.stack.drain(k..).map(|s| s.v));
+                    l.extend(self.stack.drain(k..));
                 }
                 op::APPEND => {
                     let top = self.top_index()?;
@@ -887,7 +979,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
                     }
                     let list = self.list_at(top - 1, "APPEND")?;
                     self.hook_items(top)?;
-                    let v = self.stack.pop().expect("non-empty").v;
+                    let v = self.stack.pop().expect("non-empty");
                     list.borrow_mut().push(v);
                 }
                 op::SETITEMS => {
@@ -901,12 +993,8 @@ impl<'a, R: BufRead> Parser<'a, R> {
                         return self
                             .err(format!("SETITEMS with an odd number of stack items ({n})"));
                     }
-                    let mut d = dict.borrow_mut();
-                    d.reserve(n / 2);
-                    let mut it = self.stack.drain(k..);
-                    while let (Some(key), Some(val)) = (it.next(), it.next()) {
-                        d.push((key.v, val.v));
-                    }
+                    dict.borrow_mut().extend(pairs(&mut self.stack[k..]));
+                    self.stack.truncate(k);
                 }
                 op::SETITEM => {
                     let top = self.top_index()?;
@@ -914,8 +1002,8 @@ impl<'a, R: BufRead> Parser<'a, R> {
                         return self.underflow();
                     }
                     let dict = self.dict_at(top - 2, "SETITEM")?;
-                    let val = self.stack.pop().expect("non-empty").v;
-                    let key = self.stack.pop().expect("non-empty").v;
+                    let val = self.stack.pop().expect("non-empty");
+                    let key = self.stack.pop().expect("non-empty");
                     dict.borrow_mut().push((key, val));
                 }
                 op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => {
@@ -924,17 +1012,17 @@ impl<'a, R: BufRead> Parser<'a, R> {
                         return self.underflow();
                     }
                     let k = self.stack.len() - n;
-                    let t: Rc<[Value]> = self.stack.drain(k..).map(|s| s.v).collect();
+                    let t: Rc<[Value]> = self.stack.drain(k..).collect();
                     self.push(Value::Tuple(t));
                 }
                 op::TUPLE => {
                     let k = self.pop_mark()?;
-                    let t: Rc<[Value]> = self.stack.drain(k..).map(|s| s.v).collect();
+                    let t: Rc<[Value]> = self.stack.drain(k..).collect();
                     self.push(Value::Tuple(t));
                 }
                 op::LIST => {
                     let k = self.pop_mark()?;
-                    let l: Vec<Value> = self.stack.drain(k..).map(|s| s.v).collect();
+                    let l: Vec<Value> = self.stack.drain(k..).collect();
                     self.push(Value::List(Rc::new(RefCell::new(l))));
                 }
                 op::DICT => {
@@ -943,12 +1031,8 @@ impl<'a, R: BufRead> Parser<'a, R> {
                     if n % 2 != 0 {
                         return self.err(format!("DICT with an odd number of stack items ({n})"));
                     }
-                    let mut d = Vec::with_capacity(n / 2);
-                    let mut it = self.stack.drain(k..);
-                    while let (Some(key), Some(val)) = (it.next(), it.next()) {
-                        d.push((key.v, val.v));
-                    }
-                    drop(it);
+                    let d: Vec<(Value, Value)> = pairs(&mut self.stack[k..]).collect();
+                    self.stack.truncate(k);
                     self.push(Value::Dict(Rc::new(RefCell::new(d))));
                 }
                 op::FRAME => {
@@ -964,13 +1048,12 @@ impl<'a, R: BufRead> Parser<'a, R> {
                     }
                 }
                 op::STOP => {
-                    let s = self.pop()?;
-                    return Ok(s.v);
+                    return self.pop();
                 }
                 op::POP => {
                     if self.stack.len() > self.floor() {
                         let s = self.stack.pop().expect("non-empty");
-                        dismantle(s.v, &mut self.work);
+                        dismantle(s, &mut self.work);
                     } else {
                         let k = self.pop_mark()?;
                         self.discard_from(k);
@@ -982,11 +1065,13 @@ impl<'a, R: BufRead> Parser<'a, R> {
                 }
                 op::DUP => {
                     let top = self.top_index()?;
-                    let s = Slot {
-                        v: self.stack[top].v.clone(),
-                        memo: self.stack[top].memo,
-                    };
-                    self.stack.push(s);
+                    let v = self.stack[top].clone();
+                    if let Some(&(pos, idx)) = self.dict_tags.last() {
+                        if pos == top {
+                            self.tag_dict(top + 1, idx);
+                        }
+                    }
+                    self.stack.push(v);
                 }
                 other => {
                     let hex = other;
@@ -1005,7 +1090,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
     }
 
     fn discard_from(&mut self, k: usize) {
-        dismantle_all(self.stack.drain(k..).map(|s| s.v), &mut self.work);
+        dismantle_all(self.stack.drain(k..), &mut self.work);
     }
 }
 
@@ -1101,11 +1186,9 @@ fn check_depth(root: &Value, max_depth: usize) -> Result<(), String> {
         shared: root_shared,
     }];
     while let Some(top) = frames.last_mut() {
-        let child = child_at(&top.v, top.next);
-        top.next += 1;
-        match child {
-            Some(None) => {}
-            Some(Some(c)) => {
+        match next_container(&top.v, top.next) {
+            Some((next, c)) => {
+                top.next = next;
                 // The clone in `c` adds one reference.
                 let shared = c.share_count() > 2;
                 if shared {
@@ -1153,19 +1236,24 @@ fn check_depth(root: &Value, max_depth: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// The `i`-th child of a container (dict: key0, value0, key1, …): `None` past
-/// the end, `Some(None)` for a scalar child, `Some(Some(c))` for a container.
-fn child_at(v: &Value, i: usize) -> Option<Option<Value>> {
-    fn keep(c: &Value) -> Option<Value> {
-        c.is_container().then(|| c.clone())
+/// The first container child of `v` at or after position `from` (dict
+/// positions: key0, value0, key1, …) and the position after it; `None` when
+/// there is none. Scalars are skipped in one pass under a single borrow.
+fn next_container(v: &Value, from: usize) -> Option<(usize, Value)> {
+    fn scan<'a>(items: impl Iterator<Item = &'a Value>, from: usize) -> Option<(usize, Value)> {
+        items
+            .enumerate()
+            .find(|(_, c)| c.is_container())
+            .map(|(i, c)| (from + i + 1, c.clone()))
     }
     match v {
-        Value::List(l) => l.borrow().get(i).map(keep),
-        Value::Tuple(t) => t.get(i).map(keep),
+        Value::List(l) => scan(l.borrow().get(from..)?.iter(), from),
+        Value::Tuple(t) => scan(t.get(from..)?.iter(), from),
         Value::Dict(d) => {
             let d = d.borrow();
-            let (k, x) = d.get(i / 2)?;
-            Some(keep(if i % 2 == 0 { k } else { x }))
+            let pairs = d.get(from / 2..)?;
+            let flat = pairs.iter().flat_map(|(k, x)| [k, x]).skip(from % 2);
+            scan(flat, from)
         }
         _ => None,
     }
@@ -1594,7 +1682,8 @@ mod tests {
         assert_eq!(v.as_f64(), Some(u64::MAX as f64));
         assert_eq!(v.type_name(), "int");
         // A 9-byte encoding of a value that fits i64 narrows to Int.
-        assert_eq!(ok(&P::new().long1(&[0xfe; 9]).stop()), Value::Int(-2));
+        let minus2 = [0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff];
+        assert_eq!(ok(&P::new().long1(&minus2).stop()), Value::Int(-2));
         // 16 bytes: i128::MIN.
         let mut min = [0u8; 16];
         min[15] = 0x80;
@@ -2345,13 +2434,15 @@ mod tests {
         for i in 0..3 {
             p = entry(p, 1 + i, true);
         }
+        p = p.op(op::APPENDS);
+        // After the APPENDS the memo slots hold the handles.
         p = p
             .op(op::MARK)
             .get(1)
             .get(2)
             .get(3)
             .op(op::TUPLE)
-            .op(op::APPENDS);
+            .op(op::APPEND);
         let mut hook = Replace::default();
         let v = unpickle(&p.stop()[..], &Limits::default(), &mut hook).unwrap();
         let items = v.list_items().unwrap();
@@ -2365,6 +2456,32 @@ mod tests {
         );
         assert_eq!(hook.weak_lists.len(), 3);
         assert!(hook.weak_lists.iter().all(|w| w.upgrade().is_none()));
+    }
+
+    #[test]
+    fn recycled_dicts_start_empty() {
+        // The first batch's dict is replaced and recycled; the second batch's
+        // EMPTY_DICT reuses its allocation and must not see old contents.
+        let b = entry(P::new().op(op::EMPTY_LIST).op(op::MARK), 0, true)
+            .op(op::APPENDS)
+            .op(op::MARK)
+            .op(op::EMPTY_DICT)
+            .s("x")
+            .k(1)
+            .op(op::SETITEM)
+            .op(op::EMPTY_DICT)
+            .op(op::APPENDS)
+            .stop();
+        let mut hook = Replace::default();
+        let v = unpickle(&b[..], &Limits::default(), &mut hook).unwrap();
+        let items = v.list_items().unwrap();
+        assert_eq!(items[0], Value::Handle(0));
+        assert_eq!(
+            *items[1].dict_items().unwrap(),
+            vec![(s("x"), Value::Int(1))]
+        );
+        assert_eq!(items[2].dict_items().unwrap().len(), 0);
+        assert_eq!(hook.calls, 3);
     }
 
     #[test]
@@ -2597,21 +2714,147 @@ mod tests {
         };
         let with_hook = std::env::var_os("MEMCUT_SPEED_NOHOOK").is_none();
         let t = std::time::Instant::now();
+        let cpu0 = super::micro::cpu();
         let file = std::fs::File::open(&path).unwrap();
-        let mut hook = Replace::default();
+        /// What a real caller does: replace trace entries with handles.
+        #[derive(Default)]
+        struct Entries {
+            calls: usize,
+            n: u32,
+        }
+        impl Hook for Entries {
+            fn on_list_dict(&mut self, d: &[(Value, Value)]) -> Result<Option<Value>, String> {
+                self.calls += 1;
+                if d.iter().any(|(k, _)| k.as_str() == Some("action")) {
+                    self.n += 1;
+                    return Ok(Some(Value::Handle(self.n - 1)));
+                }
+                Ok(None)
+            }
+        }
+        let mut hook = Entries::default();
         let v = if with_hook {
             unpickle(BufReader::new(file), &Limits::default(), &mut hook).unwrap()
         } else {
             unpickle(BufReader::new(file), &Limits::default(), &mut NoHook).unwrap()
         };
         let parsed = t.elapsed();
+        let parsed_cpu = super::micro::cpu() - cpu0;
         let (handles, dicts) = count_traces(&v);
         drop(v);
         eprintln!(
-            "unpickle {:?}: {parsed:?} (with drop {:?}); hook calls {}, handles {handles}, dicts {dicts}",
+            "unpickle {:?}: {parsed:?} wall, {parsed_cpu:.3} s CPU (with drop {:?}); hook calls {}, handles {handles}, dicts {dicts}",
             path,
             t.elapsed(),
             hook.calls
         );
+    }
+}
+
+/// Per-opcode timings on synthetic lists (run by hand:
+/// `cargo test --release --lib formats::pickle::micro -- --ignored --nocapture`).
+#[cfg(test)]
+mod micro {
+    use super::*;
+
+    fn list_of(n: usize, item: &[u8], prefix: &[u8]) -> Vec<u8> {
+        let mut b = vec![op::PROTO, 4];
+        b.extend_from_slice(prefix);
+        b.push(op::EMPTY_LIST);
+        for c in 0..n / 1000 {
+            let _ = c;
+            b.push(op::MARK);
+            for _ in 0..1000 {
+                b.extend_from_slice(item);
+            }
+            b.push(op::APPENDS);
+        }
+        b.push(op::STOP);
+        b
+    }
+
+    struct H;
+    impl Hook for H {
+        fn on_list_dict(&mut self, _d: &[(Value, Value)]) -> Result<Option<Value>, String> {
+            Ok(Some(Value::Handle(1)))
+        }
+    }
+
+    /// CPU time of this thread in seconds (the machine is shared).
+    /// (Linux only; NaN elsewhere.)
+    pub(super) fn cpu() -> f64 {
+        std::fs::read_to_string("/proc/thread-self/schedstat")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+            .map_or(f64::NAN, |ns| ns / 1e9)
+    }
+
+    fn time(name: &str, b: &[u8], hook: &mut dyn Hook) {
+        if let Ok(only) = std::env::var("MICRO") {
+            if !name.starts_with(&only) {
+                return;
+            }
+        }
+        let mut best = f64::MAX;
+        for _ in 0..std::env::var("MICRO_N").map_or(5, |n| n.parse().unwrap()) {
+            let t = cpu();
+            let v = unpickle(b, &Limits::default(), hook).unwrap();
+            drop(v);
+            best = best.min(cpu() - t);
+        }
+        eprintln!("{name}: {:.1} ns/item", best * 1e9 / 1e6);
+    }
+
+    #[test]
+    #[ignore]
+    fn micro() {
+        const N: usize = 1_000_000;
+        time("BININT1", &list_of(N, &[op::BININT1, 7], &[]), &mut NoHook);
+        time(
+            "LONG1x6",
+            &list_of(N, &[op::LONG1, 6, 1, 2, 3, 4, 5, 6], &[]),
+            &mut NoHook,
+        );
+        let pre = [op::SHORT_BINUNICODE, 1, b'a', op::MEMOIZE, op::POP];
+        time(
+            "BINGET str",
+            &list_of(N, &[op::BINGET, 0], &pre),
+            &mut NoHook,
+        );
+        time(
+            "LONG_BINGET str",
+            &list_of(N, &[op::LONG_BINGET, 0, 0, 0, 0], &pre),
+            &mut NoHook,
+        );
+        time(
+            "EMPTY_DICT",
+            &list_of(N, &[op::EMPTY_DICT], &[]),
+            &mut NoHook,
+        );
+        time(
+            "EMPTY_DICT hook",
+            &list_of(N, &[op::EMPTY_DICT], &[]),
+            &mut H,
+        );
+        time(
+            "EMPTY_DICT MEMOIZE hook",
+            &list_of(N, &[op::EMPTY_DICT, op::MEMOIZE], &[]),
+            &mut H,
+        );
+        let entry = [
+            op::EMPTY_DICT,
+            op::MEMOIZE,
+            op::MARK,
+            op::BINGET,
+            0,
+            op::BINGET,
+            0,
+            op::BINGET,
+            0,
+            op::BININT1,
+            3,
+            op::SETITEMS,
+        ];
+        time("dict(2) MEMOIZE hook", &list_of(N, &entry, &pre), &mut H);
     }
 }
