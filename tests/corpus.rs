@@ -14,7 +14,10 @@ fn corpus() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        eprintln!("skipping: corpus not found at {} (set MEMCUT_CORPUS)", dir.display());
+        eprintln!(
+            "skipping: corpus not found at {} (set MEMCUT_CORPUS)",
+            dir.display()
+        );
         None
     }
 }
@@ -42,15 +45,39 @@ fn files(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Vec<PathBuf> {
 const PYTHON_PEAKS: &[(&str, u64)] = &[
     ("cs336-bcrafton/memory_snapshot.pickle", 3849232640),
     ("cs336-magma27/memory_snapshot.pickle", 13923997700),
-    ("cs336-nothanmin/memory_snapshot_forward.pickle", 43754773506),
-    ("cs336-nothanmin/memory_snapshot_forward_without_mixed.pickle", 44087612420),
+    (
+        "cs336-nothanmin/memory_snapshot_forward.pickle",
+        43754773506,
+    ),
+    (
+        "cs336-nothanmin/memory_snapshot_forward_without_mixed.pickle",
+        44087612420,
+    ),
     ("cs336-silmont2000/mem_snapshot.pickle", 3249143816),
-    ("cs336-silmont2000/memory_forward_bf16_128.pickle", 779837440),
-    ("cs336-silmont2000/memory_forward_fp32_128.pickle", 556843008),
-    ("cs336-wedsonlin/results/medium_1024_training_memory_snapshot.pickle", 24207167496),
-    ("cs336-wedsonlin/results/medium_128_inference_memory_snapshot.pickle", 1736962048),
-    ("cs336-wedsonlin/results/medium_128_training_memory_snapshot.pickle", 7013335044),
-    ("cs336-wedsonlin/results/medium_512_training_memory_snapshot.pickle", 12426629128),
+    (
+        "cs336-silmont2000/memory_forward_bf16_128.pickle",
+        779837440,
+    ),
+    (
+        "cs336-silmont2000/memory_forward_fp32_128.pickle",
+        556843008,
+    ),
+    (
+        "cs336-wedsonlin/results/medium_1024_training_memory_snapshot.pickle",
+        24207167496,
+    ),
+    (
+        "cs336-wedsonlin/results/medium_128_inference_memory_snapshot.pickle",
+        1736962048,
+    ),
+    (
+        "cs336-wedsonlin/results/medium_128_training_memory_snapshot.pickle",
+        7013335044,
+    ),
+    (
+        "cs336-wedsonlin/results/medium_512_training_memory_snapshot.pickle",
+        12426629128,
+    ),
     ("decomfl/memory.pickle", 1783664516),
     ("flexgen-yiyi/1.3b_snapshot.pickle", 5692346376),
     ("flexgen-yiyi/log1/1.3b_snapshot.pickle", 809849328),
@@ -76,31 +103,48 @@ fn every_snapshot_pickle_matches_the_python_replay_peak() {
             .filter(|(c, _)| **c != memcut::model::Category::AllocatorCache)
             .map(|(_, b)| b)
             .sum();
-        assert_eq!(categorised, peak.allocated_bytes, "{name}: categories sum to the peak");
+        assert_eq!(
+            categorised, peak.allocated_bytes,
+            "{name}: categories sum to the peak"
+        );
     }
 }
 
 /// Max `Total Allocated` per device, read independently of memcut's reader.
 fn max_total_allocated(path: &Path) -> BTreeMap<String, u64> {
     let mut raw = Vec::new();
-    std::fs::File::open(path).unwrap().read_to_end(&mut raw).unwrap();
+    std::fs::File::open(path)
+        .unwrap()
+        .read_to_end(&mut raw)
+        .unwrap();
     let text = if raw.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(&raw[..]).read_to_end(&mut out).unwrap();
+        flate2::read::MultiGzDecoder::new(&raw[..])
+            .read_to_end(&mut out)
+            .unwrap();
         out
     } else {
         raw
     };
     let json: serde_json::Value = serde_json::from_slice(&text).unwrap();
-    let events = json.get("traceEvents").and_then(|e| e.as_array()).cloned().unwrap_or_default();
+    let events = json
+        .get("traceEvents")
+        .and_then(|e| e.as_array())
+        .cloned()
+        .unwrap_or_default();
     let mut out = BTreeMap::new();
     for e in events {
         if e.get("name").and_then(|n| n.as_str()) != Some("[memory]") {
             continue;
         }
         let args = &e["args"];
-        let Some(total) = args.get("Total Allocated").and_then(|v| v.as_u64()) else { continue };
-        let kind = args.get("Device Type").and_then(|v| v.as_i64()).unwrap_or(0);
+        let Some(total) = args.get("Total Allocated").and_then(|v| v.as_u64()) else {
+            continue;
+        };
+        let kind = args
+            .get("Device Type")
+            .and_then(|v| v.as_i64())
+            .unwrap_or(0);
         let id = args.get("Device Id").and_then(|v| v.as_i64()).unwrap_or(-1);
         let name = match kind {
             0 => "cpu".to_owned(),
@@ -133,10 +177,16 @@ fn chrome_traces_with_memory_peak_at_the_allocator_total() {
                     }
                 }
                 if name.contains("df_index_resolver") {
-                    assert!(report.devices.iter().any(|d| d.device == "cuda:1"), "{name}");
+                    assert!(
+                        report.devices.iter().any(|d| d.device == "cuda:1"),
+                        "{name}"
+                    );
                 }
                 if name.contains("mi300") || name.contains("inference/") {
-                    assert!(report.devices.iter().any(|d| d.device.starts_with("hip:")), "{name}");
+                    assert!(
+                        report.devices.iter().any(|d| d.device.starts_with("hip:")),
+                        "{name}"
+                    );
                 }
             }
         }

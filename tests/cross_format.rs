@@ -19,7 +19,12 @@ const RUNS: &[&str] = &[
 
 fn cpu_peak(path: &Path) -> memcut::report::Peak {
     let report = memcut::analyze_path(path, &AnalyzeOptions::new()).unwrap();
-    report.devices.into_iter().find(|d| d.device == "cpu").expect("cpu device").peak
+    report
+        .devices
+        .into_iter()
+        .find(|d| d.device == "cpu")
+        .expect("cpu device")
+        .peak
 }
 
 #[test]
@@ -33,7 +38,9 @@ fn chrome_trace_and_snapshot_of_one_run_agree() {
         let traced = |p: &memcut::report::Peak| -> BTreeMap<(u64, u64), Category> {
             p.allocations
                 .iter()
-                .filter(|a| !a.rule.starts_with("existed_before") && !a.rule.starts_with("allocated_before"))
+                .filter(|a| {
+                    !a.rule.starts_with("existed_before") && !a.rule.starts_with("allocated_before")
+                })
                 .map(|a| ((a.addr, a.size), a.category))
                 .collect()
         };
@@ -42,6 +49,9 @@ fn chrome_trace_and_snapshot_of_one_run_agree() {
         let s_bytes: u64 = s.keys().map(|k| k.1).sum();
         assert_eq!(c_bytes, s_bytes, "{run}: peak bytes traced in both");
         let mismatched: Vec<_> = c.iter().filter(|(k, cat)| s.get(k) != Some(cat)).collect();
-        assert!(mismatched.is_empty(), "{run}: categories differ at {mismatched:?}");
+        assert!(
+            mismatched.is_empty(),
+            "{run}: categories differ at {mismatched:?}"
+        );
     }
 }
