@@ -403,3 +403,196 @@ fn user_rule_name(name: &str) -> &'static str {
     names.insert(name.to_owned(), leaked);
     leaked
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{DeviceTrace, Event, Frame, Trace};
+    use crate::timeline::replay;
+
+    /// Builds a one-device trace from (action, addr, size, stack) rows; a
+    /// stack is a list of frame names, innermost first.
+    struct TraceBuilder {
+        trace: Trace,
+        events: Vec<Event>,
+    }
+
+    impl TraceBuilder {
+        fn new() -> TraceBuilder {
+            TraceBuilder {
+                trace: Trace::new(Format::TorchSnapshot),
+                events: Vec::new(),
+            }
+        }
+        fn alloc(mut self, addr: u64, size: u64, stack: &[&str]) -> TraceBuilder {
+            let frames: Vec<Frame> = stack
+                .iter()
+                .map(|n| Frame {
+                    filename: 0,
+                    line: 0,
+                    name: self.trace.sites.intern_str(n),
+                })
+                .collect();
+            let mut e = Event::new(Action::Alloc, addr, size);
+            e.site = self.trace.sites.intern_site(&frames);
+            self.events.push(e);
+            self
+        }
+        fn free(mut self, addr: u64) -> TraceBuilder {
+            let size = self
+                .events
+                .iter()
+                .rev()
+                .find(|e| e.addr == addr)
+                .map_or(0, |e| e.size);
+            self.events
+                .push(Event::new(Action::FreeCompleted, addr, size));
+            self
+        }
+        /// Category and rule of each allocation, in allocation order.
+        fn classify(mut self) -> Vec<(Category, &'static str)> {
+            self.trace.devices.push(DeviceTrace {
+                device: "cuda:0".into(),
+                events: self.events,
+                ..DeviceTrace::default()
+            });
+            let device = &self.trace.devices[0];
+            let r = replay(device);
+            classify(&self.trace, device, &r, &[])
+                .into_iter()
+                .map(|c| (c.category, c.rule))
+                .collect()
+        }
+    }
+
+    const INIT: &[&str] = &[
+        "torch/nn/init.py(1): kaiming_uniform_",
+        "torch/nn/modules/linear.py(100): __init__",
+    ];
+    const FWD: &[&str] = &[
+        "<built-in function linear>",
+        "torch/nn/modules/linear.py(130): forward",
+        "nn.Module: Linear_0",
+    ];
+    const BWD: &[&str] = &[
+        "<built-in method run_backward>",
+        "torch/autograd/graph.py(1): _engine_run_backward",
+    ];
+    const OPT: &[&str] = &[
+        "<built-in method zeros_like>",
+        "torch/optim/adam.py(140): _init_group",
+    ];
+    const BATCH: &[&str] = &["<built-in method randn>", "train.py(10): main"];
+
+    //  pos: 1 2 3 4 5 6 7 8 9 10
+    //  w    ████████████████████  parameter (init, alive)
+    //  x      ██████████████████  input (outside the model, live in forward)
+    //  a        ██████            activation (forward, freed in backward)
+    //  t          ██              temporary (forward, freed before any other alloc)
+    //  g            ████████████  gradient (backward, outlives it)
+    //  s                ████████  optimizer state (step, alive)
+    #[test]
+    fn a_training_step_gets_every_category_right() {
+        let got = TraceBuilder::new()
+            .alloc(1, 100, INIT)
+            .alloc(2, 10, BATCH)
+            .alloc(3, 50, FWD)
+            .alloc(4, 5, FWD)
+            .free(4)
+            .alloc(5, 100, BWD)
+            .free(3)
+            .alloc(6, 200, OPT)
+            .classify();
+        let cats: Vec<Category> = got.iter().map(|c| c.0).collect();
+        assert_eq!(
+            cats,
+            vec![
+                Category::Parameter,
+                Category::Input,
+                Category::Activation,
+                Category::Temporary,
+                Category::Gradient,
+                Category::OptimizerState,
+            ],
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn backward_buffer_freed_within_backward_is_autograd_detail() {
+        let got = TraceBuilder::new()
+            .alloc(1, 64, BWD)
+            .alloc(2, 64, BWD)
+            .free(1)
+            .alloc(3, 8, OPT)
+            .classify();
+        assert_eq!(got[0], (Category::AutogradDetail, "freed_within_backward"));
+    }
+
+    #[test]
+    fn concatenated_cache_under_attention_is_kv_cache_in_inference() {
+        let kv = &[
+            "<built-in method cat>",
+            "model.py(67): attn",
+            "nn.Module: Attention_0",
+        ];
+        let got = TraceBuilder::new()
+            .alloc(1, 4096, kv)
+            .alloc(2, 64, FWD)
+            .alloc(3, 64, FWD)
+            .free(2)
+            .classify();
+        assert_eq!(got[0].0, Category::KvCache);
+    }
+
+    #[test]
+    fn user_rules_come_first() {
+        let mut b = TraceBuilder::new().alloc(1, 100, FWD);
+        b.trace.devices.push(DeviceTrace {
+            device: "cuda:0".into(),
+            events: std::mem::take(&mut b.events),
+            ..DeviceTrace::default()
+        });
+        let rule = UserRule {
+            name: "linear_is_weights".into(),
+            category: Category::Parameter,
+            site_contains: Some("linear.py".into()),
+            alive_at_end: None,
+            min_bytes: None,
+        };
+        let d = &b.trace.devices[0];
+        let got = classify(&b.trace, d, &replay(d), &[rule]);
+        assert_eq!(got[0].category, Category::Parameter);
+        assert_eq!(got[0].rule, "user:linear_is_weights");
+    }
+
+    #[test]
+    fn same_answer_at_one_and_many_threads() {
+        let mut b = TraceBuilder::new();
+        for i in 0..2000u64 {
+            let stack = [INIT, FWD, BWD, OPT, BATCH][(i % 5) as usize];
+            b = b.alloc(i + 1, 100 + i, stack);
+            if i % 3 == 0 {
+                b = b.free(i + 1);
+            }
+        }
+        let run = |threads| {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let mut t = Trace::new(Format::TorchSnapshot);
+            t.sites = b.trace.sites.clone();
+            t.devices.push(DeviceTrace {
+                device: "cuda:0".into(),
+                events: b.events.clone(),
+                ..DeviceTrace::default()
+            });
+            pool.install(|| {
+                let d = &t.devices[0];
+                classify(&t, d, &replay(d), &[])
+            })
+        };
+        assert_eq!(run(1), run(4));
+    }
+}

@@ -11,7 +11,9 @@
 //!
 //! File names are never consulted.
 
+use std::cell::Cell;
 use std::io::{BufRead, BufReader, Read};
+use std::rc::Rc;
 
 use flate2::bufread::MultiGzDecoder;
 
@@ -72,15 +74,21 @@ fn read_sniffed(reader: &mut dyn BufRead, limits: &Limits, depth: u32) -> Result
         if depth >= 2 {
             return Err(Error::UnknownFormat("gzip nested more than twice".into()));
         }
+        let failure = Rc::new(Cell::new(None));
         let inflated = LimitedReader {
             inner: MultiGzDecoder::new(reader),
             left: limits.max_inflated_bytes,
             limit: limits.max_inflated_bytes,
+            failure: Rc::clone(&failure),
         };
         let mut inner = BufReader::with_capacity(1 << 16, inflated);
-        return read_sniffed(&mut inner, limits, depth + 1).map_err(|e| match e {
-            Error::Io(io) => gzip_error(io),
-            other => other,
+        // A parser that fails because the stream under it broke reports the
+        // stream's problem, not the half-read content's.
+        return read_sniffed(&mut inner, limits, depth + 1).map_err(|e| {
+            match (failure.take(), e) {
+                (Some(io), _) | (None, Error::Io(io)) => gzip_error(io),
+                (None, other) => other,
+            }
         });
     }
     if head[0] == 0x80 {
@@ -95,6 +103,9 @@ fn read_sniffed(reader: &mut dyn BufRead, limits: &Limits, depth: u32) -> Result
 fn gzip_error(e: std::io::Error) -> Error {
     match e.kind() {
         std::io::ErrorKind::UnexpectedEof => Error::UnknownFormat("truncated gzip stream".into()),
+        _ if e.to_string().contains("incomplete deflate") => {
+            Error::UnknownFormat("truncated gzip stream".into())
+        }
         std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput => {
             Error::UnknownFormat(format!("corrupt gzip stream: {e}"))
         }
@@ -158,11 +169,21 @@ fn peek(reader: &mut dyn BufRead, n: usize) -> Result<Vec<u8>> {
     Ok(buf[..buf.len().min(n)].to_vec())
 }
 
-/// Stops inflation past the configured limit (gzip bombs).
+/// Stops inflation past the configured limit (gzip bombs) and remembers
+/// the first error of the stream below.
 struct LimitedReader<R> {
     inner: R,
     left: u64,
     limit: u64,
+    failure: Rc<Cell<Option<std::io::Error>>>,
+}
+
+impl<R: Read> LimitedReader<R> {
+    fn remember(&self, e: std::io::Error) -> std::io::Error {
+        let copy = std::io::Error::new(e.kind(), e.to_string());
+        self.failure.set(Some(e));
+        copy
+    }
 }
 
 impl<R: Read> Read for LimitedReader<R> {
@@ -170,19 +191,23 @@ impl<R: Read> Read for LimitedReader<R> {
         if self.left == 0 {
             // Is there more? One byte tells.
             let mut probe = [0u8; 1];
-            return match self.inner.read(&mut probe)? {
-                0 => Ok(0),
-                _ => Err(std::io::Error::new(
+            return match self.inner.read(&mut probe) {
+                Ok(0) => Ok(0),
+                Ok(_) => Err(self.remember(std::io::Error::new(
                     std::io::ErrorKind::FileTooLarge,
                     format!(
                         "gzip stream inflates past {} bytes (possible gzip bomb)",
                         self.limit
                     ),
-                )),
+                ))),
+                Err(e) => Err(self.remember(e)),
             };
         }
         let want = buf.len().min(self.left.min(usize::MAX as u64) as usize);
-        let n = self.inner.read(&mut buf[..want])?;
+        let n = self
+            .inner
+            .read(&mut buf[..want])
+            .map_err(|e| self.remember(e))?;
         self.left -= n as u64;
         Ok(n)
     }

@@ -1,0 +1,194 @@
+//! `memcut analyze` as a user runs it.
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+const SAMPLE: &str = "sample_traces/train_adamw.snapshot.pickle.gz";
+
+fn memcut() -> Command {
+    Command::cargo_bin("memcut").unwrap()
+}
+
+#[test]
+fn json_report_has_the_contract_fields() {
+    let out = memcut()
+        .args(["analyze", SAMPLE, "--format", "json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["tool"]["name"], "memcut");
+    assert_eq!(v["source"]["format"], "torch_snapshot");
+    assert_eq!(v["source"]["path"], SAMPLE);
+    let d = &v["devices"][0];
+    assert_eq!(d["device"], "cpu");
+    let peak = &d["peak"];
+    for key in [
+        "allocated_bytes",
+        "reserved_bytes",
+        "event_index",
+        "ts_us",
+        "by_category",
+        "top_sites",
+        "allocations",
+    ] {
+        assert!(peak.get(key).is_some(), "peak.{key} missing");
+    }
+    let first = &peak["allocations"][0];
+    for key in ["addr", "size", "category", "site", "rule"] {
+        assert!(first.get(key).is_some(), "allocation.{key} missing");
+    }
+    // Largest first.
+    let sizes: Vec<u64> = peak["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["size"].as_u64().unwrap())
+        .collect();
+    assert!(sizes.windows(2).all(|w| w[0] >= w[1]));
+    // The JSON round-trips through the library's own type.
+    let text = String::from_utf8(out.stdout).unwrap();
+    let parsed = memcut::report::json::parse(&text).unwrap();
+    assert_eq!(memcut::report::json::render(&parsed), text);
+}
+
+#[test]
+fn stdin_and_file_give_the_same_numbers() {
+    let bytes = std::fs::read(SAMPLE).unwrap();
+    let from_stdin = memcut()
+        .args(["analyze", "-", "-f", "json"])
+        .write_stdin(bytes)
+        .output()
+        .unwrap();
+    let from_file = memcut()
+        .args(["analyze", SAMPLE, "-f", "json"])
+        .output()
+        .unwrap();
+    let a: serde_json::Value = serde_json::from_slice(&from_stdin.stdout).unwrap();
+    let b: serde_json::Value = serde_json::from_slice(&from_file.stdout).unwrap();
+    assert_eq!(a["devices"], b["devices"]);
+    assert_eq!(a["source"]["path"], "-");
+}
+
+#[test]
+fn markdown_and_text_name_the_peak() {
+    memcut()
+        .args(["analyze", SAMPLE, "-f", "md"])
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("## Device `cpu`")
+                .and(predicate::str::contains("| Peak allocated | **18.8 MiB**")),
+        );
+    memcut()
+        .args(["analyze", SAMPLE, "-f", "text"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("cpu: peak 18.8 MiB allocated"));
+}
+
+#[test]
+fn output_file_and_device_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.json");
+    memcut()
+        .args(["analyze", SAMPLE, "-f", "json", "--device", "cpu", "-o"])
+        .arg(&out)
+        .assert()
+        .success()
+        .stdout("");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(v["devices"].as_array().unwrap().len(), 1);
+    let none = memcut()
+        .args(["analyze", SAMPLE, "-f", "json", "--device", "cuda:7"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&none.stdout).unwrap();
+    assert!(v["diagnostics"]
+        .to_string()
+        .contains("device cuda:7 not in this trace"));
+}
+
+#[test]
+fn user_rules_file_is_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.json");
+    std::fs::write(
+        &rules,
+        r#"[{"name": "adam", "category": "unknown", "site_contains": "adam.py"}]"#,
+    )
+    .unwrap();
+    let out = memcut()
+        .args(["analyze", SAMPLE, "-f", "json", "--rules"])
+        .arg(&rules)
+        .output()
+        .unwrap();
+    assert!(out.stdout.windows(9).any(|w| w == b"user:adam"));
+    std::fs::write(&rules, "[{\"nam\": 1}]").unwrap();
+    memcut()
+        .args(["analyze", SAMPLE, "--rules"])
+        .arg(&rules)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("bad rules file"));
+}
+
+fn fails_with(bytes: &[u8], expected: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("input.bin");
+    std::fs::write(&path, bytes).unwrap();
+    let out = memcut().arg("analyze").arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{expected}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.starts_with(&format!("memcut: error: {}: ", path.display())),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(expected),
+        "expected {expected:?} in {stderr}"
+    );
+}
+
+#[test]
+fn bad_inputs_get_one_line_errors() {
+    fails_with(b"", "empty file");
+    fails_with(b"\x13\x37 random bytes \xff\xfe", "unrecognised content");
+    fails_with(br#"{"not": "a snapshot"}"#, "neither `traceEvents`");
+    // GLOBAL os.system: refused, never imported.
+    fails_with(
+        b"\x80\x02cos\nsystem\nq\x00X\x04\x00\x00\x00trueq\x01\x85q\x02Rq\x03.",
+        "opcode GLOBAL (0x63) refused",
+    );
+    let real = std::fs::read("sample_traces/train_sgd_momentum.snapshot.pickle.gz").unwrap();
+    let mut raw = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&real[..]), &mut raw).unwrap();
+    fails_with(&raw[..raw.len() / 2], "truncated pickle");
+    fails_with(&real[..real.len() / 2], "truncated gzip");
+}
+
+#[test]
+fn a_directory_is_not_a_trace() {
+    memcut()
+        .args(["analyze", "sample_traces"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "memcut: error: sample_traces: is a directory",
+        ));
+}
+
+#[test]
+fn one_bad_file_does_not_stop_the_others() {
+    let out = memcut()
+        .args(["analyze", "no/such/file", SAMPLE, "-f", "text"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("cpu: peak"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("memcut: error: no/such/file: cannot read")
+    );
+}
