@@ -252,6 +252,12 @@ fn event_ts(device: &DeviceTrace, position: u32) -> Option<f64> {
     device.events.get(index).and_then(|e| e.ts())
 }
 
+/// What the program was doing at a position (the report's phase naming):
+/// used by the planner to say where a peak moved.
+pub fn phase_at(trace: &Trace, device: &DeviceTrace, position: u32) -> String {
+    phase_name(trace, device, position)
+}
+
 /// The phase at a position: the enclosing annotation if any (e.g.
 /// `Optimizer.step#AdamW.step`), else the phase of the latest allocation.
 fn phase_name(trace: &Trace, device: &DeviceTrace, position: u32) -> String {

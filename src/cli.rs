@@ -22,6 +22,8 @@ pub struct Cli {
 pub enum Command {
     /// Analyse traces: peak, what was live, OOMs, and a cut plan when a budget is known.
     Analyze(AnalyzeArgs),
+    /// Plan cuts for a component list `[{"name", "peak_gb", "cuttable"}]` against a target in GB.
+    Plan(PlanArgs),
 }
 
 #[derive(Debug, Args)]
@@ -47,4 +49,54 @@ pub struct AnalyzeArgs {
     /// Exit 1 when the input was damaged (truncated, …) even if a partial report was made.
     #[arg(long)]
     pub strict: bool,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
+}
+
+/// What the cut plan is planned against (shared by every command that plans).
+#[derive(Debug, Args)]
+pub struct BudgetArgs {
+    /// Memory budget per device: 80GiB, 79.6GB, 512MiB or bytes (GB = 10^9, GiB = 2^30)
+    /// [default: the device's memory if the trace says, else free + reserved at an OOM].
+    #[arg(long, value_name = "SIZE", value_parser = memcut::plan::parse_size)]
+    pub budget: Option<u64>,
+    /// Room kept free below the budget: a size or a percentage of the budget.
+    #[arg(long, value_name = "SIZE|PCT", default_value = "10%", value_parser = memcut::plan::Headroom::parse)]
+    pub headroom: memcut::plan::Headroom,
+    /// Data-parallel ranks the sharding levers may shard over (1: no sharding levers).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub dp_ranks: u32,
+    /// Levers to plan with instead of the built-in catalogue (JSON list of
+    /// {name, scales: {category: factor}, cost, action}).
+    #[arg(long, value_name = "FILE")]
+    pub levers: Option<PathBuf>,
+    /// Lever order: cheapest cost class first, or largest contribution at the peak first.
+    #[arg(long, value_enum, default_value = "cheapest")]
+    pub order: memcut::plan::Order,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Component list (JSON): [{"name": "weights", "peak_gb": 10.0, "cuttable": false}, …].
+    pub file: PathBuf,
+    /// Target peak in decimal GB (10^9 bytes).
+    #[arg(long, value_name = "GB", value_parser = parse_target_gb)]
+    pub target_gb: f64,
+    /// Output format.
+    #[arg(long, short = 'f', value_enum, default_value = "text")]
+    pub format: PlanFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlanFormat {
+    Text,
+    Md,
+    Json,
+}
+
+fn parse_target_gb(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a size in GB (a number >= 0)")),
+    }
 }

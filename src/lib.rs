@@ -25,6 +25,8 @@ pub use error::{Error, Result};
 pub struct AnalyzeOptions {
     pub analysis: analysis::Options,
     pub limits: input::Limits,
+    /// Budget, headroom and levers for the cut plan.
+    pub plan: plan::PlanOptions,
 }
 
 impl AnalyzeOptions {
@@ -32,6 +34,7 @@ impl AnalyzeOptions {
         AnalyzeOptions {
             analysis: analysis::Options::new(),
             limits: input::Limits::default(),
+            plan: plan::PlanOptions::default(),
         }
     }
 }
@@ -42,7 +45,8 @@ pub fn analyze_trace(
     source: report::SourceInfo,
     options: &AnalyzeOptions,
 ) -> report::Report {
-    let (report, _timelines) = analysis::analyze(trace, source, &options.analysis);
+    let (mut report, timelines) = analysis::analyze(trace, source, &options.analysis);
+    plan::attach_plans(trace, &mut report, &timelines, &options.plan);
     report
 }
 

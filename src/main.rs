@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use cli::{AnalyzeArgs, Cli, Command};
+use cli::{AnalyzeArgs, BudgetArgs, Cli, Command, PlanArgs, PlanFormat};
 use memcut::report::{self, OutputFormat};
 use memcut::{AnalyzeOptions, Error};
 
@@ -31,6 +31,7 @@ fn main() -> ExitCode {
     };
     let exit = match cli.command {
         Command::Analyze(args) => analyze(&args),
+        Command::Plan(args) => plan_components(&args),
     };
     ExitCode::from(exit as u8)
 }
@@ -50,6 +51,13 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
                 eprintln!("memcut: error: {}: {msg}", path.display());
                 return Exit::Usage;
             }
+        }
+    }
+    match plan_options(&args.budget) {
+        Ok(plan) => options.plan = plan,
+        Err(msg) => {
+            eprintln!("memcut: error: {msg}");
+            return Exit::Usage;
         }
     }
     let format = args.format.unwrap_or(if std::io::stdout().is_terminal() {
@@ -120,4 +128,54 @@ fn emit(text: &str, output: Option<&Path>) -> std::io::Result<()> {
 fn load_rules(path: &Path) -> Result<Vec<memcut::classify::UserRule>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
     serde_json::from_str(&text).map_err(|e| format!("bad rules file: {e}"))
+}
+
+/// The planner's options from the command line (`--levers` is read here).
+fn plan_options(args: &BudgetArgs) -> Result<memcut::plan::PlanOptions, String> {
+    let levers = match &args.levers {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+            let levers = memcut::plan::parse_levers(&text)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            Some(levers)
+        }
+        None => None,
+    };
+    Ok(memcut::plan::PlanOptions {
+        budget: args.budget,
+        headroom: args.headroom,
+        dp_ranks: args.dp_ranks,
+        levers,
+        order: args.order,
+    })
+}
+
+/// `memcut plan COMPONENTS.json --target-gb N`: the seed's component mode.
+fn plan_components(args: &PlanArgs) -> Exit {
+    let name = args.file.display().to_string();
+    let parsed = std::fs::read_to_string(&args.file)
+        .map_err(|e| format!("cannot read: {e}"))
+        .and_then(|text| memcut::plan::parse_components(&text));
+    let components = match parsed {
+        Ok(c) => c,
+        Err(msg) => {
+            eprintln!("memcut: error: {name}: {msg}");
+            return Exit::InputFailed;
+        }
+    };
+    let report = memcut::plan::ComponentReport::new(&components, args.target_gb);
+    let text = match args.format {
+        PlanFormat::Text => report.to_text(),
+        PlanFormat::Md => report.to_markdown(),
+        PlanFormat::Json => report.to_json(),
+    };
+    match emit(&text, None) {
+        Ok(()) => Exit::Ok,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Exit::Ok,
+        Err(e) => {
+            eprintln!("memcut: error: cannot write report: {e}");
+            Exit::InputFailed
+        }
+    }
 }

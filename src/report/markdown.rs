@@ -141,6 +141,14 @@ fn device(out: &mut String, d: &DeviceReport) {
                 h(plan.target_bytes),
                 h(plan.peak_before_bytes)
             );
+            if !plan.budget_source.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "Budget from {}. Peak = allocated + allocator cache (reserved − allocated), at {}; each step re-simulates the whole timeline.\n",
+                    cell(&plan.budget_source),
+                    cell(&plan.peak_before_at)
+                );
+            }
             if !plan.steps.is_empty() {
                 let _ = writeln!(out, "| # | Lever | Action | Cost | Saves | Peak after | Peak moves to |\n|---:|---|---|---|---:|---:|---|");
                 for (i, s) in plan.steps.iter().enumerate() {
@@ -161,12 +169,33 @@ fn device(out: &mut String, d: &DeviceReport) {
             let _ = writeln!(
                 out,
                 "**Verdict: {}** — {}\n",
-                serde_json::to_value(plan.verdict)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
+                plan.verdict.as_str(),
                 cell(&plan.reason)
             );
+            if let Some(o) = &plan.oom_plan {
+                let _ = writeln!(
+                    out,
+                    "At the OOM (event {}): allocated + the {} request = {}; {}. **{}** — {}\n",
+                    o.event_index,
+                    h(o.requested_bytes),
+                    h(o.demand_bytes),
+                    if o.steps.is_empty() {
+                        "no cut".to_owned()
+                    } else {
+                        format!(
+                            "cuts {} → {}",
+                            o.steps
+                                .iter()
+                                .map(|s| s.lever.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            h(o.estimated_peak_bytes)
+                        )
+                    },
+                    o.verdict.as_str(),
+                    cell(&o.reason)
+                );
+            }
         }
         None => {
             let _ = writeln!(

@@ -61,7 +61,8 @@ pub fn render(report: &Report) -> String {
             Some(plan) => {
                 let _ = writeln!(
                     out,
-                    "  plan: target {} (budget {} - headroom {}): {}",
+                    "  plan: {} for target {} (budget {} - headroom {}): {}",
+                    plan.verdict.as_str(),
                     h(plan.target_bytes),
                     h(plan.budget_bytes),
                     h(plan.headroom_bytes),
@@ -70,11 +71,25 @@ pub fn render(report: &Report) -> String {
                 for (i, s) in plan.steps.iter().enumerate() {
                     let _ = writeln!(
                         out,
-                        "    {}. {} -> peak {} (saves {})",
+                        "    {}. {} -> peak {} (saves {}){}",
                         i + 1,
                         s.lever,
                         h(s.peak_after_bytes),
-                        h(s.saved_bytes)
+                        h(s.saved_bytes),
+                        if s.peak_moved {
+                            format!(", peak moves to {}", s.peak_moved_to)
+                        } else {
+                            String::new()
+                        }
+                    );
+                }
+                if let Some(o) = &plan.oom_plan {
+                    let _ = writeln!(
+                        out,
+                        "  at the OOM (event {}): {}: {}",
+                        o.event_index,
+                        o.verdict.as_str(),
+                        o.reason
                     );
                 }
             }
