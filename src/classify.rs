@@ -186,12 +186,6 @@ struct Context<'a> {
     trust_given: bool,
 }
 
-/// How many other allocations may happen between an allocation and its
-/// free for it to still count as an operator's scratch space. Chosen on the
-/// sample traces (`sample_traces/`): PyTorch's own TEMPORARY tensors are
-/// freed before the op returns, typically with zero or one allocation between.
-const TEMPORARY_MAX_ALLOCS_BETWEEN: u32 = 0;
-
 /// Classifies every interval of one replayed device.
 pub fn classify(
     trace: &Trace,
@@ -295,7 +289,10 @@ fn classify_one(ctx: &Context, interval: &Interval, user_rules: &[UserRule]) -> 
     let free_phase = (!alive_at_end).then(|| ctx.phase(interval.end));
     let allocs_between = ctx.allocs_before[(interval.end.min(ctx.positions - 1)) as usize]
         - ctx.allocs_before[interval.start as usize];
-    let short_lived = !alive_at_end && allocs_between <= TEMPORARY_MAX_ALLOCS_BETWEEN;
+    // An operator's scratch space: freed before any other allocation happens.
+    // (Allowing one allocation in between was tried on sample_traces/: it
+    // turned PyTorch's autograd_detail buffers into temporaries.)
+    let short_lived = !alive_at_end && allocs_between == 0;
 
     if facts.accumulate_grad && free_phase != Some(Phase::Backward) {
         return pick(Category::Gradient, "accumulate_grad_outlives_backward");
