@@ -7,6 +7,7 @@
 //! Only `main.rs` and [`batch`] touch files, threads and exit codes.
 
 pub mod analysis;
+pub mod batch;
 pub mod classify;
 pub mod error;
 pub mod formats;
@@ -14,6 +15,7 @@ pub mod input;
 pub mod model;
 pub mod plan;
 pub mod report;
+pub mod size;
 pub mod timeline;
 
 use std::path::Path;
