@@ -290,7 +290,7 @@ pub fn progress_bar(inputs: &[Input], visible: bool) -> ProgressBar {
     );
     bar.set_style(
         ProgressStyle::with_template(
-            "{spinner} [{elapsed}] {bar:30} {msg} files · {binary_bytes}/{binary_total_bytes} · {binary_bytes_per_sec} · ETA {eta}",
+            "{spinner} [{elapsed}] {wide_bar} {msg} files · {binary_bytes_per_sec} · ETA {eta}",
         )
         .expect("valid template"),
     );
