@@ -458,7 +458,10 @@ pub fn describe_site(sites: &Sites, site: crate::model::SiteId) -> String {
 
 /// A Python frame: a `.py` file, or the profiler's `file.py(N): name` form.
 fn is_python(file: &str, name: &str) -> bool {
-    file.ends_with(".py") || name.contains(".py(") || name.starts_with("<built-in")
+    file.ends_with(".py")
+        || name.contains(".py(")
+        || name.starts_with("<built-in")
+        || name.starts_with("nn.Module:")
 }
 
 fn format_frame(file: &str, line: u32, name: &str) -> String {

@@ -24,6 +24,8 @@ pub enum Command {
     Analyze(AnalyzeArgs),
     /// Plan cuts for a component list `[{"name", "peak_gb", "cuttable"}]` against a target in GB.
     Plan(PlanArgs),
+    /// Analyse many traces (files, folders, globs) in parallel: one report each plus a summary.
+    Batch(BatchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -99,4 +101,34 @@ fn parse_target_gb(s: &str) -> Result<f64, String> {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
         _ => Err(format!("`{s}` is not a size in GB (a number >= 0)")),
     }
+}
+
+#[derive(Debug, Args)]
+pub struct BatchArgs {
+    /// Files, folders (searched recursively; files recognised by content) and globs.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// Write one report per input and format here (created if missing).
+    #[arg(long)]
+    pub out_dir: Option<PathBuf>,
+    /// Report formats, comma-separated.
+    #[arg(
+        long,
+        short = 'f',
+        value_enum,
+        value_delimiter = ',',
+        default_value = "md"
+    )]
+    pub format: Vec<OutputFormat>,
+    /// Files analysed at once [default: one per core].
+    #[arg(long, short = 'j', default_value_t = 0)]
+    pub jobs: usize,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
+    /// Also write the summary to FILE: .csv, .jsonl or .md by extension.
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
+    /// Exit 3 when some input does not fit the budget.
+    #[arg(long, requires = "budget")]
+    pub fail_over_budget: bool,
 }

@@ -7,6 +7,7 @@
 //! Only `main.rs` and [`batch`] touch files, threads and exit codes.
 
 pub mod analysis;
+pub mod batch;
 pub mod classify;
 pub mod error;
 pub mod formats;

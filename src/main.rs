@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use cli::{AnalyzeArgs, BudgetArgs, Cli, Command, PlanArgs, PlanFormat};
+use cli::{AnalyzeArgs, BatchArgs, BudgetArgs, Cli, Command, PlanArgs, PlanFormat};
 use memcut::report::{self, OutputFormat};
 use memcut::{AnalyzeOptions, Error};
 
@@ -19,6 +19,7 @@ enum Exit {
     Ok = 0,
     InputFailed = 1,
     Usage = 2,
+    OverBudget = 3,
 }
 
 fn main() -> ExitCode {
@@ -32,6 +33,7 @@ fn main() -> ExitCode {
     let exit = match cli.command {
         Command::Analyze(args) => analyze(&args),
         Command::Plan(args) => plan_components(&args),
+        Command::Batch(args) => batch(&args),
     };
     ExitCode::from(exit as u8)
 }
@@ -178,4 +180,76 @@ fn plan_components(args: &PlanArgs) -> Exit {
             Exit::InputFailed
         }
     }
+}
+
+fn batch(args: &BatchArgs) -> Exit {
+    use memcut::batch::{self, SummaryFormat};
+    let summary_format = match args.summary.as_deref().map(SummaryFormat::from_path) {
+        Some(Err(msg)) => {
+            eprintln!("memcut: error: {msg}");
+            return Exit::Usage;
+        }
+        Some(Ok(f)) => Some(f),
+        None => None,
+    };
+    if let Some(dir) = &args.out_dir {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            eprintln!("memcut: error: --out-dir {}: {e}", dir.display());
+            return Exit::Usage;
+        }
+    }
+    let mut formats = Vec::new();
+    for f in &args.format {
+        if !formats.contains(f) {
+            formats.push(*f);
+        }
+    }
+    let mut analyze = AnalyzeOptions::new();
+    match plan_options(&args.budget) {
+        Ok(plan) => analyze.plan = plan,
+        Err(msg) => {
+            eprintln!("memcut: error: {msg}");
+            return Exit::Usage;
+        }
+    }
+    let options = batch::BatchOptions {
+        analyze,
+        formats,
+        out_dir: args.out_dir.clone(),
+        jobs: args.jobs,
+    };
+    let (inputs, mut rows) = batch::discover(&args.paths);
+    let bar = batch::progress_bar(&inputs, std::io::stderr().is_terminal());
+    match batch::run(&inputs, &options, &bar) {
+        Ok(more) => rows.extend(more),
+        Err(e) => {
+            eprintln!("memcut: error: {e}");
+            return Exit::Usage;
+        }
+    }
+    batch::sort_rows(&mut rows);
+    for r in rows.iter().filter(|r| r.status == batch::Status::Failed) {
+        eprintln!("memcut: error: {}: {}", r.file, r.error);
+    }
+    let tally = batch::tally(&rows);
+    let mut exit = if tally.failed > 0 {
+        Exit::InputFailed
+    } else if tally.over_budget > 0 && args.fail_over_budget {
+        Exit::OverBudget
+    } else {
+        Exit::Ok
+    };
+    if let (Some(path), Some(format)) = (&args.summary, summary_format) {
+        if let Err(e) = std::fs::write(path, format.render(&rows)) {
+            eprintln!("memcut: error: cannot write {}: {e}", path.display());
+            exit = Exit::InputFailed;
+        }
+    }
+    if let Err(e) = emit(&batch::render_markdown(&rows), None) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("memcut: error: cannot write summary: {e}");
+            return Exit::InputFailed;
+        }
+    }
+    exit
 }

@@ -250,6 +250,10 @@ pub struct DeviceTrace {
     pub reported: Vec<ReportedTotals>,
     /// Segments at dump time (snapshots only).
     pub segments: Option<Vec<Segment>>,
+    /// Whether `segments` show what the caching allocator reserved. False for
+    /// `_profile_to_snapshot` output, whose segments are a synthetic layout
+    /// of the CPU allocator's blocks: live blocks count, reserved is unknown.
+    pub segments_show_reserved: bool,
     /// Total device memory when the file says (Kineto `deviceProperties`).
     pub capacity_bytes: Option<u64>,
 }

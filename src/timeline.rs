@@ -396,7 +396,10 @@ fn reserved_curve(device: &DeviceTrace, diagnostics: &mut Vec<Diagnostic>) -> Op
         }
         return Some(out);
     }
-    let segments = device.segments.as_ref()?;
+    let segments = device
+        .segments
+        .as_ref()
+        .filter(|_| device.segments_show_reserved)?;
     let final_reserved: i128 = segments.iter().map(|s| s.total_size as i128).sum();
     let mut out = vec![0u64; n + 1];
     let mut value = final_reserved;
@@ -475,6 +478,7 @@ mod tests {
     #[test]
     fn live_block_never_allocated_is_baseline_alive_throughout() {
         let mut d = device(vec![ev(Action::Alloc, 0x10, 10)]);
+        d.segments_show_reserved = true;
         d.segments = Some(vec![Segment {
             addr: 0x0,
             total_size: 2048,
@@ -520,6 +524,7 @@ mod tests {
             ev(Action::Alloc, 0x0, 100),
             ev(Action::SegmentAlloc, 0x10000, 8192),
         ]);
+        d.segments_show_reserved = true;
         d.segments = Some(vec![
             Segment {
                 addr: 0,

@@ -296,6 +296,7 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
             events,
             reported: Vec::new(),
             segments: Some(segments.unwrap_or_default()),
+            segments_show_reserved: !profile_derived,
             capacity_bytes: None,
         });
     }

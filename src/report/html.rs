@@ -1,40 +1,85 @@
-//! HTML: one self-contained file (no network) with an inline SVG stacked-area
-//! chart of memory by category over time, then the Markdown report's tables.
+//! HTML: one self-contained file that opens offline in any browser. No
+//! script, no external fonts, styles or images; a Content-Security-Policy
+//! forbids fetching anything. Per device: the facts, an inline SVG
+//! stacked-area chart of memory by category over time (peak and OOMs marked,
+//! reserved memory as a dashed line), then the Markdown report's tables as
+//! HTML tables. Every string that comes from the trace goes through
+//! [`escape`].
 
 use std::fmt::Write;
 
-use super::{human_bytes as h, markdown, DeviceReport, Report};
-use crate::model::Category;
+use super::{
+    devices_by_peak, human_bytes as h, peak_categories, peak_instant, percent, top_category,
+    DeviceReport, Report,
+};
+use crate::model::{Category, Level};
 
 pub fn render(report: &Report) -> String {
-    let mut out = String::new();
+    let mut out = String::with_capacity(64 * 1024);
+    let path = escape(&report.source.path);
     let _ = write!(
         out,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>memcut: {}</title>\n<style>{}</style></head><body>\n",
-        escape(&report.source.path),
-        STYLE
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>memcut: {path}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
     );
     let _ = writeln!(
         out,
-        "<h1>memcut report: <code>{}</code></h1>",
-        escape(&report.source.path)
+        "<header><h1>memcut report</h1><p class=\"source\"><code>{path}</code> · {} · {} · memcut {}</p></header>",
+        escape(&report.source.format),
+        h(report.source.size_bytes),
+        escape(&report.tool.version)
     );
-    for d in &report.devices {
-        let _ = writeln!(out, "<h2>Device <code>{}</code></h2>", escape(&d.device));
-        chart(&mut out, d);
+    let devices = devices_by_peak(report);
+    if devices.is_empty() {
+        out.push_str("<p>No device with memory events.</p>\n");
     }
-    let _ = writeln!(
-        out,
-        "<pre class=\"md\">{}</pre>",
-        escape(&markdown::render(report))
-    );
-    out.push_str("</body></html>\n");
+    if devices.len() > 1 {
+        overview(&mut out, &devices);
+    }
+    for d in &devices {
+        device(&mut out, d);
+    }
+    if !report.diagnostics.is_empty() {
+        out.push_str("<section>\n<h2>Diagnostics</h2>\n<ul class=\"diagnostics\">\n");
+        for d in &report.diagnostics {
+            let (class, tag) = match d.level {
+                Level::Warning => ("warning", "warning"),
+                Level::Info => ("info", "info"),
+            };
+            let _ = writeln!(
+                out,
+                "<li class=\"{class}\"><b>{tag}</b>: {}</li>",
+                escape(&d.message)
+            );
+        }
+        out.push_str("</ul>\n</section>\n");
+    }
+    out.push_str("</body>\n</html>\n");
     out
 }
 
-const STYLE: &str = "body{font-family:sans-serif;margin:2em;max-width:1100px}pre.md{white-space:pre-wrap;background:#f6f6f6;padding:1em}svg text{font-size:11px}";
+const STYLE: &str = "\
+:root{color-scheme:light;--fg:#1d1d1f;--muted:#5f6368;--line:#d9dce1;--zebra:#f6f7f9}
+body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;color:var(--fg);margin:2rem auto;max-width:1080px;padding:0 1rem;line-height:1.45}
+h1{margin:0 0 .2rem;font-size:1.6rem}h2{margin-top:2.2rem;border-bottom:2px solid var(--line);padding-bottom:.2rem}h3{margin:1.6rem 0 .5rem;font-size:1.05rem}
+.source{color:var(--muted);margin:0}code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.9em;overflow-wrap:anywhere}
+table{border-collapse:collapse;margin:.4rem 0;font-size:.92rem}th,td{border-bottom:1px solid var(--line);padding:.3rem .6rem;text-align:left;vertical-align:top}
+th{background:var(--zebra);font-weight:600}tbody tr:nth-child(even){background:#fbfbfc}td.cat{white-space:nowrap}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+table.facts th{background:none;font-weight:normal;color:var(--muted)}table.facts td{font-weight:500}
+.sw{display:inline-block;width:.9em;height:.9em;border-radius:2px;vertical-align:-.1em;margin-right:.4em}
+.bar{width:140px}.bar span{display:block;height:.7em;background:#8aa4c8;border-radius:2px}
+figure{margin:1rem 0}svg{width:100%;height:auto;display:block}svg text{font:11px system-ui,sans-serif;fill:#333}
+svg .grid{stroke:#e6e8eb}svg .axis{stroke:#888}svg .peak{stroke:#000;stroke-width:1.2}svg .oom{stroke:#d00;stroke-width:1.5}svg text.oom{fill:#d00;font-weight:600}
+svg .reserved{fill:none;stroke:#222;stroke-width:1.3;stroke-dasharray:5 3}
+figcaption{display:flex;flex-wrap:wrap;gap:.3rem 1.1rem;font-size:.88rem;margin-top:.4rem}
+.ln{display:inline-block;width:1.6em;height:0;vertical-align:.25em;margin-right:.4em;border-top:2px solid #000}.ln.reserved{border-top:2px dashed #222}.ln.oom{border-top-color:#d00}
+.verdict{font-weight:600}.does_not_fit{color:#b00020}.fits_after_cuts{color:#a05a00}.fits{color:#1b7f3b}
+li.warning b{color:#b00020}.note{color:var(--muted)}
+@media print{body{margin:0;max-width:none}h2{break-before:auto}figure,table{break-inside:avoid}}";
 
-/// Stable colour per category (legend and areas).
+/// Stable colour per category (legend, areas and table swatches).
 pub fn colour(c: Category) -> &'static str {
     match c {
         Category::Parameter => "#4e79a7",
@@ -50,83 +95,456 @@ pub fn colour(c: Category) -> &'static str {
     }
 }
 
+fn overview(out: &mut String, devices: &[&DeviceReport]) {
+    out.push_str("<section>\n<h2>Devices</h2>\n<table>\n<thead><tr><th>Device</th><th class=\"num\">Peak allocated</th><th class=\"num\">Reserved at peak</th><th>Top category</th><th>Phase</th><th class=\"num\">OOMs</th><th>Verdict</th></tr></thead>\n<tbody>\n");
+    for d in devices {
+        let _ = writeln!(
+            out,
+            "<tr><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            escape(&d.device),
+            h(d.peak.allocated_bytes),
+            d.peak.reserved_bytes.map_or("?".into(), h),
+            top_category(d).map_or("-", |c| c.as_str()),
+            escape(&d.peak.phase),
+            d.ooms.len(),
+            d.plan.as_ref().map_or("-", |p| p.verdict.as_str())
+        );
+    }
+    out.push_str("</tbody>\n</table>\n</section>\n");
+}
+
+fn device(out: &mut String, d: &DeviceReport) {
+    let p = &d.peak;
+    let _ = writeln!(
+        out,
+        "<section class=\"device\">\n<h2>Device <code>{}</code></h2>",
+        escape(&d.device)
+    );
+    out.push_str("<table class=\"facts\">\n<tbody>\n");
+    fact(
+        out,
+        "Peak allocated",
+        &format!(
+            "<b>{}</b> ({} bytes)",
+            h(p.allocated_bytes),
+            p.allocated_bytes
+        ),
+    );
+    fact(
+        out,
+        "At",
+        &format!("{}, phase: {}", escape(&peak_instant(d)), escape(&p.phase)),
+    );
+    if let Some(r) = p.reserved_bytes {
+        fact(out, "Reserved at peak", &format!("{} ({r} bytes)", h(r)));
+    }
+    if let Some(r) = d.reserved_peak_bytes {
+        let at = d
+            .reserved_peak_event_index
+            .map_or(String::new(), |e| format!(" at event {e}"));
+        fact(out, "Reserved peak", &format!("{}{at}", h(r)));
+    }
+    fact(
+        out,
+        "Baseline (allocated before recording)",
+        &h(d.baseline_bytes),
+    );
+    if let Some(c) = d.capacity_bytes {
+        fact(
+            out,
+            "Device memory",
+            &format!("{} (peak is {})", h(c), percent(p.allocated_bytes, c)),
+        );
+    }
+    fact(out, "Events", &d.events.to_string());
+    out.push_str("</tbody>\n</table>\n");
+
+    chart(out, d);
+
+    let (cats, cache) = peak_categories(p);
+    out.push_str("<h3>Memory at the peak by category</h3>\n<table>\n<thead><tr><th>Category</th><th class=\"num\">Bytes</th><th class=\"num\">Share of peak</th><th></th></tr></thead>\n<tbody>\n");
+    for (c, b) in &cats {
+        let share = *b as f64 * 100.0 / p.allocated_bytes.max(1) as f64;
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"cat\"><span class=\"sw\" style=\"background:{}\"></span>{}</td><td class=\"num\" title=\"{b} bytes\">{}</td><td class=\"num\">{}</td><td class=\"bar\"><span style=\"width:{:.1}%;background:{}\"></span></td></tr>",
+            colour(*c),
+            c,
+            h(*b),
+            percent(*b, p.allocated_bytes),
+            share.min(100.0),
+            colour(*c)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "<tr><td><b>allocated (peak)</b></td><td class=\"num\"><b>{}</b></td><td class=\"num\">100%</td><td></td></tr>",
+        h(p.allocated_bytes)
+    );
+    if let Some(cache) = cache {
+        let _ = writeln!(
+            out,
+            "<tr><td><span class=\"sw\" style=\"background:{}\"></span>allocator_cache (reserved, not allocated)</td><td class=\"num\">{}</td><td></td><td></td></tr>",
+            colour(Category::AllocatorCache),
+            h(cache)
+        );
+    }
+    out.push_str("</tbody>\n</table>\n");
+
+    if !p.top_sites.is_empty() {
+        out.push_str("<h3>Top sites at the peak</h3>\n<table>\n<thead><tr><th>Site (innermost meaningful frames)</th><th>Category</th><th class=\"num\">Bytes</th><th class=\"num\">Share</th><th class=\"num\">Count</th></tr></thead>\n<tbody>\n");
+        for s in &p.top_sites {
+            let _ = writeln!(
+                out,
+                "<tr><td><code>{}</code></td><td class=\"cat\"><span class=\"sw\" style=\"background:{}\"></span>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                escape(&s.site),
+                colour(s.category),
+                s.category,
+                h(s.bytes),
+                percent(s.bytes, p.allocated_bytes),
+                s.count
+            );
+        }
+        out.push_str("</tbody>\n</table>\n");
+    }
+
+    if !d.ooms.is_empty() {
+        let _ = writeln!(
+            out,
+            "<h3>Out-of-memory events ({})</h3>\n<table>\n<thead><tr><th class=\"num\">Event</th><th class=\"num\">Requested</th><th class=\"num\">Free on device</th><th class=\"num\">Allocated</th><th class=\"num\">Reserved</th><th class=\"num\">Largest free block</th><th>Finding</th></tr></thead>\n<tbody>",
+            d.ooms.len()
+        );
+        let opt = |v: Option<u64>| v.map_or("?".to_owned(), h);
+        for o in &d.ooms {
+            let _ = writeln!(
+                out,
+                "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                o.event_index,
+                h(o.requested_bytes),
+                opt(o.device_free_bytes),
+                h(o.allocated_bytes),
+                opt(o.reserved_bytes),
+                opt(o.largest_free_block_bytes),
+                escape(&o.verdict)
+            );
+        }
+        out.push_str("</tbody>\n</table>\n");
+    }
+
+    out.push_str("<h3>Cut plan</h3>\n");
+    match &d.plan {
+        Some(plan) => {
+            let _ = writeln!(
+                out,
+                "<p>Budget {} − headroom {} = target <b>{}</b>; peak now {}.</p>",
+                h(plan.budget_bytes),
+                h(plan.headroom_bytes),
+                h(plan.target_bytes),
+                h(plan.peak_before_bytes)
+            );
+            if !plan.steps.is_empty() {
+                out.push_str("<table>\n<thead><tr><th class=\"num\">#</th><th>Lever</th><th>Action</th><th>Cost</th><th class=\"num\">Saves</th><th class=\"num\">Peak after</th><th>Peak moves to</th></tr></thead>\n<tbody>\n");
+                for (i, s) in plan.steps.iter().enumerate() {
+                    let _ = writeln!(
+                        out,
+                        "<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+                        i + 1,
+                        escape(&s.lever),
+                        escape(&s.action),
+                        escape(&s.cost),
+                        h(s.saved_bytes),
+                        h(s.peak_after_bytes),
+                        escape(&s.peak_moved_to)
+                    );
+                }
+                out.push_str("</tbody>\n</table>\n");
+            }
+            let v = plan.verdict.as_str();
+            let _ = writeln!(
+                out,
+                "<p class=\"verdict {v}\">Verdict: {v} — {}</p>",
+                escape(&plan.reason)
+            );
+        }
+        None => out.push_str(
+            "<p class=\"note\">No budget known: run with <code>--budget SIZE</code> (e.g. <code>--budget 80GiB</code>) for a plan.</p>\n",
+        ),
+    }
+    out.push_str("</section>\n");
+}
+
+/// One row of the facts table; `value` is HTML already.
+fn fact(out: &mut String, name: &str, value: &str) {
+    let _ = writeln!(out, "<tr><th>{name}</th><td>{value}</td></tr>");
+}
+
+// Chart geometry (SVG user units; the SVG scales down to the page width).
+const W: f64 = 1000.0;
+const H: f64 = 360.0;
+const LEFT: f64 = 72.0;
+const RIGHT: f64 = 24.0;
+const TOP: f64 = 26.0;
+const BOTTOM: f64 = 44.0;
+
+/// The stacked-area chart and its legend. Layers are drawn as cumulative
+/// areas from the top layer down, each from zero to its running total, so a
+/// layer is one edge (half the points of a band) and the picture is the same.
 fn chart(out: &mut String, d: &DeviceReport) {
     let t = &d.timeline;
-    if t.x.is_empty() {
-        return;
-    }
-    let (w, ht, left, bottom) = (1000.0, 320.0, 70.0, 30.0);
-    let x_min = t.x.first().copied().unwrap_or(0.0);
-    let x_max = t.x.last().copied().unwrap_or(1.0).max(x_min + 1.0);
     let totals: Vec<u64> = (0..t.x.len())
         .map(|i| t.series.values().map(|s| s[i]).sum())
         .collect();
-    let y_max = totals
+    let y_top = totals
         .iter()
         .copied()
         .chain(t.reserved.iter().flatten().copied())
         .max()
-        .unwrap_or(1)
-        .max(1) as f64;
-    let sx = |x: f64| left + (x - x_min) / (x_max - x_min) * (w - left - 10.0);
-    let sy = |y: f64| ht - bottom - y / y_max * (ht - bottom - 10.0);
-    let _ = writeln!(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{ht}\" viewBox=\"0 0 {w} {ht}\" role=\"img\">");
-    let mut below = vec![0u64; t.x.len()];
-    for (c, values) in &t.series {
-        let mut pts = String::new();
-        for (i, x) in t.x.iter().enumerate() {
-            let _ = write!(
-                pts,
-                "{:.1},{:.1} ",
-                sx(*x),
-                sy((below[i] + values[i]) as f64)
-            );
-        }
-        for i in (0..t.x.len()).rev() {
-            let _ = write!(pts, "{:.1},{:.1} ", sx(t.x[i]), sy(below[i] as f64));
-        }
+        .unwrap_or(0);
+    let (x_min, x_max) = match (t.x.first(), t.x.last()) {
+        (Some(a), Some(b)) => (*a, *b),
+        _ => (0.0, 0.0),
+    };
+    if t.x.len() < 2 || x_max <= x_min || y_top == 0 {
+        out.push_str("<p class=\"note\">No allocation history to plot (the trace holds a single instant).</p>\n");
+        return;
+    }
+    let (y_unit, y_div) = byte_unit(y_top);
+    let y_ticks = nice_ticks(y_top as f64 / y_div);
+    let y_max = y_ticks.last().copied().unwrap_or(1.0).max(1e-9) * y_div;
+    let (x_label, x_unit, x_div) = if t.x_unit == "time_us" {
+        let (u, div) = time_unit(x_max - x_min);
+        ("time since the first event", u, div)
+    } else {
+        ("event index", "", 1.0)
+    };
+    let sx = |x: f64| LEFT + (x - x_min) / (x_max - x_min) * (W - LEFT - RIGHT);
+    let sy = |y: f64| H - BOTTOM - y / y_max * (H - BOTTOM - TOP);
+
+    let _ = writeln!(
+        out,
+        "<figure>\n<svg viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=\"img\" aria-label=\"Memory on {} by category over time\">",
+        escape(&d.device)
+    );
+    // Grid and y axis.
+    for v in &y_ticks {
+        let y = sy(v * y_div);
         let _ = writeln!(
             out,
-            "<polygon points=\"{}\" fill=\"{}\"><title>{}</title></polygon>",
-            pts.trim_end(),
-            colour(*c),
-            c
+            "<line class=\"grid\" x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{} {y_unit}</text>",
+            W - RIGHT,
+            LEFT - 6.0,
+            y + 4.0,
+            tick_label(*v, &y_ticks)
         );
-        for (b, v) in below.iter_mut().zip(values) {
-            *b += v;
+    }
+    // Areas, top layer first.
+    let layers: Vec<(&Category, &Vec<u64>)> = t.series.iter().collect();
+    let mut cumulative = totals.clone();
+    for (c, values) in layers.iter().rev() {
+        let mut pts = vec![(sx(x_min), sy(0.0))];
+        pts.extend(
+            t.x.iter()
+                .zip(&cumulative)
+                .map(|(x, y)| (sx(*x), sy(*y as f64))),
+        );
+        pts.push((sx(x_max), sy(0.0)));
+        let _ = writeln!(
+            out,
+            "<polygon points=\"{}\" fill=\"{}\"><title>{c}</title></polygon>",
+            points(&pts),
+            colour(**c)
+        );
+        for (sum, v) in cumulative.iter_mut().zip(values.iter()) {
+            *sum -= v;
         }
     }
     if let Some(r) = &t.reserved {
-        let pts: Vec<String> =
+        let pts: Vec<(f64, f64)> =
             t.x.iter()
                 .zip(r)
-                .map(|(x, y)| format!("{:.1},{:.1}", sx(*x), sy(*y as f64)))
+                .map(|(x, y)| (sx(*x), sy(*y as f64)))
                 .collect();
-        let _ = writeln!(out, "<polyline points=\"{}\" fill=\"none\" stroke=\"#333\" stroke-dasharray=\"4 2\"><title>reserved</title></polyline>", pts.join(" "));
+        let _ = writeln!(
+            out,
+            "<polyline class=\"reserved\" points=\"{}\"><title>reserved</title></polyline>",
+            points(&pts)
+        );
     }
-    let px = sx(t.peak_x);
-    let _ = writeln!(out, "<line x1=\"{px:.1}\" x2=\"{px:.1}\" y1=\"10\" y2=\"{:.1}\" stroke=\"#000\"/><text x=\"{:.1}\" y=\"20\">peak {}</text>", ht - bottom, px + 3.0, h(d.peak.allocated_bytes));
-    for ox in &t.oom_x {
-        let x = sx(*ox);
-        let _ = writeln!(out, "<line x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"10\" y2=\"{:.1}\" stroke=\"#d00\" stroke-width=\"2\"/><text x=\"{:.1}\" y=\"34\" fill=\"#d00\">OOM</text>", ht - bottom, x + 3.0);
+    // X axis.
+    let _ = writeln!(
+        out,
+        "<line class=\"axis\" x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/>",
+        W - RIGHT,
+        H - BOTTOM,
+        H - BOTTOM
+    );
+    let x_ticks = nice_ticks((x_max - x_min) / x_div);
+    for v in &x_ticks {
+        let x = sx(x_min + v * x_div);
+        let _ = writeln!(
+            out,
+            "<line class=\"axis\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}{}</text>",
+            H - BOTTOM,
+            H - BOTTOM + 5.0,
+            H - BOTTOM + 18.0,
+            tick_label(*v, &x_ticks),
+            if x_unit.is_empty() { String::new() } else { format!(" {x_unit}") }
+        );
     }
     let _ = writeln!(
         out,
-        "<text x=\"2\" y=\"14\">{}</text><text x=\"{left}\" y=\"{}\">{}</text>",
-        h(y_max as u64),
-        ht - 8.0,
-        escape(&t.x_unit)
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{x_label}</text>",
+        (LEFT + W - RIGHT) / 2.0,
+        H - 6.0
     );
-    out.push_str("</svg>\n<p>");
+    // OOMs (at most 50 lines drawn; the table lists them all), then the peak.
+    for (k, ox) in t.oom_x.iter().take(50).enumerate() {
+        let x = sx(*ox);
+        let _ = write!(
+            out,
+            "<line class=\"oom\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{TOP}\" y2=\"{:.1}\"><title>OOM</title></line>",
+            H - BOTTOM
+        );
+        if k == 0 {
+            let (anchor, dx) = if x > W - 120.0 {
+                ("end", -5.0)
+            } else {
+                ("start", 5.0)
+            };
+            let _ = write!(
+                out,
+                "<text class=\"oom\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\">OOM ({})</text>",
+                x + dx,
+                TOP + 12.0,
+                t.oom_x.len()
+            );
+        }
+        out.push('\n');
+    }
+    let px = sx(t.peak_x);
+    let peak_y = sy(d.peak.allocated_bytes.min(y_max as u64) as f64);
+    let (anchor, dx) = if px > W - 200.0 {
+        ("end", -6.0)
+    } else {
+        ("start", 6.0)
+    };
+    let _ = writeln!(
+        out,
+        "<line class=\"peak\" x1=\"{px:.1}\" x2=\"{px:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/><circle cx=\"{px:.1}\" cy=\"{peak_y:.1}\" r=\"3.5\" fill=\"#000\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\" font-weight=\"600\">peak {}</text>",
+        TOP - 8.0,
+        H - BOTTOM,
+        px + dx,
+        TOP - 12.0 + 10.0,
+        h(d.peak.allocated_bytes)
+    );
+    out.push_str("</svg>\n<figcaption>");
     for c in t.series.keys() {
         let _ = write!(
             out,
-            "<span style=\"background:{};padding:0 .6em\">&nbsp;</span> {} &nbsp; ",
-            colour(*c),
-            c
+            "<span><span class=\"sw\" style=\"background:{}\"></span>{c}</span>",
+            colour(*c)
         );
     }
-    out.push_str("</p>\n");
+    if t.reserved.is_some() {
+        out.push_str("<span><span class=\"ln reserved\"></span>reserved</span>");
+    }
+    out.push_str("<span><span class=\"ln\"></span>peak</span>");
+    if !t.oom_x.is_empty() {
+        out.push_str("<span><span class=\"ln oom\"></span>OOM</span>");
+    }
+    let _ = writeln!(
+        out,
+        "</figcaption>\n<p class=\"note\">Allocated memory stacked by category; each of the {} points is the highest total in its slice of the trace, so the peak is kept.</p>\n</figure>",
+        t.x.len()
+    );
+}
+
+/// SVG `points` at 0.1 precision, leaving out the middle of runs at the same
+/// height (flat stretches are common: parameters, reserved memory), which
+/// draws the same line with far fewer points.
+fn points(pts: &[(f64, f64)]) -> String {
+    let rounded: Vec<(i64, i64)> = pts
+        .iter()
+        .map(|(x, y)| ((x * 10.0).round() as i64, (y * 10.0).round() as i64))
+        .collect();
+    let mut out = String::with_capacity(rounded.len() * 12);
+    for (i, &(x, y)) in rounded.iter().enumerate() {
+        let flat = i > 0 && i + 1 < rounded.len() && rounded[i - 1].1 == y && rounded[i + 1].1 == y;
+        if flat {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        let _ = write!(out, "{},{}", Tenths(x), Tenths(y));
+    }
+    out
+}
+
+/// A number of tenths written as a decimal (`123` → `12.3`, `120` → `12`).
+struct Tenths(i64);
+
+impl std::fmt::Display for Tenths {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (sign, v) = if self.0 < 0 {
+            ("-", -self.0)
+        } else {
+            ("", self.0)
+        };
+        match v % 10 {
+            0 => write!(f, "{sign}{}", v / 10),
+            d => write!(f, "{sign}{}.{d}", v / 10),
+        }
+    }
+}
+
+/// The binary unit that makes `max` read between 1 and 1024.
+fn byte_unit(max: u64) -> (&'static str, f64) {
+    const K: f64 = 1024.0;
+    let m = max as f64;
+    if m >= K * K * K {
+        ("GiB", K * K * K)
+    } else if m >= K * K {
+        ("MiB", K * K)
+    } else if m >= K {
+        ("KiB", K)
+    } else {
+        ("B", 1.0)
+    }
+}
+
+/// The time unit for a span of `span_us` microseconds.
+fn time_unit(span_us: f64) -> (&'static str, f64) {
+    if span_us >= 1e6 {
+        ("s", 1e6)
+    } else if span_us >= 1e3 {
+        ("ms", 1e3)
+    } else {
+        ("µs", 1.0)
+    }
+}
+
+/// Ticks 0, step, 2·step, … covering `max` with a 1-2-5 step (4 to 10 ticks).
+fn nice_ticks(max: f64) -> Vec<f64> {
+    if max <= 0.0 || !max.is_finite() {
+        return vec![0.0, 1.0];
+    }
+    let raw = max / 5.0;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .iter()
+        .map(|m| m * mag)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * mag);
+    let n = (max / step - 1e-9).ceil().max(1.0) as usize;
+    (0..=n).map(|i| i as f64 * step).collect()
+}
+
+/// A tick value with as many decimals as its step needs.
+fn tick_label(v: f64, ticks: &[f64]) -> String {
+    let step = ticks.get(1).copied().unwrap_or(1.0);
+    let decimals = (-step.log10().floor()).max(0.0) as usize;
+    format!("{v:.decimals$}")
 }
 
 /// Escapes text for HTML element content and attribute values.
@@ -143,4 +561,33 @@ pub fn escape(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{escape, nice_ticks, tick_label};
+
+    #[test]
+    fn escapes_markup_and_quotes() {
+        assert_eq!(
+            escape("<script>alert(\"x&y\")</script>'"),
+            "&lt;script&gt;alert(&quot;x&amp;y&quot;)&lt;/script&gt;&#39;"
+        );
+    }
+
+    #[test]
+    fn ticks_cover_the_maximum_with_round_steps() {
+        assert_eq!(nice_ticks(18.8), vec![0.0, 5.0, 10.0, 15.0, 20.0]);
+        assert_eq!(
+            nice_ticks(4276.0),
+            vec![0.0, 1000.0, 2000.0, 3000.0, 4000.0, 5000.0]
+        );
+        assert_eq!(
+            nice_ticks(1.0),
+            vec![0.0, 0.2, 0.4, 0.6000000000000001, 0.8, 1.0]
+        );
+        let t = nice_ticks(0.37);
+        assert_eq!(tick_label(t[1], &t), "0.1");
+        assert_eq!(tick_label(20.0, &nice_ticks(18.8)), "20");
+    }
 }

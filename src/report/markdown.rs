@@ -1,15 +1,27 @@
 //! Markdown: the ticket attachment. Renders on code-hosting sites; stays
-//! under 200 lines for any input (tables are capped).
+//! under 200 lines for any input (every table is capped, and only the
+//! [`MAX_FULL_DEVICES`] devices with the highest peaks get a full section).
 
 use std::fmt::Write;
 
-use super::{human_bytes as h, percent, DeviceReport, Report};
+use super::{
+    devices_by_peak, human_bytes as h, peak_categories, peak_instant, percent, top_category,
+    DeviceReport, Report,
+};
 use crate::model::Level;
 
+/// Devices with a full section; the rest are rows of the overview table.
+pub const MAX_FULL_DEVICES: usize = 2;
+/// Most rows of the device overview table.
+pub const MAX_DEVICE_ROWS: usize = 16;
 /// Most rows of the top-sites table.
-const MAX_SITES: usize = 10;
+pub const MAX_SITES: usize = 10;
+/// Most OOM events listed per device.
+pub const MAX_OOMS: usize = 3;
+/// Most plan steps listed per device.
+pub const MAX_STEPS: usize = 8;
 /// Most diagnostics listed.
-const MAX_DIAGNOSTICS: usize = 12;
+pub const MAX_DIAGNOSTICS: usize = 10;
 
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
@@ -21,11 +33,22 @@ pub fn render(report: &Report) -> String {
         h(report.source.size_bytes),
         report.tool.version
     );
-    if report.devices.is_empty() {
+    let devices = devices_by_peak(report);
+    if devices.is_empty() {
         let _ = writeln!(out, "No device with memory events.\n");
     }
-    for d in &report.devices {
+    if devices.len() > 1 {
+        overview(&mut out, &devices);
+    }
+    for d in devices.iter().take(MAX_FULL_DEVICES) {
         device(&mut out, d);
+    }
+    if devices.len() > MAX_FULL_DEVICES {
+        let _ = writeln!(
+            out,
+            "{} more device(s) are in the table above; the JSON report has every device in full.\n",
+            devices.len() - MAX_FULL_DEVICES
+        );
     }
     if !report.diagnostics.is_empty() {
         let _ = writeln!(out, "## Diagnostics\n");
@@ -47,9 +70,39 @@ pub fn render(report: &Report) -> String {
     out
 }
 
+/// One row per device, highest peak first.
+fn overview(out: &mut String, devices: &[&DeviceReport]) {
+    let _ = writeln!(out, "## Devices\n");
+    let _ = writeln!(
+        out,
+        "| Device | Peak allocated | Reserved at peak | Top category | Phase | OOMs | Verdict |\n|---|---:|---:|---|---|---:|---|"
+    );
+    for d in devices.iter().take(MAX_DEVICE_ROWS) {
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | {} | {} | {} | {} | {} |",
+            code(&d.device),
+            h(d.peak.allocated_bytes),
+            d.peak.reserved_bytes.map_or("?".into(), h),
+            top_category(d).map_or("-", |c| c.as_str()),
+            cell(&d.peak.phase),
+            d.ooms.len(),
+            d.plan.as_ref().map_or("-", |p| p.verdict.as_str())
+        );
+    }
+    if devices.len() > MAX_DEVICE_ROWS {
+        let _ = writeln!(
+            out,
+            "| … {} more | | | | | | |",
+            devices.len() - MAX_DEVICE_ROWS
+        );
+    }
+    let _ = writeln!(out);
+}
+
 fn device(out: &mut String, d: &DeviceReport) {
     let p = &d.peak;
-    let _ = writeln!(out, "## Device `{}`\n", d.device);
+    let _ = writeln!(out, "## Device `{}`\n", code(&d.device));
     let _ = writeln!(out, "| | |\n|---|---|");
     let _ = writeln!(
         out,
@@ -57,34 +110,59 @@ fn device(out: &mut String, d: &DeviceReport) {
         h(p.allocated_bytes),
         p.allocated_bytes
     );
-    let when = match p.ts_us {
-        Some(ts) => format!("event {} (t = {ts:.0} µs)", p.event_index),
-        None => format!("event {}", p.event_index),
-    };
-    let _ = writeln!(out, "| At | {when}, phase: {} |", cell(&p.phase));
+    let _ = writeln!(
+        out,
+        "| At | {}, phase: {} |",
+        peak_instant(d),
+        cell(&p.phase)
+    );
     if let Some(r) = p.reserved_bytes {
-        let _ = writeln!(out, "| Reserved at peak | {} |", h(r));
+        let _ = writeln!(out, "| Reserved at peak | {} ({} bytes) |", h(r), r);
     }
     if let Some(r) = d.reserved_peak_bytes {
-        let _ = writeln!(out, "| Reserved peak | {} |", h(r));
+        let at = d
+            .reserved_peak_event_index
+            .map_or(String::new(), |e| format!(" at event {e}"));
+        let _ = writeln!(out, "| Reserved peak | {}{at} |", h(r));
     }
     let _ = writeln!(
         out,
-        "| Baseline (before recording) | {} |",
+        "| Baseline (allocated before recording) | {} |",
         h(d.baseline_bytes)
     );
     if let Some(c) = d.capacity_bytes {
-        let _ = writeln!(out, "| Device memory | {} |", h(c));
+        let _ = writeln!(
+            out,
+            "| Device memory | {} (peak is {}) |",
+            h(c),
+            percent(p.allocated_bytes, c)
+        );
     }
     let _ = writeln!(out, "| Events | {} |\n", d.events);
 
-    let whole: u64 = p.by_category.values().sum();
+    let (cats, cache) = peak_categories(p);
     let _ = writeln!(out, "### Memory at the peak by category\n");
-    let _ = writeln!(out, "| Category | Bytes | Share |\n|---|---:|---:|");
-    let mut cats: Vec<_> = p.by_category.iter().collect();
-    cats.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-    for (c, b) in cats {
-        let _ = writeln!(out, "| {} | {} | {} |", c, h(*b), percent(*b, whole));
+    let _ = writeln!(out, "| Category | Bytes | Share of peak |\n|---|---:|---:|");
+    for (c, b) in &cats {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            c,
+            h(*b),
+            percent(*b, p.allocated_bytes)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "| **allocated (peak)** | **{}** | 100% |",
+        h(p.allocated_bytes)
+    );
+    if let Some(cache) = cache {
+        let _ = writeln!(
+            out,
+            "| allocator_cache (reserved, not allocated) | {} | |",
+            h(cache)
+        );
     }
     let _ = writeln!(out);
 
@@ -92,15 +170,16 @@ fn device(out: &mut String, d: &DeviceReport) {
         let _ = writeln!(out, "### Top sites at the peak\n");
         let _ = writeln!(
             out,
-            "| Site | Category | Bytes | Count |\n|---|---|---:|---:|"
+            "| Site (innermost meaningful frames) | Category | Bytes | Share | Count |\n|---|---|---:|---:|---:|"
         );
         for s in p.top_sites.iter().take(MAX_SITES) {
             let _ = writeln!(
                 out,
-                "| `{}` | {} | {} | {} |",
+                "| `{}` | {} | {} | {} | {} |",
                 code(&s.site),
                 s.category,
                 h(s.bytes),
+                percent(s.bytes, p.allocated_bytes),
                 s.count
             );
         }
@@ -108,10 +187,10 @@ fn device(out: &mut String, d: &DeviceReport) {
     }
 
     if !d.ooms.is_empty() {
-        let _ = writeln!(out, "### Out-of-memory events\n");
+        let _ = writeln!(out, "### Out-of-memory events ({})\n", d.ooms.len());
         let _ = writeln!(out, "| Event | Requested | Free on device | Allocated | Reserved | Largest free block |\n|---:|---:|---:|---:|---:|---:|");
-        for o in d.ooms.iter().take(5) {
-            let opt = |v: Option<u64>| v.map_or("?".to_owned(), h);
+        let opt = |v: Option<u64>| v.map_or("?".to_owned(), h);
+        for o in d.ooms.iter().take(MAX_OOMS) {
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} | {} | {} |",
@@ -124,8 +203,15 @@ fn device(out: &mut String, d: &DeviceReport) {
             );
         }
         let _ = writeln!(out);
-        for o in d.ooms.iter().take(5) {
+        for o in d.ooms.iter().take(MAX_OOMS) {
             let _ = writeln!(out, "- event {}: {}", o.event_index, cell(&o.verdict));
+        }
+        if d.ooms.len() > MAX_OOMS {
+            let _ = writeln!(
+                out,
+                "- … {} more in the JSON report",
+                d.ooms.len() - MAX_OOMS
+            );
         }
         let _ = writeln!(out);
     }
@@ -151,7 +237,7 @@ fn device(out: &mut String, d: &DeviceReport) {
             }
             if !plan.steps.is_empty() {
                 let _ = writeln!(out, "| # | Lever | Action | Cost | Saves | Peak after | Peak moves to |\n|---:|---|---|---|---:|---:|---|");
-                for (i, s) in plan.steps.iter().enumerate() {
+                for (i, s) in plan.steps.iter().enumerate().take(MAX_STEPS) {
                     let _ = writeln!(
                         out,
                         "| {} | {} | {} | {} | {} | {} | {} |",
@@ -162,6 +248,13 @@ fn device(out: &mut String, d: &DeviceReport) {
                         h(s.saved_bytes),
                         h(s.peak_after_bytes),
                         cell(&s.peak_moved_to)
+                    );
+                }
+                if plan.steps.len() > MAX_STEPS {
+                    let _ = writeln!(
+                        out,
+                        "| … | {} more steps in the JSON report | | | | | |",
+                        plan.steps.len() - MAX_STEPS
                     );
                 }
                 let _ = writeln!(out);
@@ -206,12 +299,19 @@ fn device(out: &mut String, d: &DeviceReport) {
     }
 }
 
-/// Makes trace text safe inside a table cell.
+/// Makes trace text safe in a table cell or list item: no column breaks, no
+/// line breaks, no raw HTML (hosting sites render inline tags).
 fn cell(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
+    s.replace('|', "\\|")
+        .replace(['\n', '\r'], " ")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
-/// Makes trace text safe inside inline code in a table.
+/// Makes trace text safe inside inline code in a table (code spans are
+/// literal, so only the delimiters need replacing).
 fn code(s: &str) -> String {
-    s.replace('`', "'").replace('|', "\\|").replace('\n', " ")
+    s.replace('`', "'")
+        .replace('|', "\\|")
+        .replace(['\n', '\r'], " ")
 }

@@ -185,3 +185,64 @@ pub fn percent(part: u64, whole: u64) -> String {
         format!("{:.1}%", part as f64 * 100.0 / whole as f64)
     }
 }
+
+/// Categories at the peak, largest first (ties in display order), without
+/// `allocator_cache`: that one is reserved − allocated, not part of the peak,
+/// and comes back apart.
+pub fn peak_categories(peak: &Peak) -> (Vec<(Category, u64)>, Option<u64>) {
+    let mut rows: Vec<(Category, u64)> = peak
+        .by_category
+        .iter()
+        .filter(|(c, _)| **c != Category::AllocatorCache)
+        .map(|(c, b)| (*c, *b))
+        .collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let cache = peak.by_category.get(&Category::AllocatorCache).copied();
+    (rows, cache)
+}
+
+/// The largest category live at the peak (never `allocator_cache`).
+pub fn top_category(device: &DeviceReport) -> Option<Category> {
+    peak_categories(&device.peak).0.first().map(|(c, _)| *c)
+}
+
+/// Devices by peak allocated bytes, largest first (ties by name).
+pub fn devices_by_peak(report: &Report) -> Vec<&DeviceReport> {
+    let mut devices: Vec<&DeviceReport> = report.devices.iter().collect();
+    devices.sort_by(|a, b| {
+        b.peak
+            .allocated_bytes
+            .cmp(&a.peak.allocated_bytes)
+            .then(a.device.cmp(&b.device))
+    });
+    devices
+}
+
+/// When the peak happened: the event index, and the time since the first
+/// event when the trace has timestamps.
+pub fn peak_instant(device: &DeviceReport) -> String {
+    let t = &device.timeline;
+    if t.x_unit == "time_us" && device.peak.ts_us.is_some() {
+        format!(
+            "event {} (t = {} after the first event)",
+            device.peak.event_index,
+            human_duration_us(t.peak_x)
+        )
+    } else {
+        format!("event {}", device.peak.event_index)
+    }
+}
+
+/// A duration in microseconds in the largest unit that keeps it ≥ 1.
+pub fn human_duration_us(us: f64) -> String {
+    let a = us.abs();
+    if a >= 60e6 {
+        format!("{:.1} min", us / 60e6)
+    } else if a >= 1e6 {
+        format!("{:.3} s", us / 1e6)
+    } else if a >= 1e3 {
+        format!("{:.2} ms", us / 1e3)
+    } else {
+        format!("{us:.0} µs")
+    }
+}

@@ -1,0 +1,700 @@
+//! `memcut batch`: many inputs → one report per input and format, plus a
+//! summary table (DESIGN.md §8).
+//!
+//! Stages, each usable alone: [`discover`] (paths, folders, globs → inputs
+//! with collision-free output names) → [`run`] (analyse in parallel, write
+//! each report as soon as it is made, keep only [`Row`]s) → [`sort_rows`] →
+//! [`render_markdown`] / [`render_csv`] / [`render_jsonl`]. Memory stays
+//! bounded by the largest input times the number of jobs: no report outlives
+//! its file's task.
+//!
+//! Files are recognised by content, never by name: a file the readers do not
+//! know (or a trace without memory events) is *skipped* with its reason; a
+//! file that looks like a trace but cannot be read is *failed*.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+use crate::report::{self, DeviceReport, OutputFormat, Report};
+use crate::AnalyzeOptions;
+
+/// What `memcut batch` was asked to do.
+#[derive(Debug, Clone)]
+pub struct BatchOptions {
+    pub analyze: AnalyzeOptions,
+    /// Report formats written per input (none when `out_dir` is `None`).
+    pub formats: Vec<OutputFormat>,
+    /// Where reports go; `None` writes no per-input report, only the summary.
+    pub out_dir: Option<PathBuf>,
+    /// Worker threads; 0 lets rayon choose (one per core).
+    pub jobs: usize,
+}
+
+/// One input file found by [`discover`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Input {
+    pub path: PathBuf,
+    /// The path as the reports and the summary name it (as given, joined).
+    pub display: String,
+    /// Output file stem: the path relative to the inputs' common folder,
+    /// `/` replaced by `__`, unique within the batch.
+    pub name: String,
+    pub size_bytes: u64,
+}
+
+/// How one row of the summary ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Analysed (and within budget, when one is given).
+    Ok,
+    /// Analysed; the peak does not fit the budget.
+    OverBudget,
+    /// Could not be analysed: damaged, unreadable, or a report could not be written.
+    Failed,
+    /// Not a memory trace this version reads (reason in `error`).
+    Skipped,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::OverBudget => "over_budget",
+            Status::Failed => "failed",
+            Status::Skipped => "skipped",
+        }
+    }
+}
+
+/// One summary row: a device of an analysed file, or a file that was
+/// skipped or failed. Field order is the CSV column order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Row {
+    pub file: String,
+    pub status: Status,
+    /// Input format (`torch_snapshot`, …); empty when not analysed.
+    pub format: String,
+    pub device: String,
+    pub peak_bytes: Option<u64>,
+    /// Highest reserved memory over the trace (reserved at the peak when the
+    /// trace has no reserved curve).
+    pub reserved_bytes: Option<u64>,
+    pub top_category: String,
+    /// The plan's verdict, or `fits`/`does_not_fit` against `--budget`; empty without a budget.
+    pub verdict: String,
+    /// Stem of this input's report files in the output folder.
+    pub report: String,
+    /// One-line reason for `skipped` and `failed` rows.
+    pub error: String,
+}
+
+impl Row {
+    fn for_input(input: &Input, status: Status, error: String) -> Row {
+        Row {
+            file: input.display.clone(),
+            status,
+            format: String::new(),
+            device: String::new(),
+            peak_bytes: None,
+            reserved_bytes: None,
+            top_category: String::new(),
+            verdict: String::new(),
+            report: String::new(),
+            error,
+        }
+    }
+}
+
+/// The column names of [`render_csv`], in order.
+pub const COLUMNS: [&str; 10] = [
+    "file",
+    "status",
+    "format",
+    "device",
+    "peak_bytes",
+    "reserved_bytes",
+    "top_category",
+    "verdict",
+    "report",
+    "error",
+];
+
+/// Expands paths, folders (recursed, hidden entries skipped) and globs into
+/// inputs, each file once, sorted by path. Paths that name nothing come back
+/// as failed rows.
+pub fn discover(args: &[PathBuf]) -> (Vec<Input>, Vec<Row>) {
+    let mut files: Vec<PathBuf> = Vec::new();
+    let mut errors = Vec::new();
+    for arg in args {
+        let text = arg.to_string_lossy();
+        if arg.exists() {
+            collect(arg, &mut files);
+        } else if text.contains(['*', '?', '[']) {
+            let matches: Vec<PathBuf> = match glob::glob(&text) {
+                Ok(paths) => paths.filter_map(|p| p.ok()).collect(),
+                Err(e) => {
+                    errors.push(path_error(&text, format!("bad glob pattern: {e}")));
+                    continue;
+                }
+            };
+            if matches.is_empty() {
+                errors.push(path_error(&text, "no file matches this pattern".into()));
+            }
+            for m in matches {
+                collect(&m, &mut files);
+            }
+        } else {
+            errors.push(path_error(
+                &text,
+                "cannot read: no such file or folder".into(),
+            ));
+        }
+    }
+    let mut seen = HashSet::new();
+    files.retain(|f| seen.insert(std::fs::canonicalize(f).unwrap_or_else(|_| f.clone())));
+    files.sort();
+    let names = output_names(&files);
+    let inputs = files
+        .into_iter()
+        .zip(names)
+        .map(|(path, name)| Input {
+            display: path.display().to_string(),
+            size_bytes: std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0),
+            path,
+            name,
+        })
+        .collect();
+    (inputs, errors)
+}
+
+fn path_error(text: &str, reason: String) -> Row {
+    let input = Input {
+        path: PathBuf::from(text),
+        display: text.to_owned(),
+        name: String::new(),
+        size_bytes: 0,
+    };
+    Row::for_input(&input, Status::Failed, reason)
+}
+
+/// Adds `path` (a file) or the files under it (a folder) to `out`.
+fn collect(path: &Path, out: &mut Vec<PathBuf>) {
+    if !path.is_dir() {
+        out.push(path.to_path_buf());
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(path) else {
+        out.push(path.to_path_buf()); // reported as unreadable by the run
+        return;
+    };
+    let mut entries: Vec<_> = entries.filter_map(|e| e.ok()).collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        if e.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        let p = e.path();
+        // Do not follow links to folders (no cycles); links to files are read.
+        let is_link = e.file_type().map(|t| t.is_symlink()).unwrap_or(false);
+        if p.is_dir() {
+            if !is_link {
+                collect(&p, out);
+            }
+        } else {
+            out.push(p);
+        }
+    }
+}
+
+/// Output stems for `files` (sorted): each path relative to the deepest
+/// folder that holds them all, folders joined by `__`, odd characters made
+/// `_`; a stem already taken gets `~2`, `~3`, ….
+pub fn output_names(files: &[PathBuf]) -> Vec<String> {
+    let parts: Vec<Vec<String>> = files
+        .iter()
+        .map(|f| {
+            f.components()
+                .filter_map(|c| match c {
+                    Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
+                    Component::ParentDir => Some("..".into()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect();
+    // Common folder prefix (never the file name itself).
+    let mut common = parts.first().map_or(0, |p| p.len().saturating_sub(1));
+    if let Some(first) = parts.first() {
+        for p in &parts[1..] {
+            common = common.min(p.len().saturating_sub(1));
+            common = (0..common).find(|&i| p[i] != first[i]).unwrap_or(common);
+        }
+    }
+    let mut taken: HashSet<String> = HashSet::new();
+    parts
+        .iter()
+        .map(|p| {
+            let stem = p[common.min(p.len())..]
+                .iter()
+                .map(|s| sanitize(s))
+                .collect::<Vec<_>>()
+                .join("__");
+            let stem = if stem.is_empty() {
+                "input".into()
+            } else {
+                stem
+            };
+            let mut name = stem.clone();
+            let mut k = 2;
+            while !taken.insert(name.clone()) {
+                name = format!("{stem}~{k}");
+                k += 1;
+            }
+            name
+        })
+        .collect()
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_alphanumeric() || "._-+=,@".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// A progress bar over the inputs' bytes (files done/total as its message);
+/// drawn on stderr only when `visible` (main passes "stderr is a terminal").
+pub fn progress_bar(inputs: &[Input], visible: bool) -> ProgressBar {
+    let total: u64 = inputs.iter().map(|i| i.size_bytes).sum();
+    let bar = ProgressBar::with_draw_target(
+        Some(total),
+        if visible {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        },
+    );
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed}] {wide_bar} {msg} files · {binary_bytes_per_sec} · ETA {eta}",
+        )
+        .expect("valid template"),
+    );
+    bar.set_message(format!("0/{}", inputs.len()));
+    bar
+}
+
+/// Analyses every input on a pool of `options.jobs` threads, writes its
+/// reports, and returns the rows (unsorted: see [`sort_rows`]). Never stops
+/// on a bad file.
+pub fn run(
+    inputs: &[Input],
+    options: &BatchOptions,
+    progress: &ProgressBar,
+) -> Result<Vec<Row>, Error> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(options.jobs)
+        .build()
+        .map_err(|e| Error::Usage(format!("cannot start {} worker threads: {e}", options.jobs)))?;
+    let done = AtomicUsize::new(0);
+    let rows: Vec<Vec<Row>> = pool.install(|| {
+        inputs
+            .par_iter()
+            .with_max_len(1)
+            .map(|input| {
+                let rows = process(input, options);
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                progress.set_message(format!("{n}/{}", inputs.len()));
+                progress.inc(input.size_bytes);
+                rows
+            })
+            .collect()
+    });
+    progress.finish_and_clear();
+    Ok(rows.into_iter().flatten().collect())
+}
+
+/// One input: analyse, write its reports, return its rows.
+pub fn process(input: &Input, options: &BatchOptions) -> Vec<Row> {
+    let report = match crate::analyze_path(&input.path, &options.analyze) {
+        Ok(r) => r,
+        Err(e) => {
+            let (status, reason) = match skip_reason(&e) {
+                Some(reason) => (Status::Skipped, reason),
+                None => (Status::Failed, one_line(&e.to_string())),
+            };
+            return vec![Row::for_input(input, status, reason)];
+        }
+    };
+    if let Some(dir) = &options.out_dir {
+        for format in &options.formats {
+            let path = dir.join(format!("{}.{}", input.name, format.extension()));
+            if let Err(e) = std::fs::write(&path, report::render(&report, *format)) {
+                return vec![Row::for_input(
+                    input,
+                    Status::Failed,
+                    one_line(&format!("cannot write {}: {e}", path.display())),
+                )];
+            }
+        }
+    }
+    rows_of(input, &report, options)
+}
+
+/// The summary rows of an analysed input: one per device.
+pub fn rows_of(input: &Input, report: &Report, options: &BatchOptions) -> Vec<Row> {
+    let report_name = if options.out_dir.is_some() && !options.formats.is_empty() {
+        input.name.clone()
+    } else {
+        String::new()
+    };
+    if report.devices.is_empty() {
+        let mut row = Row::for_input(input, Status::Ok, "no device with memory events".into());
+        row.format = report.source.format.clone();
+        row.report = report_name;
+        return vec![row];
+    }
+    report
+        .devices
+        .iter()
+        .map(|d| {
+            let over = over_budget(d);
+            Row {
+                file: input.display.clone(),
+                status: if over == Some(true) {
+                    Status::OverBudget
+                } else {
+                    Status::Ok
+                },
+                format: report.source.format.clone(),
+                device: d.device.clone(),
+                peak_bytes: Some(d.peak.allocated_bytes),
+                reserved_bytes: d.reserved_peak_bytes.or(d.peak.reserved_bytes),
+                top_category: report::top_category(d)
+                    .map_or(String::new(), |c| c.as_str().to_owned()),
+                verdict: match (&d.plan, over) {
+                    (Some(plan), _) => plan.verdict.as_str().to_owned(),
+                    (None, Some(true)) => "does_not_fit".into(),
+                    (None, Some(false)) => "fits".into(),
+                    (None, None) => String::new(),
+                },
+                report: report_name.clone(),
+                error: String::new(),
+            }
+        })
+        .collect()
+}
+
+/// Whether a device is over budget: its plan's verdict is `does_not_fit`
+/// or its peak exceeds the plan's target. `None`: no budget known, no plan.
+pub fn over_budget(device: &DeviceReport) -> Option<bool> {
+    device.plan.as_ref().map(|plan| {
+        plan.verdict == crate::plan::Verdict::DoesNotFit
+            || plan.peak_before_bytes > plan.target_bytes
+    })
+}
+
+/// Errors that mean "not a memory trace memcut reads" rather than "a broken
+/// trace": other JSON, text files, profiler traces recorded without memory.
+/// A gzip stream that is itself damaged is a failure, not a skip.
+pub fn skip_reason(e: &Error) -> Option<String> {
+    match e {
+        Error::NoMemoryEvents | Error::Empty => Some(one_line(&e.to_string())),
+        Error::UnknownFormat(msg)
+            if !(msg.starts_with("truncated gzip") || msg.starts_with("corrupt gzip")) =>
+        {
+            Some(one_line(&e.to_string()))
+        }
+        _ => None,
+    }
+}
+
+fn one_line(s: &str) -> String {
+    let line = s.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+    if line.chars().count() > 300 {
+        let mut cut: String = line.chars().take(297).collect();
+        cut.push_str("...");
+        cut
+    } else {
+        line
+    }
+}
+
+/// Summary order: analysed rows by peak (highest first), then failed, then
+/// skipped; ties by file and device.
+pub fn sort_rows(rows: &mut [Row]) {
+    let rank = |s: Status| match s {
+        Status::Ok | Status::OverBudget => 0,
+        Status::Failed => 1,
+        Status::Skipped => 2,
+    };
+    rows.sort_by(|a, b| {
+        rank(a.status)
+            .cmp(&rank(b.status))
+            .then(b.peak_bytes.cmp(&a.peak_bytes))
+            .then(a.file.cmp(&b.file))
+            .then(a.device.cmp(&b.device))
+    });
+}
+
+/// Counts by outcome, for the exit code and the summary's last line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub files: usize,
+    pub analysed: usize,
+    pub over_budget: usize,
+    pub failed: usize,
+    pub skipped: usize,
+}
+
+pub fn tally(rows: &[Row]) -> Tally {
+    let mut by_file: BTreeMap<&str, Status> = BTreeMap::new();
+    for r in rows {
+        // A file's outcome is its worst row (failed > over budget > ok).
+        let s = by_file.entry(&r.file).or_insert(r.status);
+        let worse = |s: Status| match s {
+            Status::Failed => 3,
+            Status::OverBudget => 2,
+            Status::Skipped => 1,
+            Status::Ok => 0,
+        };
+        if worse(r.status) > worse(*s) {
+            *s = r.status;
+        }
+    }
+    let mut t = Tally {
+        files: by_file.len(),
+        ..Tally::default()
+    };
+    for s in by_file.values() {
+        match s {
+            Status::Ok => t.analysed += 1,
+            Status::OverBudget => {
+                t.analysed += 1;
+                t.over_budget += 1
+            }
+            Status::Failed => t.failed += 1,
+            Status::Skipped => t.skipped += 1,
+        }
+    }
+    t
+}
+
+/// The summary as a Markdown table (human units), then the tally.
+pub fn render_markdown(rows: &[Row]) -> String {
+    use std::fmt::Write;
+    let t = tally(rows);
+    let mut out = String::new();
+    let _ = writeln!(out, "# memcut batch: {} files\n", t.files);
+    let _ = writeln!(
+        out,
+        "| File | Status | Format | Device | Peak | Reserved | Top category | Verdict | Reason |\n|---|---|---|---|---:|---:|---|---|---|"
+    );
+    let cell = |s: &str| {
+        s.replace('|', "\\|")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let bytes = |b: Option<u64>| b.map_or(String::new(), report::human_bytes);
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.file.replace('`', "'").replace('|', "\\|"),
+            r.status.as_str(),
+            r.format,
+            cell(&r.device),
+            bytes(r.peak_bytes),
+            bytes(r.reserved_bytes),
+            r.top_category,
+            r.verdict,
+            cell(&r.error)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n{} analysed ({} over budget), {} skipped, {} failed.",
+        t.analysed, t.over_budget, t.skipped, t.failed
+    );
+    out
+}
+
+/// The summary as CSV (RFC 4180: header first, quoted where needed, bytes as integers).
+pub fn render_csv(rows: &[Row]) -> String {
+    let mut out = COLUMNS.join(",");
+    out.push('\n');
+    let num = |b: Option<u64>| b.map_or(String::new(), |b| b.to_string());
+    for r in rows {
+        let fields = [
+            csv_field(&r.file),
+            r.status.as_str().to_owned(),
+            csv_field(&r.format),
+            csv_field(&r.device),
+            num(r.peak_bytes),
+            num(r.reserved_bytes),
+            csv_field(&r.top_category),
+            csv_field(&r.verdict),
+            csv_field(&r.report),
+            csv_field(&r.error),
+        ];
+        out.push_str(&fields.join(","));
+        out.push('\n');
+    }
+    out
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+/// The summary as JSON Lines: one [`Row`] object per line.
+pub fn render_jsonl(rows: &[Row]) -> String {
+    let mut out = String::new();
+    for r in rows {
+        out.push_str(&serde_json::to_string(r).expect("a row always serialises"));
+        out.push('\n');
+    }
+    out
+}
+
+/// Summary file formats, chosen by the file's extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SummaryFormat {
+    Csv,
+    Jsonl,
+    Md,
+}
+
+impl SummaryFormat {
+    pub fn from_path(path: &Path) -> Result<SummaryFormat, String> {
+        match path
+            .extension()
+            .map(|e| e.to_string_lossy().to_ascii_lowercase())
+            .as_deref()
+        {
+            Some("csv") => Ok(SummaryFormat::Csv),
+            Some("jsonl") | Some("ndjson") => Ok(SummaryFormat::Jsonl),
+            Some("md") => Ok(SummaryFormat::Md),
+            _ => Err(format!(
+                "--summary {}: name it .csv, .jsonl or .md to choose its format",
+                path.display()
+            )),
+        }
+    }
+
+    pub fn render(self, rows: &[Row]) -> String {
+        match self {
+            SummaryFormat::Csv => render_csv(rows),
+            SummaryFormat::Jsonl => render_jsonl(rows),
+            SummaryFormat::Md => render_markdown(rows),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(paths: &[&str]) -> Vec<String> {
+        output_names(&paths.iter().map(PathBuf::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn names_are_relative_to_the_common_folder() {
+        assert_eq!(
+            names(&["/c/a/x.pickle", "/c/b/x.pickle"]),
+            ["a__x.pickle", "b__x.pickle"]
+        );
+        assert_eq!(names(&["/c/a/x.pickle"]), ["x.pickle"]);
+        assert_eq!(names(&["c/x.gz", "c/d/e/y.gz"]), ["x.gz", "d__e__y.gz"]);
+        assert_eq!(names(&["x.gz", "../y.gz"]), ["x.gz", "..__y.gz"]);
+    }
+
+    #[test]
+    fn colliding_names_get_a_suffix() {
+        assert_eq!(
+            names(&["r/a__b/c", "r/a/b__c", "r/a b/c", "r/a_b/c"]),
+            ["a__b__c", "a__b__c~2", "a_b__c", "a_b__c~2"]
+        );
+    }
+
+    #[test]
+    fn skips_are_non_traces_and_failures_are_broken_traces() {
+        assert!(skip_reason(&Error::NoMemoryEvents).is_some());
+        assert!(skip_reason(&Error::UnknownFormat(
+            "unrecognised content (first byte 0x23); expected a snapshot pickle, a Chrome trace JSON or gzip".into()
+        ))
+        .is_some());
+        assert!(skip_reason(&Error::UnknownFormat(
+            "corrupt gzip stream: bad header".into()
+        ))
+        .is_none());
+        assert!(skip_reason(&Error::UnknownFormat("truncated gzip stream".into())).is_none());
+        assert!(skip_reason(&Error::Pickle {
+            offset: 3,
+            message: "bad opcode".into()
+        })
+        .is_none());
+    }
+
+    fn row(file: &str, status: Status, peak: Option<u64>) -> Row {
+        Row {
+            file: file.into(),
+            status,
+            format: "torch_snapshot".into(),
+            device: "cuda:0".into(),
+            peak_bytes: peak,
+            reserved_bytes: None,
+            top_category: String::new(),
+            verdict: String::new(),
+            report: String::new(),
+            error: "a, \"quoted\" reason".into(),
+        }
+    }
+
+    #[test]
+    fn rows_sort_by_peak_then_failed_then_skipped() {
+        let mut rows = vec![
+            row("s", Status::Skipped, None),
+            row("small", Status::Ok, Some(1)),
+            row("f", Status::Failed, None),
+            row("big", Status::OverBudget, Some(9)),
+        ];
+        sort_rows(&mut rows);
+        let files: Vec<&str> = rows.iter().map(|r| r.file.as_str()).collect();
+        assert_eq!(files, ["big", "small", "f", "s"]);
+        let t = tally(&rows);
+        assert_eq!(
+            (t.files, t.analysed, t.over_budget, t.failed, t.skipped),
+            (4, 2, 1, 1, 1)
+        );
+    }
+
+    #[test]
+    fn csv_quotes_and_jsonl_round_trips() {
+        let rows = vec![row("a,b.pickle", Status::Ok, Some(5))];
+        let csv = render_csv(&rows);
+        assert_eq!(
+            csv.lines().nth(1).unwrap(),
+            "\"a,b.pickle\",ok,torch_snapshot,cuda:0,5,,,,,\"a, \"\"quoted\"\" reason\""
+        );
+        let back: Row = serde_json::from_str(render_jsonl(&rows).trim_end()).unwrap();
+        assert_eq!(back, rows[0]);
+    }
+}

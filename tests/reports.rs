@@ -1,0 +1,363 @@
+//! Reports: golden Markdown/JSON of the sample snapshots (bless with
+//! `MEMCUT_BLESS=1 cargo test`), the same bytes at 1 and 4 threads, HTML
+//! that escapes trace strings and fetches nothing, Markdown under 200 lines
+//! for any input, and the HTML loading cleanly in headless Chromium.
+
+use std::path::{Path, PathBuf};
+
+use memcut::report::{self, OutputFormat, Report};
+use memcut::AnalyzeOptions;
+
+fn manifest() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The sample snapshots, sorted (`sample_traces/*.snapshot.pickle.gz`).
+fn sample_snapshots() -> Vec<PathBuf> {
+    let mut runs: Vec<PathBuf> = std::fs::read_dir(manifest().join("sample_traces"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".snapshot.pickle.gz"))
+        .collect();
+    runs.sort();
+    assert!(runs.len() >= 6, "sample snapshots missing: {runs:?}");
+    runs
+}
+
+/// Analyses a sample under its repository-relative name (what the goldens show).
+fn analyze_sample(path: &Path) -> Report {
+    let rel = path.strip_prefix(manifest()).unwrap().to_string_lossy();
+    let bytes = std::fs::read(path).unwrap();
+    memcut::analyze_reader(&bytes[..], &rel, bytes.len() as u64, &AnalyzeOptions::new()).unwrap()
+}
+
+fn corpus() -> Option<PathBuf> {
+    let dir = std::env::var_os("MEMCUT_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest().join("../shared/corpus"));
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "skipped: corpus not found at {} (set MEMCUT_CORPUS)",
+            dir.display()
+        );
+        None
+    }
+}
+
+/// Compares `actual` with the golden file, or rewrites it under `MEMCUT_BLESS=1`.
+/// A mismatch shows the differing middle of the two texts.
+fn check_golden(name: &str, actual: &str) -> Result<(), String> {
+    let path = manifest().join("tests/golden").join(name);
+    if std::env::var_os("MEMCUT_BLESS").is_some_and(|v| v != "0") {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return Ok(());
+    }
+    let expected = std::fs::read_to_string(&path).map_err(|e| {
+        format!(
+            "{}: {e}; run `MEMCUT_BLESS=1 cargo test --test reports` to create it",
+            path.display()
+        )
+    })?;
+    if expected == actual {
+        return Ok(());
+    }
+    let (e, a): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), actual.lines().collect());
+    let head = e.iter().zip(&a).take_while(|(x, y)| x == y).count();
+    let tail = e[head..]
+        .iter()
+        .rev()
+        .zip(a[head..].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    let mut diff = format!(
+        "{} differs from the output (line {}); if the change is intended, run `MEMCUT_BLESS=1 cargo test --test reports`\n",
+        path.display(),
+        head + 1
+    );
+    for l in e[head..e.len() - tail].iter().take(40) {
+        diff.push_str(&format!("- {l}\n"));
+    }
+    for l in a[head..a.len() - tail].iter().take(40) {
+        diff.push_str(&format!("+ {l}\n"));
+    }
+    Err(diff)
+}
+
+#[test]
+fn sample_reports_match_their_golden_files() {
+    let mut failures = Vec::new();
+    for path in sample_snapshots() {
+        let report = analyze_sample(&path);
+        let stem = path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .trim_end_matches(".snapshot.pickle.gz")
+            .to_owned();
+        for format in [OutputFormat::Md, OutputFormat::Json] {
+            let name = format!("{stem}.{}", format.extension());
+            if let Err(e) = check_golden(&name, &report::render(&report, format)) {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn reports_are_the_same_bytes_at_1_and_4_threads() {
+    let render_all = |threads: usize| -> Vec<String> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            sample_snapshots()
+                .iter()
+                .flat_map(|p| {
+                    let r = analyze_sample(p);
+                    [OutputFormat::Md, OutputFormat::Json, OutputFormat::Html]
+                        .map(|f| report::render(&r, f))
+                })
+                .collect()
+        })
+    };
+    let one = render_all(1);
+    let four = render_all(4);
+    assert_eq!(one.len(), four.len());
+    for (a, b) in one.iter().zip(&four) {
+        assert!(a == b, "output differs between 1 and 4 threads");
+    }
+}
+
+#[test]
+fn json_report_round_trips() {
+    let report = analyze_sample(&sample_snapshots()[0]);
+    let text = report::render(&report, OutputFormat::Json);
+    let back = memcut::report::json::parse(&text).unwrap();
+    assert_eq!(report::render(&back, OutputFormat::Json), text);
+}
+
+/// A snapshot (JSON form) whose frame strings try to break out of the HTML.
+const HOSTILE_SNAPSHOT: &str = r#"{"segments": [], "device_traces": [[
+  {"action":"alloc","addr":1,"size":100,"frames":[{"filename":"<script>alert(1)</script>","line":1,"name":"x&y \"quoted\" 'single'"}]},
+  {"action":"alloc","addr":2,"size":50,"frames":[{"filename":"<img src=x onerror=alert(2)>","line":2,"name":"</code></td>|`tick`"}]},
+  {"action":"free_requested","addr":2,"size":50,"frames":[]},
+  {"action":"free_completed","addr":2,"size":50,"frames":[]}
+]]}"#;
+
+fn hostile_report() -> Report {
+    memcut::analyze_reader(
+        HOSTILE_SNAPSHOT.as_bytes(),
+        "<b>evil</b> & \"path\".json",
+        HOSTILE_SNAPSHOT.len() as u64,
+        &AnalyzeOptions::new(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn html_escapes_every_trace_string() {
+    let html = report::render(&hostile_report(), OutputFormat::Html);
+    for raw in [
+        "<script",
+        "<img",
+        "onerror=alert(2)>",
+        "<b>evil",
+        "x&y",
+        "\"quoted\"",
+        "</code></td>|",
+    ] {
+        assert!(!html.contains(raw), "unescaped `{raw}` in the HTML");
+    }
+    assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(html.contains("x&amp;y &quot;quoted&quot; &#39;single&#39;"));
+    assert!(html.contains("&lt;b&gt;evil&lt;/b&gt; &amp; &quot;path&quot;.json"));
+}
+
+#[test]
+fn markdown_keeps_trace_strings_inert() {
+    let md = report::render(&hostile_report(), OutputFormat::Md);
+    // Sites are code spans (literal on every renderer); no raw tags outside them.
+    for line in md.lines() {
+        let outside_code: String = line.split('`').step_by(2).collect();
+        assert!(
+            !outside_code.contains("<script") && !outside_code.contains("<img"),
+            "raw HTML outside a code span: {line}"
+        );
+    }
+    // Every table row keeps its column count.
+    for line in md.lines().filter(|l| l.starts_with("| `")) {
+        let unescaped_pipes = line.replace("\\|", "").matches('|').count();
+        assert_eq!(unescaped_pipes, 6, "broken table row: {line}");
+    }
+}
+
+#[test]
+fn html_is_self_contained() {
+    let html = report::render(&analyze_sample(&sample_snapshots()[0]), OutputFormat::Html);
+    for forbidden in [
+        "http:", "https:", "<script", "<link", "@import", "url(", "src=", "href=",
+    ] {
+        assert!(!html.contains(forbidden), "HTML contains `{forbidden}`");
+    }
+    assert!(html.contains("Content-Security-Policy"));
+    assert!(html.contains("<svg") && html.contains("<polygon"));
+    assert!(html.contains("<table"), "tables are HTML tables");
+    assert!(!html.contains("<pre"), "no Markdown dumped as text");
+    assert!(html.contains("class=\"peak\""));
+}
+
+/// The worst case for length: many devices, OOMs, plan steps, diagnostics.
+#[test]
+fn markdown_stays_under_200_lines_for_a_crowded_report() {
+    use memcut::model::{Category, Diagnostic};
+    use memcut::plan::{Plan, PlanStep, Verdict};
+    use memcut::report::OomFinding;
+    let mut report = analyze_sample(&sample_snapshots()[0]);
+    let mut device = report.devices[0].clone();
+    device.ooms = (0..40)
+        .map(|k| OomFinding {
+            event_index: k,
+            ts_us: None,
+            requested_bytes: 1 << 30,
+            device_free_bytes: Some(1),
+            allocated_bytes: 2 << 30,
+            reserved_bytes: Some(3 << 30),
+            by_category: [(Category::Activation, 2 << 30)].into(),
+            largest_free_block_bytes: Some(1 << 20),
+            verdict: "genuine shortage".into(),
+        })
+        .collect();
+    device.plan = Some(Plan {
+        budget_bytes: 1 << 30,
+        headroom_bytes: 1 << 28,
+        target_bytes: 3 << 28,
+        peak_before_bytes: device.peak.allocated_bytes,
+        steps: (0..30)
+            .map(|k| PlanStep {
+                lever: format!("lever {k}"),
+                action: "do it".into(),
+                cost: "some".into(),
+                categories: vec![Category::Activation],
+                saved_bytes: 1 << 20,
+                peak_after_bytes: 1 << 29,
+                peak_moved_to: "backward".into(),
+                scales: [(Category::Activation, 0.5)].into(),
+                peak_event_index: 7,
+                peak_moved: k % 2 == 0,
+            })
+            .collect(),
+        estimated_peak_bytes: 1 << 29,
+        verdict: Verdict::DoesNotFit,
+        reason: "too big".into(),
+        budget_source: "--budget".into(),
+        peak_before_at: "event 7 (backward)".into(),
+        gap_bytes: 1 << 28,
+        oom_plan: None,
+    });
+    report.devices = (0..64)
+        .map(|k| {
+            let mut d = device.clone();
+            d.device = format!("cuda:{k}");
+            d
+        })
+        .collect();
+    report.diagnostics = (0..100)
+        .map(|k| Diagnostic::warning(format!("warning {k}")))
+        .collect();
+    let md = report::render(&report, OutputFormat::Md);
+    let lines = md.lines().count();
+    assert!(lines < 200, "{lines} lines:\n{md}");
+}
+
+#[test]
+fn markdown_stays_under_200_lines_on_the_corpus() {
+    let Some(dir) = corpus() else { return };
+    let mut files: Vec<(u64, PathBuf)> = Vec::new();
+    let mut stack = vec![dir];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().filter_map(|e| e.ok()) {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files.push((e.metadata().unwrap().len(), p));
+            }
+        }
+    }
+    files.sort();
+    let mut analysed = 0;
+    for (_, path) in files.iter().rev() {
+        let Ok(report) = memcut::analyze_path(path, &AnalyzeOptions::new()) else {
+            continue;
+        };
+        analysed += 1;
+        let lines = report::render(&report, OutputFormat::Md).lines().count();
+        assert!(lines < 200, "{}: {lines} lines", path.display());
+    }
+    assert!(analysed > 0, "no corpus file could be analysed");
+}
+
+/// Renders sample HTML in headless Chromium: it must load with no console
+/// error and no refused fetch, and the DOM must hold the chart.
+#[test]
+fn html_loads_in_headless_chromium_without_errors() {
+    let Some(browser) = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            std::process::Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+    else {
+        eprintln!("skipped: chromium not installed (apt-get install chromium)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let pages = [
+        ("sample.html", analyze_sample(&sample_snapshots()[0])),
+        ("hostile.html", hostile_report()),
+    ];
+    for (name, report) in pages {
+        let page = dir.path().join(name);
+        std::fs::write(&page, report::render(&report, OutputFormat::Html)).unwrap();
+        let profile = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new("timeout")
+            .arg("120")
+            .arg(browser)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--enable-logging=stderr",
+                "--v=0",
+                "--dump-dom",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(format!("file://{}", page.display()))
+            .output()
+            .expect("run chromium");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let dom = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{name}: chromium failed:\n{stderr}");
+        for bad in ["Uncaught", ":CONSOLE", "Refused to"] {
+            let hit: Vec<&str> = stderr.lines().filter(|l| l.contains(bad)).collect();
+            assert!(
+                hit.is_empty(),
+                "{name}: browser reported {bad}:\n{}",
+                hit.join("\n")
+            );
+        }
+        assert!(dom.contains("<svg"), "{name}: no chart in the DOM");
+        assert!(!dom.contains("<script"), "{name}: a script element got in");
+    }
+}
