@@ -227,7 +227,10 @@ impl<'a> Context<'a> {
                 allocs += 1;
                 let f = facts[event.site as usize];
                 training |= f.backward || f.accumulate_grad;
-                phase = f.phase();
+                // An allocation without frames says nothing about the phase.
+                if event.site != 0 {
+                    phase = f.phase();
+                }
                 if let Some(ts) = event.ts() {
                     if optimizer_ranges.iter().any(|&(s, e)| s <= ts && ts <= e) {
                         phase = Phase::Optimizer;
@@ -322,13 +325,9 @@ fn classify_one(ctx: &Context, interval: &Interval, user_rules: &[UserRule]) -> 
                 pick(Category::AutogradDetail, "freed_within_backward")
             }
         }
-        Phase::Init => {
-            if alive_at_end || free_phase != Some(Phase::Init) {
-                pick(Category::Parameter, "module_init_or_load")
-            } else {
-                pick(Category::Temporary, "freed_during_init")
-            }
-        }
+        // Freed during init too: in-place initialisation (`kaiming_uniform_`)
+        // can show up as free + alloc of the same weight.
+        Phase::Init => pick(Category::Parameter, "module_init_or_load"),
         Phase::DataLoading => pick(Category::Input, "data_loading"),
         Phase::Forward => {
             if short_lived {
