@@ -1,26 +1,14 @@
 //! The real-trace corpus in `../shared/corpus` (other people's files, never
 //! committed here). Each test skips with a message when the folder is absent.
 
+mod common;
+use common::corpus;
+
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use memcut::{AnalyzeOptions, Error};
-
-fn corpus() -> Option<PathBuf> {
-    let dir = std::env::var_os("MEMCUT_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus"));
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "skipping: corpus not found at {} (set MEMCUT_CORPUS)",
-            dir.display()
-        );
-        None
-    }
-}
 
 fn files(dir: &Path, keep: &dyn Fn(&str) -> bool) -> Vec<PathBuf> {
     let mut out = Vec::new();

@@ -1,6 +1,9 @@
 //! The cut planner end to end: `memcut plan` (component lists) and the plan
 //! in `memcut analyze` reports (sample traces, corpus snapshots, an OOM).
 
+mod common;
+use common::corpus;
+
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
@@ -28,21 +31,6 @@ fn sample(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("sample_traces")
         .join(name)
-}
-
-fn corpus() -> Option<PathBuf> {
-    let dir = std::env::var_os("MEMCUT_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus"));
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "skipping: corpus not found at {} (set MEMCUT_CORPUS)",
-            dir.display()
-        );
-        None
-    }
 }
 
 fn json_of(output: &[u8]) -> Value {

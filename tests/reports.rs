@@ -3,6 +3,9 @@
 //! that escapes trace strings and fetches nothing, Markdown under 200 lines
 //! for any input, and the HTML loading cleanly in headless Chromium.
 
+mod common;
+use common::corpus;
+
 use std::path::{Path, PathBuf};
 
 use memcut::report::{self, OutputFormat, Report};
@@ -29,21 +32,6 @@ fn analyze_sample(path: &Path) -> Report {
     let rel = path.strip_prefix(manifest()).unwrap().to_string_lossy();
     let bytes = std::fs::read(path).unwrap();
     memcut::analyze_reader(&bytes[..], &rel, bytes.len() as u64, &AnalyzeOptions::new()).unwrap()
-}
-
-fn corpus() -> Option<PathBuf> {
-    let dir = std::env::var_os("MEMCUT_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest().join("../shared/corpus"));
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "skipped: corpus not found at {} (set MEMCUT_CORPUS)",
-            dir.display()
-        );
-        None
-    }
 }
 
 /// Compares `actual` with the golden file, or rewrites it under `MEMCUT_BLESS=1`.

@@ -9,8 +9,8 @@
 use std::fmt::Write;
 
 use super::{
-    devices_by_peak, human_bytes as h, peak_categories, peak_instant, percent, top_category,
-    DeviceReport, Report,
+    devices_by_peak, human_bytes as h, overview_row, peak_categories, peak_instant, percent,
+    DeviceReport, Report, OVERVIEW_COLUMNS,
 };
 use crate::model::{Category, Level};
 
@@ -96,19 +96,33 @@ pub fn colour(c: Category) -> &'static str {
 }
 
 fn overview(out: &mut String, devices: &[&DeviceReport]) {
-    out.push_str("<section>\n<h2>Devices</h2>\n<table>\n<thead><tr><th>Device</th><th class=\"num\">Peak allocated</th><th class=\"num\">Reserved at peak</th><th>Top category</th><th>Phase</th><th class=\"num\">OOMs</th><th>Verdict</th></tr></thead>\n<tbody>\n");
+    out.push_str("<section>\n<h2>Devices</h2>\n<table>\n<thead><tr>");
+    for (i, name) in OVERVIEW_COLUMNS.iter().enumerate() {
+        let class = if matches!(i, 1 | 2 | 5) {
+            " class=\"num\""
+        } else {
+            ""
+        };
+        let _ = write!(out, "<th{class}>{name}</th>");
+    }
+    out.push_str("</tr></thead>\n<tbody>\n");
     for d in devices {
-        let _ = writeln!(
-            out,
-            "<tr><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
-            escape(&d.device),
-            h(d.peak.allocated_bytes),
-            d.peak.reserved_bytes.map_or("?".into(), h),
-            top_category(d).map_or("-", |c| c.as_str()),
-            escape(&d.peak.phase),
-            d.ooms.len(),
-            d.plan.as_ref().map_or("-", |p| p.verdict.as_str())
-        );
+        let cells = overview_row(d);
+        out.push_str("<tr>");
+        for (i, c) in cells.iter().enumerate() {
+            match i {
+                0 => {
+                    let _ = write!(out, "<td><code>{}</code></td>", escape(c));
+                }
+                1 | 2 | 5 => {
+                    let _ = write!(out, "<td class=\"num\">{}</td>", escape(c));
+                }
+                _ => {
+                    let _ = write!(out, "<td>{}</td>", escape(c));
+                }
+            }
+        }
+        out.push_str("</tr>\n");
     }
     out.push_str("</tbody>\n</table>\n</section>\n");
 }

@@ -5,8 +5,8 @@
 use std::fmt::Write;
 
 use super::{
-    devices_by_peak, human_bytes as h, peak_categories, peak_instant, percent, top_category,
-    DeviceReport, Report,
+    devices_by_peak, human_bytes as h, overview_row, peak_categories, peak_instant, percent,
+    DeviceReport, Report, OVERVIEW_COLUMNS,
 };
 use crate::model::Level;
 
@@ -75,20 +75,13 @@ fn overview(out: &mut String, devices: &[&DeviceReport]) {
     let _ = writeln!(out, "## Devices\n");
     let _ = writeln!(
         out,
-        "| Device | Peak allocated | Reserved at peak | Top category | Phase | OOMs | Verdict |\n|---|---:|---:|---|---|---:|---|"
+        "| {} |\n|---|---:|---:|---|---|---:|---|",
+        OVERVIEW_COLUMNS.join(" | ")
     );
     for d in devices.iter().take(MAX_DEVICE_ROWS) {
-        let _ = writeln!(
-            out,
-            "| `{}` | {} | {} | {} | {} | {} | {} |",
-            code(&d.device),
-            h(d.peak.allocated_bytes),
-            d.peak.reserved_bytes.map_or("?".into(), h),
-            top_category(d).map_or("-", |c| c.as_str()),
-            cell(&d.peak.phase),
-            d.ooms.len(),
-            d.plan.as_ref().map_or("-", |p| p.verdict.as_str())
-        );
+        let [device, rest @ ..] = overview_row(d);
+        let rest: Vec<String> = rest.iter().map(|c| cell(c)).collect();
+        let _ = writeln!(out, "| `{}` | {} |", code(&device), rest.join(" | "));
     }
     if devices.len() > MAX_DEVICE_ROWS {
         let _ = writeln!(

@@ -206,6 +206,33 @@ pub fn top_category(device: &DeviceReport) -> Option<Category> {
     peak_categories(&device.peak).0.first().map(|(c, _)| *c)
 }
 
+/// Column names and one device's cells (plain text) of the multi-device
+/// overview table that both Markdown and HTML show.
+pub const OVERVIEW_COLUMNS: [&str; 7] = [
+    "Device",
+    "Peak allocated",
+    "Reserved at peak",
+    "Top category",
+    "Phase",
+    "OOMs",
+    "Verdict",
+];
+
+pub fn overview_row(d: &DeviceReport) -> [String; 7] {
+    [
+        d.device.clone(),
+        human_bytes(d.peak.allocated_bytes),
+        d.peak.reserved_bytes.map_or("?".into(), human_bytes),
+        top_category(d).map_or("-", |c| c.as_str()).to_owned(),
+        d.peak.phase.clone(),
+        d.ooms.len().to_string(),
+        d.plan
+            .as_ref()
+            .map_or("-", |p| p.verdict.as_str())
+            .to_owned(),
+    ]
+}
+
 /// Devices by peak allocated bytes, largest first (ties by name).
 pub fn devices_by_peak(report: &Report) -> Vec<&DeviceReport> {
     let mut devices: Vec<&DeviceReport> = report.devices.iter().collect();
