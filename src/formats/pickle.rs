@@ -178,6 +178,18 @@ pub trait Hook {
     /// the dict is replaced too, so that the dict is freed. `Ok(None)` keeps the
     /// dict. `Err(msg)` aborts with a [`PickleError`] at the current offset.
     fn on_list_dict(&mut self, dict: &[(Value, Value)]) -> Result<Option<Value>, String>;
+
+    /// Called when APPENDS or APPEND adds `items` to a list that is still
+    /// empty (after [`Hook::on_list_dict`] has run on them). Return
+    /// `Ok(Some(v))` to store the single value `v` in the list instead of the
+    /// items (the list keeps its identity; later appends go after `v`), so a
+    /// caller can lower a whole list — e.g. a traceback of frame handles —
+    /// without the parser ever building it. `Ok(None)` (the default) appends
+    /// the items. `Err(msg)` aborts with a [`PickleError`] at the current offset.
+    fn on_list_items(&mut self, items: &[Value]) -> Result<Option<Value>, String> {
+        let _ = items;
+        Ok(None)
+    }
 }
 
 /// A hook that keeps every dict.
@@ -803,6 +815,24 @@ impl<'a, R: BufRead> Parser<'a, R> {
         Ok(())
     }
 
+    /// Offers `stack[from..]`, about to be appended to the empty list `l`, to
+    /// [`Hook::on_list_items`]; if the hook lowers them, stores its value in
+    /// `l`, discards the items and returns `true`.
+    #[inline]
+    fn lower_list(&mut self, l: &mut Vec<Value>, from: usize) -> PResult<bool> {
+        match self.hook.on_list_items(&self.stack[from..]) {
+            Ok(None) => Ok(false),
+            Ok(Some(v)) => {
+                // Lists live in the memo to the end: keep this one small.
+                l.reserve_exact(1);
+                l.push(v);
+                dismantle_all(self.stack.drain(from..), &mut self.work);
+                Ok(true)
+            }
+            Err(m) => self.err(m),
+        }
+    }
+
     /// Frees a dict the hook replaced, keeping its allocations for reuse by
     /// `EMPTY_DICT` when nothing else refers to it (trace entries arrive in
     /// batches of ~1000 and all have the same shape).
@@ -969,6 +999,9 @@ impl<'a, R: BufRead> Parser<'a, R> {
                     let list = self.list_at(k - 1, "APPENDS")?;
                     self.hook_items(k)?;
                     let mut l = list.borrow_mut();
+                    if l.is_empty() && self.lower_list(&mut l, k)? {
+                        continue;
+                    }
                     l.reserve(self.stack.len() - k);
                     l.extend(self.stack.drain(k..));
                 }
@@ -979,8 +1012,12 @@ impl<'a, R: BufRead> Parser<'a, R> {
                     }
                     let list = self.list_at(top - 1, "APPEND")?;
                     self.hook_items(top)?;
+                    let mut l = list.borrow_mut();
+                    if l.is_empty() && self.lower_list(&mut l, top)? {
+                        continue;
+                    }
                     let v = self.stack.pop().expect("non-empty");
-                    list.borrow_mut().push(v);
+                    l.push(v);
                 }
                 op::SETITEMS => {
                     let k = self.pop_mark()?;

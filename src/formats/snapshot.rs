@@ -12,6 +12,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
 
+use rustc_hash::FxHashMap;
+
 use super::pickle::{self, Hook, Limits, Value};
 use crate::error::{Error, Result};
 use crate::model::{
@@ -66,6 +68,11 @@ struct EntryLowering {
     frames: Vec<Frame>,
     unknown_actions: BTreeMap<String, u64>,
     entries_without_frames: u64,
+    /// Sites by the frame handles of a traceback: a traceback seen before is
+    /// recognised by hashing its handles, without resolving its frames.
+    site_by_handles: FxHashMap<Box<[u32]>, SiteId>,
+    /// Scratch for the handles of the list being lowered.
+    handles: Vec<u32>,
 }
 
 /// Handle tags: the top two bits say what a [`Value::Handle`] indexes.
@@ -94,6 +101,32 @@ impl Hook for EntryLowering {
             return Ok(Some(Value::Handle(FRAME_TAG | index)));
         }
         Ok(None)
+    }
+
+    /// A traceback whose frames are all frame handles becomes a one-item
+    /// list holding its site's handle, so no frames list is ever built.
+    fn on_list_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
+        self.handles.clear();
+        for item in items {
+            match item {
+                Value::Handle(h) if h & TAG_MASK == FRAME_TAG => self.handles.push(*h),
+                _ => return Ok(None),
+            }
+        }
+        let site = match self.site_by_handles.get(&self.handles[..]) {
+            Some(&site) => site,
+            None => {
+                let frames: Vec<Frame> = self
+                    .handles
+                    .iter()
+                    .map(|h| self.frames[(h & !TAG_MASK) as usize])
+                    .collect();
+                let site = self.sites.intern_site(&frames);
+                self.site_by_handles.insert(self.handles[..].into(), site);
+                site
+            }
+        };
+        Ok(Some(Value::Handle(SITE_TAG | site)))
     }
 }
 
@@ -151,6 +184,10 @@ impl EntryLowering {
             match item {
                 Value::Handle(h) if h & TAG_MASK == FRAME_TAG => {
                     resolved.push(self.frames[(h & !TAG_MASK) as usize]);
+                }
+                // The lowered first batch of a list appended to more than once.
+                Value::Handle(h) if h & TAG_MASK == SITE_TAG => {
+                    resolved.extend_from_slice(self.sites.frames(h & !TAG_MASK));
                 }
                 Value::Dict(d) => resolved.push(frame_of(&mut self.sites, &d.borrow())),
                 // `forward_frames` style: preformatted lines.
