@@ -106,26 +106,32 @@ impl Hook for EntryLowering {
     /// A traceback whose frames are all frame handles becomes a one-item
     /// list holding its site's handle, so no frames list is ever built.
     fn on_list_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
-        self.handles.clear();
+        let mut handles = std::mem::take(&mut self.handles);
+        handles.clear();
         for item in items {
             match item {
-                Value::Handle(h) if h & TAG_MASK == FRAME_TAG => self.handles.push(*h),
+                Value::Handle(h) => handles.push(*h),
                 _ => return Ok(None),
             }
         }
-        let site = match self.site_by_handles.get(&self.handles[..]) {
-            Some(&site) => site,
-            None => {
-                let frames: Vec<Frame> = self
-                    .handles
-                    .iter()
-                    .map(|h| self.frames[(h & !TAG_MASK) as usize])
-                    .collect();
-                let site = self.sites.intern_site(&frames);
-                self.site_by_handles.insert(self.handles[..].into(), site);
-                site
-            }
-        };
+        let lowered = self.on_handle_list(&handles);
+        self.handles = handles;
+        lowered
+    }
+
+    fn on_handle_list(&mut self, handles: &[u32]) -> std::result::Result<Option<Value>, String> {
+        if let Some(&site) = self.site_by_handles.get(handles) {
+            return Ok(Some(Value::Handle(SITE_TAG | site)));
+        }
+        if handles.iter().any(|h| h & TAG_MASK != FRAME_TAG) {
+            return Ok(None);
+        }
+        let frames: Vec<Frame> = handles
+            .iter()
+            .map(|h| self.frames[(h & !TAG_MASK) as usize])
+            .collect();
+        let site = self.sites.intern_site(&frames);
+        self.site_by_handles.insert(handles.into(), site);
         Ok(Some(Value::Handle(SITE_TAG | site)))
     }
 }
