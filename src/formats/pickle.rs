@@ -191,6 +191,17 @@ pub trait Hook {
         Ok(None)
     }
 
+    /// Called when SETITEMS adds `items` (key0, value0, key1, value1, …) to
+    /// a dict that is still empty. Return `Ok(Some(pair))` to store that one
+    /// pair instead (the dict keeps its identity and memo slot; later
+    /// SETITEM(S) add after it), so a caller can lower a record — e.g. a
+    /// trace entry — before its pairs are ever moved into a dict. `Ok(None)`
+    /// (the default) stores the items. `Err(msg)` aborts with a [`PickleError`].
+    fn on_dict_items(&mut self, items: &[Value]) -> Result<Option<(Value, Value)>, String> {
+        let _ = items;
+        Ok(None)
+    }
+
     /// A fast path of [`Hook::on_list_items`] for the common case where every
     /// item is a [`Value::Handle`] fetched from the memo (`MARK`, then only
     /// `BINGET`/`LONG_BINGET`s, then `APPENDS` into an empty list): the parser
@@ -1135,7 +1146,19 @@ impl<'a, R: BufRead> Parser<'a, R> {
                         return self
                             .err(format!("SETITEMS with an odd number of stack items ({n})"));
                     }
-                    dict.borrow_mut().extend(pairs(&mut self.stack[k..]));
+                    let mut d = dict.borrow_mut();
+                    if d.is_empty() {
+                        match self.hook.on_dict_items(&self.stack[k..]) {
+                            Ok(None) => {}
+                            Ok(Some(pair)) => {
+                                d.push(pair);
+                                dismantle_all(self.stack.drain(k..), &mut self.work);
+                                continue;
+                            }
+                            Err(m) => return self.err(m),
+                        }
+                    }
+                    d.extend(pairs(&mut self.stack[k..]));
                     self.stack.truncate(k);
                 }
                 op::SETITEM => {

@@ -87,8 +87,7 @@ impl Hook for EntryLowering {
         &mut self,
         dict: &[(Value, Value)],
     ) -> std::result::Result<Option<Value>, String> {
-        if let Some(action) = lookup(dict, "action") {
-            let handle = self.lower_entry(dict, &action)?;
+        if let Some(handle) = self.entry_of_dict(dict)? {
             return Ok(Some(Value::Handle(handle)));
         }
         if has_key(dict, "filename") && has_key(dict, "name") {
@@ -101,6 +100,26 @@ impl Hook for EntryLowering {
             return Ok(Some(Value::Handle(FRAME_TAG | index)));
         }
         Ok(None)
+    }
+
+    /// A trace entry with a known action is lowered as soon as its pairs are
+    /// complete; its dict keeps only a marker pair `(Handle(event), Bool(has
+    /// frames))`, recognised when the dict is appended to its trace list.
+    /// Anything else (unknown actions, malformed entries) waits for
+    /// [`Hook::on_list_dict`], which has the last word.
+    fn on_dict_items(
+        &mut self,
+        items: &[Value],
+    ) -> std::result::Result<Option<(Value, Value)>, String> {
+        let pairs = || items.chunks_exact(2).map(|c| (&c[0], &c[1]));
+        let Some(Value::Str(name)) = first_value(pairs(), "action") else {
+            return Ok(None);
+        };
+        let Some(action) = Action::parse(name) else {
+            return Ok(None);
+        };
+        let (index, has_frames) = self.push_event(action, pairs())?;
+        Ok(Some((Value::Handle(index), Value::Bool(has_frames))))
     }
 
     /// A traceback whose frames are all frame handles becomes a one-item
@@ -137,39 +156,87 @@ impl Hook for EntryLowering {
 }
 
 impl EntryLowering {
-    fn lower_entry(
+    /// The event handle of a trace-entry dict (lowering it unless
+    /// [`Hook::on_dict_items`] already has), or `None` if it is no entry.
+    fn entry_of_dict(
         &mut self,
         dict: &[(Value, Value)],
-        action: &Value,
-    ) -> std::result::Result<u32, String> {
+    ) -> std::result::Result<Option<u32>, String> {
+        if let [(Value::Handle(index), Value::Bool(has_frames)), rest @ ..] = dict {
+            if !rest.is_empty() {
+                // More pairs arrived in a later SETITEM(S): they overwrite.
+                let mut event = self.events[*index as usize];
+                let more_frames = self.apply_fields(&mut event, rest.iter().map(|(k, v)| (k, v)));
+                self.events[*index as usize] = event;
+                self.count_frames(*has_frames || more_frames);
+            } else {
+                self.count_frames(*has_frames);
+            }
+            return Ok(Some(*index));
+        }
+        let pairs = || dict.iter().map(|(k, v)| (k, v));
+        let Some(action) = first_value(pairs(), "action") else {
+            return Ok(None);
+        };
         let name = action
             .as_str()
             .ok_or_else(|| format!("trace entry action is a {}", action.type_name()))?;
         let Some(action) = Action::parse(name) else {
             *self.unknown_actions.entry(name.to_owned()).or_default() += 1;
-            return Ok(SKIPPED);
+            return Ok(Some(SKIPPED));
         };
-        let mut event = Event::new(action, 0, 0);
-        for (key, value) in dict {
-            match key.as_str() {
-                Some("addr") => event.addr = value.as_u64().unwrap_or(0),
-                Some("size") => event.size = value.as_u64().unwrap_or(0),
-                Some("device_free") => event.device_free = value.as_u64().unwrap_or(0),
-                Some("time_us") => event.ts_us = value.as_f64().unwrap_or(f64::NAN),
-                Some("category") => event.given = value.as_str().and_then(Category::parse),
-                Some("frames") => event.site = self.site_of(value),
-                _ => {}
-            }
-        }
-        if !has_key(dict, "frames") {
+        let (index, has_frames) = self.push_event(action, pairs())?;
+        self.count_frames(has_frames);
+        Ok(Some(index))
+    }
+
+    fn count_frames(&mut self, has_frames: bool) {
+        if !has_frames {
             self.entries_without_frames += 1;
         }
+    }
+
+    /// Lowers an entry's fields into a new event: its index and whether the
+    /// entry has `frames`.
+    fn push_event<'a>(
+        &mut self,
+        action: Action,
+        pairs: impl Iterator<Item = (&'a Value, &'a Value)>,
+    ) -> std::result::Result<(u32, bool), String> {
+        let mut event = Event::new(action, 0, 0);
+        let has_frames = self.apply_fields(&mut event, pairs);
         let index = self.events.len() as u32;
         if index >= SKIPPED {
             return Err("more than 2^30 trace entries".into());
         }
         self.events.push(event);
-        Ok(index)
+        Ok((index, has_frames))
+    }
+
+    /// Sets `event`'s fields from an entry's pairs (the last of a repeated
+    /// key wins); returns whether there were `frames`.
+    fn apply_fields<'a>(
+        &mut self,
+        event: &mut Event,
+        pairs: impl Iterator<Item = (&'a Value, &'a Value)>,
+    ) -> bool {
+        let mut has_frames = false;
+        for (key, value) in pairs {
+            let Value::Str(key) = key else { continue };
+            match &**key {
+                "addr" => event.addr = value.as_u64().unwrap_or(0),
+                "size" => event.size = value.as_u64().unwrap_or(0),
+                "device_free" => event.device_free = value.as_u64().unwrap_or(0),
+                "time_us" => event.ts_us = value.as_f64().unwrap_or(f64::NAN),
+                "category" => event.given = value.as_str().and_then(Category::parse),
+                "frames" => {
+                    has_frames = true;
+                    event.site = self.site_of(value);
+                }
+                _ => {}
+            }
+        }
+        has_frames
     }
 
     /// Interns a frames list as a site, then empties the list and leaves the
@@ -211,10 +278,14 @@ impl EntryLowering {
     }
 }
 
-fn lookup(dict: &[(Value, Value)], key: &str) -> Option<Value> {
-    dict.iter()
+/// The value of the first `key` among `pairs`.
+fn first_value<'a>(
+    mut pairs: impl Iterator<Item = (&'a Value, &'a Value)>,
+    key: &str,
+) -> Option<&'a Value> {
+    pairs
         .find(|(k, _)| k.as_str() == Some(key))
-        .map(|(_, v)| v.clone())
+        .map(|(_, v)| v)
 }
 
 fn has_key(dict: &[(Value, Value)], key: &str) -> bool {
@@ -277,11 +348,8 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
                     let index = match item {
                         Value::Handle(h) => *h,
                         Value::Dict(d) => {
-                            let dict = d.borrow();
-                            match lookup(&dict, "action") {
-                                Some(a) => {
-                                    lowering.lower_entry(&dict, &a).map_err(Error::Schema)?
-                                }
+                            match lowering.entry_of_dict(&d.borrow()).map_err(Error::Schema)? {
+                                Some(index) => index,
                                 None => continue,
                             }
                         }
