@@ -1115,7 +1115,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
                     let list = self.list_at(k - 1, "APPENDS")?;
                     self.hook_items(k)?;
                     let mut l = list.borrow_mut();
-                    if l.is_empty() && self.lower_list(&mut l, k)? {
+                    if l.is_empty() && self.stack.len() > k && self.lower_list(&mut l, k)? {
                         continue;
                     }
                     l.reserve(self.stack.len() - k);
@@ -2621,6 +2621,312 @@ mod tests {
         );
         assert_eq!(hook.weak_lists.len(), 3);
         assert!(hook.weak_lists.iter().all(|w| w.upgrade().is_none()));
+    }
+
+    /// Lowers `{"h": n}` dicts in lists to `Handle(n)`, lists of handles to
+    /// `Handle(1000 + sum)`, and dicts whose first key is "rec" to the pair
+    /// `("rec", number of items)`; counts which hook answered. Fails on a
+    /// handle list summing to 13 and on a record with value "fail".
+    #[derive(Default)]
+    struct Lower {
+        decline_fast: bool,
+        list_items: usize,
+        handle_lists: usize,
+        dict_items: usize,
+    }
+
+    impl Lower {
+        fn lower(handles: impl Iterator<Item = u32>) -> Result<Option<Value>, String> {
+            let sum: u32 = handles.sum();
+            if sum == 13 {
+                return Err("unlucky".into());
+            }
+            Ok(Some(Value::Handle(1000 + sum)))
+        }
+    }
+
+    impl Hook for Lower {
+        fn on_list_dict(&mut self, dict: &[(Value, Value)]) -> Result<Option<Value>, String> {
+            Ok(match dict {
+                [(k, Value::Int(n))] if k.as_str() == Some("h") => Some(Value::Handle(*n as u32)),
+                _ => None,
+            })
+        }
+        fn on_list_items(&mut self, items: &[Value]) -> Result<Option<Value>, String> {
+            self.list_items += 1;
+            let mut handles = Vec::new();
+            for item in items {
+                match item {
+                    Value::Handle(h) => handles.push(*h),
+                    _ => return Ok(None),
+                }
+            }
+            Lower::lower(handles.into_iter())
+        }
+        fn on_handle_list(&mut self, handles: &[u32]) -> Result<Option<Value>, String> {
+            self.handle_lists += 1;
+            if self.decline_fast {
+                return Ok(None);
+            }
+            Lower::lower(handles.iter().copied())
+        }
+        fn on_dict_items(&mut self, items: &[Value]) -> Result<Option<(Value, Value)>, String> {
+            self.dict_items += 1;
+            match items {
+                [k, v, ..] if k.as_str() == Some("rec") => {
+                    if v.as_str() == Some("fail") {
+                        return Err("bad record".into());
+                    }
+                    Ok(Some((k.clone(), Value::Int(items.len() as i64))))
+                }
+                _ => Ok(None),
+            }
+        }
+    }
+
+    /// `MARK [{"h": 1}, {"h": 2}, {"h": 3}]` with the dicts memoized as 1, 2,
+    /// 3 (so the memo then holds handles 1, 2, 3) and the list as 0 (it
+    /// becomes `[Handle(1006)]`); then `then`.
+    fn handle_memo(then: impl FnOnce(P) -> P) -> Vec<u8> {
+        let mut p = P::new().op(op::MARK).op(op::EMPTY_LIST).put(0).op(op::MARK);
+        for i in 1..=3 {
+            p = p.op(op::EMPTY_DICT).put(i).s("h").k(i).op(op::SETITEM);
+        }
+        then(p.op(op::APPENDS)).stop()
+    }
+
+    /// Reads `b` a few bytes per `read`, so the parser's window ends everywhere.
+    fn trickle_hooked(b: &[u8], hook: &mut dyn Hook) -> Result<Value, PickleError> {
+        struct Trickle<'a>(&'a [u8]);
+        impl Read for Trickle<'_> {
+            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+                let n = out.len().min(self.0.len()).min(3);
+                out[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        unpickle(BufReader::with_capacity(1, Trickle(b)), &Limits::default(), hook)
+    }
+
+    #[test]
+    fn handle_lists_take_the_fast_path() {
+        // (outer, [h1, h2, h3, h2] lowered, the same list via the memo)
+        let b = handle_memo(|p| {
+            p.op(op::EMPTY_LIST)
+                .put(4)
+                .op(op::MARK)
+                .get(1)
+                .long_get(2)
+                .get(3)
+                .get(2)
+                .op(op::APPENDS)
+                .get(4)
+                .op(op::TUPLE)
+        });
+        let lowered = vec![Value::Handle(1008)];
+        let mut hook = Lower::default();
+        let v = unpickle(&b[..], &Limits::default(), &mut hook).unwrap();
+        let t = v.tuple_items().unwrap();
+        let h = |i| Value::Handle(i);
+        assert_eq!(*t[0].list_items().unwrap(), vec![h(1006)]);
+        assert_eq!(*t[1].list_items().unwrap(), lowered);
+        assert_eq!(t[1].identity(), t[2].identity());
+        assert_eq!(t[1].list_items().unwrap().capacity(), 1);
+        // The outer list held dicts: only the normal path saw it.
+        assert_eq!((hook.handle_lists, hook.list_items), (1, 1));
+
+        // The same answers when the input arrives in 3-byte reads (the fast
+        // path gives up wherever the window ends) or when it declines.
+        for trickled in [false, true] {
+            let mut hook = Lower {
+                decline_fast: !trickled,
+                ..Lower::default()
+            };
+            let v = if trickled {
+                trickle_hooked(&b, &mut hook).unwrap()
+            } else {
+                unpickle(&b[..], &Limits::default(), &mut hook).unwrap()
+            };
+            assert_eq!(*v.tuple_items().unwrap()[1].list_items().unwrap(), lowered);
+            assert_eq!(hook.list_items, 2, "trickled: {trickled}");
+        }
+        // Without a hook the list is built as usual.
+        let v = unpickle_slice(&b).unwrap();
+        let t = v.tuple_items().unwrap();
+        assert_eq!(t[0].list_items().unwrap().len(), 3);
+        let items = t[1].list_items().unwrap();
+        assert_eq!(items.len(), 4);
+        assert_eq!(items[3].get("h"), Some(Value::Int(2)));
+    }
+
+    #[test]
+    fn handle_lists_fall_back_when_they_must() {
+        let h = |i| Value::Handle(i);
+        // A string among the gets, a second APPENDS, APPEND, an empty batch,
+        // and a MARK whose stack top is not a list.
+        let b = handle_memo(|p| {
+            p.s("x")
+                .put(5)
+                .op(op::POP)
+                .op(op::EMPTY_LIST)
+                .op(op::MARK)
+                .get(1)
+                .get(5)
+                .op(op::APPENDS)
+                .op(op::EMPTY_LIST)
+                .op(op::MARK)
+                .get(1)
+                .op(op::APPENDS)
+                .op(op::MARK)
+                .get(2)
+                .get(3)
+                .op(op::APPENDS)
+                .op(op::EMPTY_LIST)
+                .get(3)
+                .op(op::APPEND)
+                .op(op::EMPTY_LIST)
+                .op(op::MARK)
+                .op(op::APPENDS)
+                .op(op::MARK)
+                .get(1)
+                .op(op::TUPLE)
+                .op(op::TUPLE)
+        });
+        let mut hook = Lower::default();
+        let v = unpickle(&b[..], &Limits::default(), &mut hook).unwrap();
+        let t = v.tuple_items().unwrap();
+        assert_eq!(t.len(), 6);
+        assert_eq!(t[1].list_items().unwrap()[0], h(1));
+        assert_eq!(t[1].list_items().unwrap()[1].as_str(), Some("x"));
+        assert_eq!(*t[2].list_items().unwrap(), vec![h(1001), h(2), h(3)]);
+        assert_eq!(*t[3].list_items().unwrap(), vec![h(1003)]);
+        assert!(t[4].list_items().unwrap().is_empty());
+        assert_eq!(t[5].tuple_items(), Some(&[h(1)][..]));
+        // [0] and [1]: slow (dicts, a string); [2]: fast, then appended to
+        // (not empty); [3]: slow (APPEND); [4]: an empty batch is not
+        // offered; [5]: no list below the MARK.
+        assert_eq!(hook.handle_lists, 1);
+        assert_eq!(hook.list_items, 3);
+    }
+
+    #[test]
+    fn handle_list_errors_name_the_appends() {
+        // Handles 1, 3 and 9 sum to 13: the hook fails.
+        let prefix = handle_memo(|p| p).len() - 1; // without STOP
+        let b = handle_memo(|p| {
+            p.op(op::EMPTY_DICT)
+                .put(9)
+                .s("h")
+                .k(9)
+                .op(op::SETITEM)
+                .op(op::POP)
+                .op(op::EMPTY_LIST)
+                .op(op::MARK)
+                .get(1)
+                .get(3)
+                .op(op::APPENDS)
+        });
+        // {"h": 9} was never appended: the memo holds the dict, not a handle.
+        let mut hook = Lower::default();
+        assert!(unpickle(&b[..], &Limits::default(), &mut hook).is_ok());
+        let b = handle_memo(|p| {
+            p.op(op::EMPTY_LIST)
+                .op(op::MARK)
+                .get(1)
+                .get(3)
+                .get(3)
+                .get(3)
+                .get(3)
+                .op(op::APPENDS)
+        });
+        let appends = (prefix + 2 + 5 * 2) as u64;
+        for trickled in [false, true] {
+            let mut hook = Lower::default();
+            let e = if trickled {
+                trickle_hooked(&b, &mut hook).unwrap_err()
+            } else {
+                unpickle(&b[..], &Limits::default(), &mut hook).unwrap_err()
+            };
+            assert_eq!(
+                e,
+                PickleError {
+                    offset: appends,
+                    message: "unlucky".into()
+                },
+                "trickled: {trickled}"
+            );
+        }
+    }
+
+    #[test]
+    fn dict_items_hook_lowers_complete_batches() {
+        let b = P::new()
+            .op(op::MARK)
+            .op(op::EMPTY_DICT)
+            .put(0)
+            .op(op::MARK)
+            .s("rec")
+            .k(1)
+            .s("a")
+            .k(2)
+            .op(op::SETITEMS)
+            .op(op::MARK)
+            .s("b")
+            .k(3)
+            .op(op::SETITEMS)
+            .s("c")
+            .k(4)
+            .op(op::SETITEM)
+            .get(0)
+            .op(op::EMPTY_DICT)
+            .op(op::MARK)
+            .s("other")
+            .k(5)
+            .op(op::SETITEMS)
+            .op(op::EMPTY_DICT)
+            .s("rec")
+            .k(6)
+            .op(op::SETITEM)
+            .op(op::TUPLE)
+            .stop();
+        let mut hook = Lower::default();
+        let v = unpickle(&b[..], &Limits::default(), &mut hook).unwrap();
+        let t = v.tuple_items().unwrap();
+        assert_eq!(t.len(), 4);
+        let pairs = |v: &Value| v.dict_items().unwrap().clone();
+        assert_eq!(
+            pairs(&t[0]),
+            vec![
+                (s("rec"), Value::Int(4)),
+                (s("b"), Value::Int(3)),
+                (s("c"), Value::Int(4))
+            ]
+        );
+        assert_eq!(t[0].identity(), t[1].identity());
+        assert_eq!(pairs(&t[2]), vec![(s("other"), Value::Int(5))]);
+        assert_eq!(pairs(&t[3]), vec![(s("rec"), Value::Int(6))]);
+        // Only the first batch into an empty dict is offered; SETITEM never.
+        assert_eq!(hook.dict_items, 2);
+        // No hook: plain dicts.
+        let v = unpickle_slice(&b).unwrap();
+        assert_eq!(v.tuple_items().unwrap()[0].dict_items().unwrap().len(), 4);
+
+        let b = P::new()
+            .op(op::EMPTY_DICT)
+            .op(op::MARK)
+            .s("rec")
+            .s("fail")
+            .op(op::SETITEMS)
+            .stop();
+        let e = unpickle(&b[..], &Limits::default(), &mut Lower::default()).unwrap_err();
+        assert_eq!(
+            e,
+            PickleError {
+                offset: 15,
+                message: "bad record".into()
+            }
+        );
     }
 
     #[test]
