@@ -338,9 +338,8 @@ struct Ranges {
 impl Ranges {
     fn new(ranges: impl Iterator<Item = (f64, f64)>) -> Ranges {
         // A NaN bound never contains anything.
-        let mut ranges: Vec<(f64, f64)> = ranges
-            .filter(|(s, e)| !s.is_nan() && !e.is_nan())
-            .collect();
+        let mut ranges: Vec<(f64, f64)> =
+            ranges.filter(|(s, e)| !s.is_nan() && !e.is_nan()).collect();
         ranges.sort_by(|a, b| a.0.total_cmp(&b.0));
         let mut latest = f64::NEG_INFINITY;
         let max_end = ranges

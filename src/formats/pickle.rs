@@ -30,7 +30,7 @@ use std::cell::{Ref, RefCell};
 use std::collections::HashMap;
 use std::fmt;
 use std::io::BufRead;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 /// A decoded pickle value. Cloning is cheap (`Rc` clones for containers and strings).
 #[derive(Debug, Clone, PartialEq)]
@@ -418,6 +418,8 @@ fn unsupported_name(op: u8) -> Option<&'static str> {
 
 /// The shared dict inside [`Value::Dict`].
 type DictRc = Rc<RefCell<Vec<(Value, Value)>>>;
+/// The shared list inside [`Value::List`].
+type ListRc = Rc<RefCell<Vec<Value>>>;
 
 /// Memo indices are u32; this one is reserved so that `MEMOIZE` can detect overflow.
 const NO_MEMO: u32 = u32::MAX;
@@ -490,6 +492,32 @@ impl Memo {
         Ok(())
     }
 
+    /// Replaces slot `idx` with `new` if it still holds the list `l`; returns the old value.
+    fn replace_list(&mut self, idx: u32, l: &ListRc, new: Value) -> Option<Value> {
+        let slot = match self.dense.get_mut(idx as usize) {
+            Some(Some(v)) => v,
+            _ => self.sparse.get_mut(&idx)?,
+        };
+        match slot {
+            Value::List(x) if Rc::ptr_eq(x, l) => Some(std::mem::replace(slot, new)),
+            _ => None,
+        }
+    }
+
+    /// Replaces slot `idx` with `new` if it still holds a value equal to `old`.
+    fn replace_if(&mut self, idx: u32, old: &Value, new: Value) {
+        let slot = match self.dense.get_mut(idx as usize) {
+            Some(Some(v)) => v,
+            _ => match self.sparse.get_mut(&idx) {
+                Some(v) => v,
+                None => return,
+            },
+        };
+        if slot == old {
+            *slot = new;
+        }
+    }
+
     /// Replaces slot `idx` with `new` if it still holds the dict `d`; returns the old value.
     fn replace_dict(&mut self, idx: u32, d: &DictRc, new: Value) -> Option<Value> {
         let slot = match self.dense.get_mut(idx as usize) {
@@ -556,10 +584,14 @@ struct Parser<'a, R> {
     limits: &'a Limits,
     hook: &'a mut dyn Hook,
     stack: Vec<Value>,
-    /// `(stack position, memo index)` for dicts stored in or fetched from the
-    /// memo, increasing by position; lets the hook replace a dict's memo slot
-    /// in O(1). Entries may be stale: they are verified by pointer identity.
-    dict_tags: Vec<(usize, u32)>,
+    /// `(stack position, memo index)` for dicts and lists stored in or
+    /// fetched from the memo, increasing by position; lets the hook replace a
+    /// container's memo slot in O(1). Entries may be stale: they are verified
+    /// by pointer identity.
+    memo_tags: Vec<(usize, u32)>,
+    /// The last lowered list whose memo slot holds its lowered value instead
+    /// of the list, and that slot (see [`Parser::lowered`]).
+    last_lowered: Option<(Weak<RefCell<Vec<Value>>>, u32)>,
     /// Emptied dicts (unique, capacity kept) for `EMPTY_DICT` to reuse.
     dict_pool: Vec<DictRc>,
     marks: Vec<usize>,
@@ -584,7 +616,8 @@ impl<'a, R: BufRead> Parser<'a, R> {
             limits,
             hook,
             stack: Vec::with_capacity(64),
-            dict_tags: Vec::with_capacity(64),
+            memo_tags: Vec::with_capacity(64),
+            last_lowered: None,
             dict_pool: Vec::new(),
             marks: Vec::with_capacity(16),
             memo: Memo::default(),
@@ -777,7 +810,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
     fn memo_put(&mut self, idx: u32) -> PResult<()> {
         let top = self.top_index()?;
         let v = self.stack[top].clone();
-        if let Value::Dict(_) = v {
+        if let Value::Dict(_) | Value::List(_) = v {
             self.tag_dict(top, idx);
         }
         match self.memo.put(idx, v, self.limits.max_memo) {
@@ -814,11 +847,12 @@ impl<'a, R: BufRead> Parser<'a, R> {
             }
             Value::Dict(d) => {
                 let d = Rc::clone(d);
-                tag_dict(&mut self.dict_tags, pos, idx);
+                tag_dict(&mut self.memo_tags, pos, idx);
                 push!(self, Value::Dict(d));
             }
             Value::List(l) => {
                 let l = Rc::clone(l);
+                tag_dict(&mut self.memo_tags, pos, idx);
                 push!(self, Value::List(l));
             }
             other => {
@@ -830,12 +864,12 @@ impl<'a, R: BufRead> Parser<'a, R> {
     }
 
     fn tag_dict(&mut self, pos: usize, idx: u32) {
-        tag_dict(&mut self.dict_tags, pos, idx);
+        tag_dict(&mut self.memo_tags, pos, idx);
     }
 
     /// Runs the hook over `stack[from..]` (items about to be appended to a list).
     fn hook_items(&mut self, from: usize) -> PResult<()> {
-        let first_tag = self.dict_tags.partition_point(|&(p, _)| p < from);
+        let first_tag = self.memo_tags.partition_point(|&(p, _)| p < from);
         let mut t = first_tag;
         for i in from..self.stack.len() {
             let d = match &self.stack[i] {
@@ -846,10 +880,10 @@ impl<'a, R: BufRead> Parser<'a, R> {
             match r {
                 Ok(None) => {}
                 Ok(Some(new)) => {
-                    while t < self.dict_tags.len() && self.dict_tags[t].0 < i {
+                    while t < self.memo_tags.len() && self.memo_tags[t].0 < i {
                         t += 1;
                     }
-                    if let Some(&(p, idx)) = self.dict_tags.get(t) {
+                    if let Some(&(p, idx)) = self.memo_tags.get(t) {
                         if p == i {
                             // The old memo value is the dict `d` still holds:
                             // dropping it only decrements the count.
@@ -863,7 +897,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
             }
         }
         // These stack slots are about to be consumed.
-        self.dict_tags.truncate(first_tag);
+        self.memo_tags.truncate(first_tag);
         Ok(())
     }
 
@@ -914,10 +948,8 @@ impl<'a, R: BufRead> Parser<'a, R> {
         match self.hook.on_handle_list(&self.handles) {
             Ok(None) => Ok(false),
             Ok(Some(v)) => {
-                let mut l = list.borrow_mut();
-                // Lists live in the memo to the end: keep this one small.
-                l.reserve_exact(1);
-                l.push(v);
+                let list = Rc::clone(list);
+                self.lowered(&list, self.stack.len() - 1, v);
                 self.pos += i + 1;
                 Ok(true)
             }
@@ -932,17 +964,67 @@ impl<'a, R: BufRead> Parser<'a, R> {
     /// [`Hook::on_list_items`]; if the hook lowers them, stores its value in
     /// `l`, discards the items and returns `true`.
     #[inline]
-    fn lower_list(&mut self, l: &mut Vec<Value>, from: usize) -> PResult<bool> {
+    fn lower_list(&mut self, list: &ListRc, from: usize) -> PResult<bool> {
         match self.hook.on_list_items(&self.stack[from..]) {
             Ok(None) => Ok(false),
             Ok(Some(v)) => {
-                // Lists live in the memo to the end: keep this one small.
-                l.reserve_exact(1);
-                l.push(v);
                 dismantle_all(self.stack.drain(from..), &mut self.work);
+                self.lowered(list, from - 1, v);
                 Ok(true)
             }
             Err(m) => self.err(m),
+        }
+    }
+
+    /// Stores the hook's value `v` for the (empty) list `list` at stack
+    /// position `pos`, and `v` in place of the list in the memo slot the list
+    /// was stored to or fetched from, so that the list is freed as soon as
+    /// the stack lets go of it rather than held by the memo to the end.
+    ///
+    /// Should the list receive more items later (a list of more than 1000
+    /// items arrives in several batches), the list must be back in its memo
+    /// slot before: [`Parser::unlower`] does that for the last lowered list
+    /// (batches of one list are consecutive), and lowering another list
+    /// first puts back the previous one if it is still alive.
+    fn lowered(&mut self, list: &ListRc, pos: usize, v: Value) {
+        self.restore_lowered();
+        let tag = match self.memo_tags.last() {
+            Some(&(p, idx)) if p == pos => Some(idx),
+            _ => None,
+        };
+        if let Some(idx) = tag {
+            if let Some(old) = self.memo.replace_list(idx, list, v.clone()) {
+                // `old` is `list`, still held by the stack: only a decrement.
+                drop(old);
+                self.last_lowered = Some((Rc::downgrade(list), idx));
+            }
+        }
+        let mut l = list.borrow_mut();
+        l.reserve_exact(1);
+        l.push(v);
+    }
+
+    /// Puts the last lowered list back in its memo slot if it is still alive
+    /// and the slot still holds its lowered value.
+    fn restore_lowered(&mut self) {
+        let Some((weak, idx)) = self.last_lowered.take() else {
+            return;
+        };
+        let Some(list) = weak.upgrade() else {
+            return;
+        };
+        let first = list.borrow().first().cloned();
+        if let Some(first) = first {
+            self.memo.replace_if(idx, &first, Value::List(list));
+        }
+    }
+
+    /// Called before items are appended to the non-empty `list`.
+    #[inline]
+    fn unlower(&mut self, list: &ListRc) {
+        if matches!(&self.last_lowered, Some((w, _)) if std::ptr::eq(w.as_ptr(), Rc::as_ptr(list)))
+        {
+            self.restore_lowered();
         }
     }
 
@@ -1114,10 +1196,14 @@ impl<'a, R: BufRead> Parser<'a, R> {
                     }
                     let list = self.list_at(k - 1, "APPENDS")?;
                     self.hook_items(k)?;
-                    let mut l = list.borrow_mut();
-                    if l.is_empty() && self.stack.len() > k && self.lower_list(&mut l, k)? {
-                        continue;
+                    if list.borrow().is_empty() {
+                        if self.stack.len() > k && self.lower_list(&list, k)? {
+                            continue;
+                        }
+                    } else {
+                        self.unlower(&list);
                     }
+                    let mut l = list.borrow_mut();
                     l.reserve(self.stack.len() - k);
                     l.extend(self.stack.drain(k..));
                 }
@@ -1128,12 +1214,15 @@ impl<'a, R: BufRead> Parser<'a, R> {
                     }
                     let list = self.list_at(top - 1, "APPEND")?;
                     self.hook_items(top)?;
-                    let mut l = list.borrow_mut();
-                    if l.is_empty() && self.lower_list(&mut l, top)? {
-                        continue;
+                    if list.borrow().is_empty() {
+                        if self.lower_list(&list, top)? {
+                            continue;
+                        }
+                    } else {
+                        self.unlower(&list);
                     }
                     let v = self.stack.pop().expect("non-empty");
-                    l.push(v);
+                    list.borrow_mut().push(v);
                 }
                 op::SETITEMS => {
                     let k = self.pop_mark()?;
@@ -1231,7 +1320,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
                 op::DUP => {
                     let top = self.top_index()?;
                     let v = self.stack[top].clone();
-                    if let Some(&(pos, idx)) = self.dict_tags.last() {
+                    if let Some(&(pos, idx)) = self.memo_tags.last() {
                         if pos == top {
                             self.tag_dict(top + 1, idx);
                         }
@@ -2706,7 +2795,11 @@ mod tests {
                 Ok(n)
             }
         }
-        unpickle(BufReader::with_capacity(1, Trickle(b)), &Limits::default(), hook)
+        unpickle(
+            BufReader::with_capacity(1, Trickle(b)),
+            &Limits::default(),
+            hook,
+        )
     }
 
     #[test]
@@ -2731,7 +2824,8 @@ mod tests {
         let h = |i| Value::Handle(i);
         assert_eq!(*t[0].list_items().unwrap(), vec![h(1006)]);
         assert_eq!(*t[1].list_items().unwrap(), lowered);
-        assert_eq!(t[1].identity(), t[2].identity());
+        // The memo slot holds the lowered value, not the list.
+        assert_eq!(t[2], h(1008));
         assert_eq!(t[1].list_items().unwrap().capacity(), 1);
         // The outer list held dicts: only the normal path saw it.
         assert_eq!((hook.handle_lists, hook.list_items), (1, 1));
@@ -2748,7 +2842,9 @@ mod tests {
             } else {
                 unpickle(&b[..], &Limits::default(), &mut hook).unwrap()
             };
-            assert_eq!(*v.tuple_items().unwrap()[1].list_items().unwrap(), lowered);
+            let t = v.tuple_items().unwrap();
+            assert_eq!(*t[1].list_items().unwrap(), lowered);
+            assert_eq!(t[2], h(1008));
             assert_eq!(hook.list_items, 2, "trickled: {trickled}");
         }
         // Without a hook the list is built as usual.
@@ -2808,6 +2904,86 @@ mod tests {
         // offered; [5]: no list below the MARK.
         assert_eq!(hook.handle_lists, 1);
         assert_eq!(hook.list_items, 3);
+    }
+
+    #[test]
+    fn lowered_lists_return_to_the_memo_when_appended_to() {
+        let h = |i| Value::Handle(i);
+        for trickled in [false, true] {
+            let run = |b: &[u8]| {
+                let mut hook = Lower::default();
+                if trickled {
+                    trickle_hooked(b, &mut hook).unwrap()
+                } else {
+                    unpickle(b, &Limits::default(), &mut hook).unwrap()
+                }
+            };
+            // Two batches: the memo slot gets the list back.
+            let b = handle_memo(|p| {
+                p.op(op::EMPTY_LIST)
+                    .put(4)
+                    .op(op::MARK)
+                    .get(1)
+                    .get(2)
+                    .op(op::APPENDS)
+                    .op(op::MARK)
+                    .get(3)
+                    .get(3)
+                    .op(op::APPENDS)
+                    .get(3)
+                    .op(op::APPEND)
+                    .get(4)
+                    .op(op::TUPLE)
+            });
+            let v = run(&b);
+            let t = v.tuple_items().unwrap();
+            assert_eq!(*t[1].list_items().unwrap(), vec![h(1003), h(3), h(3), h(3)]);
+            assert_eq!(t[1].identity(), t[2].identity());
+            // A lowered with one batch, B lowered while A is still on the
+            // stack (A goes back to the memo), then A appended to.
+            let b = handle_memo(|p| {
+                p.op(op::EMPTY_LIST)
+                    .put(4)
+                    .op(op::MARK)
+                    .get(1)
+                    .op(op::APPENDS)
+                    .op(op::EMPTY_LIST)
+                    .put(5)
+                    .op(op::MARK)
+                    .get(2)
+                    .op(op::APPENDS)
+                    .op(op::POP)
+                    .get(3)
+                    .op(op::APPEND)
+                    .get(4)
+                    .get(5)
+                    .op(op::TUPLE)
+            });
+            let v = run(&b);
+            let t = v.tuple_items().unwrap();
+            assert_eq!(*t[1].list_items().unwrap(), vec![h(1001), h(3)]);
+            assert_eq!(t[1].identity(), t[2].identity());
+            assert_eq!(t[3], h(1002));
+            // A slot overwritten by a later PUT is left alone.
+            let b = handle_memo(|p| {
+                p.op(op::EMPTY_LIST)
+                    .put(4)
+                    .op(op::MARK)
+                    .get(1)
+                    .op(op::APPENDS)
+                    .s("other")
+                    .put(4)
+                    .op(op::POP)
+                    .get(2)
+                    .op(op::APPEND)
+                    .get(4)
+                    .op(op::TUPLE)
+            });
+            let v = run(&b);
+            let t = v.tuple_items().unwrap();
+            assert_eq!(*t[1].list_items().unwrap(), vec![h(1001), h(2)]);
+            assert_eq!(t[2].as_str(), Some("other"));
+        }
     }
 
     #[test]

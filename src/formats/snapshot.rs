@@ -283,9 +283,7 @@ fn first_value<'a>(
     mut pairs: impl Iterator<Item = (&'a Value, &'a Value)>,
     key: &str,
 ) -> Option<&'a Value> {
-    pairs
-        .find(|(k, _)| k.as_str() == Some(key))
-        .map(|(_, v)| v)
+    pairs.find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v)
 }
 
 fn has_key(dict: &[(Value, Value)], key: &str) -> bool {
