@@ -184,17 +184,11 @@ pub fn replay(device: &DeviceTrace) -> Replay {
                     }
                     continue;
                 }
-                if !open.contains_key(&event.addr) {
+                let o = open.entry(event.addr).or_insert_with(|| {
                     // Allocated before recording began.
                     frees_unmatched.0 += 1;
                     frees_unmatched.1 += event.size;
-                    open.insert(
-                        event.addr,
-                        Open {
-                            interval: intervals.len(),
-                            requested_at: None,
-                        },
-                    );
+                    let interval = intervals.len();
                     intervals.push(before_trace(
                         event.addr,
                         event.size,
@@ -202,11 +196,16 @@ pub fn replay(device: &DeviceTrace) -> Replay {
                         end,
                         event.given,
                     ));
-                }
+                    Open {
+                        interval,
+                        requested_at: None,
+                    }
+                });
                 if completed {
-                    let closed = open.remove(&event.addr).expect("inserted above");
-                    intervals[closed.interval].end = after;
-                } else if let Some(o) = open.get_mut(&event.addr) {
+                    let interval = o.interval;
+                    open.remove(&event.addr);
+                    intervals[interval].end = after;
+                } else {
                     o.requested_at = Some(after);
                 }
             }
@@ -363,14 +362,14 @@ fn reconcile_with_reported(
         .find_map(|(k, r)| r.allocated.map(|a| (k, a)))?;
     let untracked = first.1.saturating_sub(allocated[first.0 + 1]);
     let mut worst = 0u64;
-    for p in 0..allocated.len() {
-        let replayed = allocated[p] + untracked;
+    for (p, slot) in allocated.iter_mut().enumerate() {
+        let replayed = *slot + untracked;
         let reported = p
             .checked_sub(1)
             .and_then(|k| device.reported[k].allocated)
             .unwrap_or(replayed);
         worst = worst.max(reported.abs_diff(replayed));
-        allocated[p] = reported;
+        *slot = reported;
     }
     if worst > 0 {
         diagnostics.push(Diagnostic::info(format!(
