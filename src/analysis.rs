@@ -52,9 +52,36 @@ impl DeviceTimeline {
                 out.push((i.end, c.category, -(i.size as i64)));
             }
         }
-        out.sort_by_key(|&(p, c, _)| (p, c));
-        out
+        sort_by_position_then_category(out)
     }
+}
+
+/// Stable sort by (position, category): a counting sort by position, then
+/// each position's few deltas by category (a comparison sort of the ~670k
+/// deltas of a 1M-entry snapshot was ~25 ms).
+fn sort_by_position_then_category(deltas: Vec<(u32, Category, i64)>) -> Vec<(u32, Category, i64)> {
+    let Some(max) = deltas.iter().map(|d| d.0 as usize).max() else {
+        return deltas;
+    };
+    let mut starts = vec![0usize; max + 2];
+    for d in &deltas {
+        starts[d.0 as usize + 1] += 1;
+    }
+    for p in 1..starts.len() {
+        starts[p] += starts[p - 1];
+    }
+    let mut out = vec![(0, Category::Unknown, 0); deltas.len()];
+    let mut next = starts.clone();
+    for d in deltas {
+        out[next[d.0 as usize]] = d;
+        next[d.0 as usize] += 1;
+    }
+    for w in starts.windows(2) {
+        if w[1] - w[0] > 1 {
+            out[w[0]..w[1]].sort_by_key(|&(_, c, _)| c);
+        }
+    }
+    out
 }
 
 /// Replays and classifies one device.
@@ -582,4 +609,23 @@ fn is_noise(file: &str, name: &str) -> bool {
         return true;
     }
     NAMES.iter().any(|n| name.contains(n)) || FILES.iter().any(|f| file.contains(f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn counting_sort_equals_a_stable_sort(
+            deltas in proptest::collection::vec((0u32..50, 0usize..10, -5i64..5), 0..200)
+        ) {
+            let deltas: Vec<(u32, Category, i64)> =
+                deltas.into_iter().map(|(p, c, d)| (p, Category::ALL[c], d)).collect();
+            let mut expected = deltas.clone();
+            expected.sort_by_key(|&(p, c, _)| (p, c));
+            prop_assert_eq!(sort_by_position_then_category(deltas), expected);
+        }
+    }
 }

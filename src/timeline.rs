@@ -10,7 +10,7 @@
 //! and what a Chrome trace's `Total Allocated` says beyond the replayed sum —
 //! is the *baseline*: live from position 0, as pytorch.org/memory_viz shows it.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::model::{Action, BlockState, Category, DeviceTrace, Diagnostic, SiteId};
 
@@ -109,9 +109,11 @@ pub fn replay(device: &DeviceTrace) -> Replay {
     let n = device.events.len() as u32;
     let end = n + 1;
     let mut intervals: Vec<Interval> = Vec::new();
-    let mut open: HashMap<u64, Open> = HashMap::new();
+    // FxHash: ~1M lookups by address on a 1M-entry snapshot (SipHash was
+    // most of the replay's time); nothing iterates these maps.
+    let mut open: HashMap<u64, Open> = HashMap::default();
     // Chrome traces before PyTorch 1.10 have no `Addr`: match frees by size.
-    let mut open_without_addr: HashMap<u64, Vec<usize>> = HashMap::new();
+    let mut open_without_addr: HashMap<u64, Vec<usize>> = HashMap::default();
     let mut frees_unmatched = (0u64, 0u64);
     let mut realloc_live = 0u64;
     let mut skipped_completion = 0u64;
@@ -182,14 +184,11 @@ pub fn replay(device: &DeviceTrace) -> Replay {
                     }
                     continue;
                 }
-                if let std::collections::hash_map::Entry::Vacant(slot) = open.entry(event.addr) {
+                let o = open.entry(event.addr).or_insert_with(|| {
                     // Allocated before recording began.
                     frees_unmatched.0 += 1;
                     frees_unmatched.1 += event.size;
-                    slot.insert(Open {
-                        interval: intervals.len(),
-                        requested_at: None,
-                    });
+                    let interval = intervals.len();
                     intervals.push(before_trace(
                         event.addr,
                         event.size,
@@ -197,11 +196,16 @@ pub fn replay(device: &DeviceTrace) -> Replay {
                         end,
                         event.given,
                     ));
-                }
+                    Open {
+                        interval,
+                        requested_at: None,
+                    }
+                });
                 if completed {
-                    let closed = open.remove(&event.addr).expect("inserted above");
-                    intervals[closed.interval].end = after;
-                } else if let Some(o) = open.get_mut(&event.addr) {
+                    let interval = o.interval;
+                    open.remove(&event.addr);
+                    intervals[interval].end = after;
+                } else {
                     o.requested_at = Some(after);
                 }
             }
@@ -358,14 +362,14 @@ fn reconcile_with_reported(
         .find_map(|(k, r)| r.allocated.map(|a| (k, a)))?;
     let untracked = first.1.saturating_sub(allocated[first.0 + 1]);
     let mut worst = 0u64;
-    for (p, value) in allocated.iter_mut().enumerate() {
-        let replayed = *value + untracked;
+    for (p, slot) in allocated.iter_mut().enumerate() {
+        let replayed = *slot + untracked;
         let reported = p
             .checked_sub(1)
             .and_then(|k| device.reported[k].allocated)
             .unwrap_or(replayed);
         worst = worst.max(reported.abs_diff(replayed));
-        *value = reported;
+        *slot = reported;
     }
     if worst > 0 {
         diagnostics.push(Diagnostic::info(format!(

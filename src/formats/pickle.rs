@@ -30,7 +30,7 @@ use std::cell::{Ref, RefCell};
 use std::collections::HashMap;
 use std::fmt;
 use std::io::BufRead;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 /// A decoded pickle value. Cloning is cheap (`Rc` clones for containers and strings).
 #[derive(Debug, Clone, PartialEq)]
@@ -178,6 +178,41 @@ pub trait Hook {
     /// the dict is replaced too, so that the dict is freed. `Ok(None)` keeps the
     /// dict. `Err(msg)` aborts with a [`PickleError`] at the current offset.
     fn on_list_dict(&mut self, dict: &[(Value, Value)]) -> Result<Option<Value>, String>;
+
+    /// Called when APPENDS or APPEND adds `items` to a list that is still
+    /// empty (after [`Hook::on_list_dict`] has run on them). Return
+    /// `Ok(Some(v))` to store the single value `v` in the list instead of the
+    /// items (the list keeps its identity; later appends go after `v`), so a
+    /// caller can lower a whole list — e.g. a traceback of frame handles —
+    /// without the parser ever building it. `Ok(None)` (the default) appends
+    /// the items. `Err(msg)` aborts with a [`PickleError`] at the current offset.
+    fn on_list_items(&mut self, items: &[Value]) -> Result<Option<Value>, String> {
+        let _ = items;
+        Ok(None)
+    }
+
+    /// Called when SETITEMS adds `items` (key0, value0, key1, value1, …) to
+    /// a dict that is still empty. Return `Ok(Some(pair))` to store that one
+    /// pair instead (the dict keeps its identity and memo slot; later
+    /// SETITEM(S) add after it), so a caller can lower a record — e.g. a
+    /// trace entry — before its pairs are ever moved into a dict. `Ok(None)`
+    /// (the default) stores the items. `Err(msg)` aborts with a [`PickleError`].
+    fn on_dict_items(&mut self, items: &[Value]) -> Result<Option<(Value, Value)>, String> {
+        let _ = items;
+        Ok(None)
+    }
+
+    /// A fast path of [`Hook::on_list_items`] for the common case where every
+    /// item is a [`Value::Handle`] fetched from the memo (`MARK`, then only
+    /// `BINGET`/`LONG_BINGET`s, then `APPENDS` into an empty list): the parser
+    /// collects the handles without building values. It must answer as
+    /// `on_list_items` would for `[Value::Handle(h), …]`; `Ok(None)` (the
+    /// default) makes the parser run the opcodes normally, which then calls
+    /// `on_list_items`.
+    fn on_handle_list(&mut self, handles: &[u32]) -> Result<Option<Value>, String> {
+        let _ = handles;
+        Ok(None)
+    }
 }
 
 /// A hook that keeps every dict.
@@ -383,6 +418,8 @@ fn unsupported_name(op: u8) -> Option<&'static str> {
 
 /// The shared dict inside [`Value::Dict`].
 type DictRc = Rc<RefCell<Vec<(Value, Value)>>>;
+/// The shared list inside [`Value::List`].
+type ListRc = Rc<RefCell<Vec<Value>>>;
 
 /// Memo indices are u32; this one is reserved so that `MEMOIZE` can detect overflow.
 const NO_MEMO: u32 = u32::MAX;
@@ -455,6 +492,32 @@ impl Memo {
         Ok(())
     }
 
+    /// Replaces slot `idx` with `new` if it still holds the list `l`; returns the old value.
+    fn replace_list(&mut self, idx: u32, l: &ListRc, new: Value) -> Option<Value> {
+        let slot = match self.dense.get_mut(idx as usize) {
+            Some(Some(v)) => v,
+            _ => self.sparse.get_mut(&idx)?,
+        };
+        match slot {
+            Value::List(x) if Rc::ptr_eq(x, l) => Some(std::mem::replace(slot, new)),
+            _ => None,
+        }
+    }
+
+    /// Replaces slot `idx` with `new` if it still holds a value equal to `old`.
+    fn replace_if(&mut self, idx: u32, old: &Value, new: Value) {
+        let slot = match self.dense.get_mut(idx as usize) {
+            Some(Some(v)) => v,
+            _ => match self.sparse.get_mut(&idx) {
+                Some(v) => v,
+                None => return,
+            },
+        };
+        if slot == old {
+            *slot = new;
+        }
+    }
+
     /// Replaces slot `idx` with `new` if it still holds the dict `d`; returns the old value.
     fn replace_dict(&mut self, idx: u32, d: &DictRc, new: Value) -> Option<Value> {
         let slot = match self.dense.get_mut(idx as usize) {
@@ -521,15 +584,21 @@ struct Parser<'a, R> {
     limits: &'a Limits,
     hook: &'a mut dyn Hook,
     stack: Vec<Value>,
-    /// `(stack position, memo index)` for dicts stored in or fetched from the
-    /// memo, increasing by position; lets the hook replace a dict's memo slot
-    /// in O(1). Entries may be stale: they are verified by pointer identity.
-    dict_tags: Vec<(usize, u32)>,
+    /// `(stack position, memo index)` for dicts and lists stored in or
+    /// fetched from the memo, increasing by position; lets the hook replace a
+    /// container's memo slot in O(1). Entries may be stale: they are verified
+    /// by pointer identity.
+    memo_tags: Vec<(usize, u32)>,
+    /// The last lowered list whose memo slot holds its lowered value instead
+    /// of the list, and that slot (see [`Parser::lowered`]).
+    last_lowered: Option<(Weak<RefCell<Vec<Value>>>, u32)>,
     /// Emptied dicts (unique, capacity kept) for `EMPTY_DICT` to reuse.
     dict_pool: Vec<DictRc>,
     marks: Vec<usize>,
     memo: Memo,
     work: Vec<Value>,
+    /// Scratch for [`Parser::handle_run`].
+    handles: Vec<u32>,
 }
 
 type PResult<T> = Result<T, PickleError>;
@@ -547,11 +616,13 @@ impl<'a, R: BufRead> Parser<'a, R> {
             limits,
             hook,
             stack: Vec::with_capacity(64),
-            dict_tags: Vec::with_capacity(64),
+            memo_tags: Vec::with_capacity(64),
+            last_lowered: None,
             dict_pool: Vec::new(),
             marks: Vec::with_capacity(16),
             memo: Memo::default(),
             work: Vec::new(),
+            handles: Vec::new(),
         }
     }
 
@@ -739,7 +810,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
     fn memo_put(&mut self, idx: u32) -> PResult<()> {
         let top = self.top_index()?;
         let v = self.stack[top].clone();
-        if let Value::Dict(_) = v {
+        if let Value::Dict(_) | Value::List(_) = v {
             self.tag_dict(top, idx);
         }
         match self.memo.put(idx, v, self.limits.max_memo) {
@@ -758,20 +829,47 @@ impl<'a, R: BufRead> Parser<'a, R> {
         let Some(v) = self.memo.get(idx) else {
             return self.err(format!("{name}: memo index {idx} not found"));
         };
-        if let Value::Dict(_) = v {
-            tag_dict(&mut self.dict_tags, pos, idx);
+        // One arm per common variant, each pushing a value built in place: a
+        // generic `clone()` goes through a stack temporary whose partial
+        // reloads stall store forwarding (was ~40% of `run` in `perf annotate`).
+        match v {
+            Value::Handle(h) => {
+                let h = *h;
+                push!(self, Value::Handle(h));
+            }
+            Value::Str(s) => {
+                let s = Rc::clone(s);
+                push!(self, Value::Str(s));
+            }
+            Value::Int(i) => {
+                let i = *i;
+                push!(self, Value::Int(i));
+            }
+            Value::Dict(d) => {
+                let d = Rc::clone(d);
+                tag_dict(&mut self.memo_tags, pos, idx);
+                push!(self, Value::Dict(d));
+            }
+            Value::List(l) => {
+                let l = Rc::clone(l);
+                tag_dict(&mut self.memo_tags, pos, idx);
+                push!(self, Value::List(l));
+            }
+            other => {
+                let other = other.clone();
+                push!(self, other);
+            }
         }
-        push!(self, v.clone());
         Ok(())
     }
 
     fn tag_dict(&mut self, pos: usize, idx: u32) {
-        tag_dict(&mut self.dict_tags, pos, idx);
+        tag_dict(&mut self.memo_tags, pos, idx);
     }
 
     /// Runs the hook over `stack[from..]` (items about to be appended to a list).
     fn hook_items(&mut self, from: usize) -> PResult<()> {
-        let first_tag = self.dict_tags.partition_point(|&(p, _)| p < from);
+        let first_tag = self.memo_tags.partition_point(|&(p, _)| p < from);
         let mut t = first_tag;
         for i in from..self.stack.len() {
             let d = match &self.stack[i] {
@@ -782,10 +880,10 @@ impl<'a, R: BufRead> Parser<'a, R> {
             match r {
                 Ok(None) => {}
                 Ok(Some(new)) => {
-                    while t < self.dict_tags.len() && self.dict_tags[t].0 < i {
+                    while t < self.memo_tags.len() && self.memo_tags[t].0 < i {
                         t += 1;
                     }
-                    if let Some(&(p, idx)) = self.dict_tags.get(t) {
+                    if let Some(&(p, idx)) = self.memo_tags.get(t) {
                         if p == i {
                             // The old memo value is the dict `d` still holds:
                             // dropping it only decrements the count.
@@ -799,8 +897,135 @@ impl<'a, R: BufRead> Parser<'a, R> {
             }
         }
         // These stack slots are about to be consumed.
-        self.dict_tags.truncate(first_tag);
+        self.memo_tags.truncate(first_tag);
         Ok(())
+    }
+
+    /// Called at a `MARK`: if the buffered input continues with memo gets of
+    /// handles only, then `APPENDS`, and the stack's top is an empty list,
+    /// offers the handles to [`Hook::on_handle_list`]. When the hook lowers
+    /// them, stores its value in the list, consumes the input through the
+    /// `APPENDS` and returns `true`; otherwise nothing has changed and the
+    /// opcodes run normally. (A traceback of ~40 memoized frames costs one
+    /// scan instead of ~40 pushes, a scan by each hook and a drain.)
+    #[inline]
+    fn handle_run(&mut self) -> PResult<bool> {
+        let list = match self.stack.last() {
+            Some(Value::List(l)) if self.stack.len() > self.floor() => l,
+            _ => return Ok(false),
+        };
+        if !list.borrow().is_empty() {
+            return Ok(false);
+        }
+        let buf = &self.buf[self.pos..self.end];
+        self.handles.clear();
+        let mut i = 0;
+        loop {
+            let idx = match buf.get(i) {
+                Some(&op::BINGET) => match buf.get(i + 1) {
+                    Some(&b) => {
+                        i += 2;
+                        b as u32
+                    }
+                    None => return Ok(false),
+                },
+                Some(&op::LONG_BINGET) => match buf.get(i + 1..i + 5) {
+                    Some(b) => {
+                        i += 5;
+                        u32::from_le_bytes(b.try_into().expect("4 bytes"))
+                    }
+                    None => return Ok(false),
+                },
+                Some(&op::APPENDS) if !self.handles.is_empty() => break,
+                // Anything else, including the end of the buffered input.
+                _ => return Ok(false),
+            };
+            match self.memo.get(idx) {
+                Some(Value::Handle(h)) => self.handles.push(*h),
+                _ => return Ok(false),
+            }
+        }
+        match self.hook.on_handle_list(&self.handles) {
+            Ok(None) => Ok(false),
+            Ok(Some(v)) => {
+                let list = Rc::clone(list);
+                self.lowered(&list, self.stack.len() - 1, v);
+                self.pos += i + 1;
+                Ok(true)
+            }
+            Err(m) => {
+                self.op_off = self.base + (self.pos + i) as u64;
+                self.err(m)
+            }
+        }
+    }
+
+    /// Offers `stack[from..]`, about to be appended to the empty list `l`, to
+    /// [`Hook::on_list_items`]; if the hook lowers them, stores its value in
+    /// `l`, discards the items and returns `true`.
+    #[inline]
+    fn lower_list(&mut self, list: &ListRc, from: usize) -> PResult<bool> {
+        match self.hook.on_list_items(&self.stack[from..]) {
+            Ok(None) => Ok(false),
+            Ok(Some(v)) => {
+                dismantle_all(self.stack.drain(from..), &mut self.work);
+                self.lowered(list, from - 1, v);
+                Ok(true)
+            }
+            Err(m) => self.err(m),
+        }
+    }
+
+    /// Stores the hook's value `v` for the (empty) list `list` at stack
+    /// position `pos`, and `v` in place of the list in the memo slot the list
+    /// was stored to or fetched from, so that the list is freed as soon as
+    /// the stack lets go of it rather than held by the memo to the end.
+    ///
+    /// Should the list receive more items later (a list of more than 1000
+    /// items arrives in several batches), the list must be back in its memo
+    /// slot before: [`Parser::unlower`] does that for the last lowered list
+    /// (batches of one list are consecutive), and lowering another list
+    /// first puts back the previous one if it is still alive.
+    fn lowered(&mut self, list: &ListRc, pos: usize, v: Value) {
+        self.restore_lowered();
+        let tag = match self.memo_tags.last() {
+            Some(&(p, idx)) if p == pos => Some(idx),
+            _ => None,
+        };
+        if let Some(idx) = tag {
+            if let Some(old) = self.memo.replace_list(idx, list, v.clone()) {
+                // `old` is `list`, still held by the stack: only a decrement.
+                drop(old);
+                self.last_lowered = Some((Rc::downgrade(list), idx));
+            }
+        }
+        let mut l = list.borrow_mut();
+        l.reserve_exact(1);
+        l.push(v);
+    }
+
+    /// Puts the last lowered list back in its memo slot if it is still alive
+    /// and the slot still holds its lowered value.
+    fn restore_lowered(&mut self) {
+        let Some((weak, idx)) = self.last_lowered.take() else {
+            return;
+        };
+        let Some(list) = weak.upgrade() else {
+            return;
+        };
+        let first = list.borrow().first().cloned();
+        if let Some(first) = first {
+            self.memo.replace_if(idx, &first, Value::List(list));
+        }
+    }
+
+    /// Called before items are appended to the non-empty `list`.
+    #[inline]
+    fn unlower(&mut self, list: &ListRc) {
+        if matches!(&self.last_lowered, Some((w, _)) if std::ptr::eq(w.as_ptr(), Rc::as_ptr(list)))
+        {
+            self.restore_lowered();
+        }
     }
 
     /// Frees a dict the hook replaced, keeping its allocations for reuse by
@@ -959,6 +1184,9 @@ impl<'a, R: BufRead> Parser<'a, R> {
                             self.limits.max_depth
                         ));
                     }
+                    if self.handle_run()? {
+                        continue;
+                    }
                     self.marks.push(self.stack.len());
                 }
                 op::APPENDS => {
@@ -968,6 +1196,13 @@ impl<'a, R: BufRead> Parser<'a, R> {
                     }
                     let list = self.list_at(k - 1, "APPENDS")?;
                     self.hook_items(k)?;
+                    if list.borrow().is_empty() {
+                        if self.stack.len() > k && self.lower_list(&list, k)? {
+                            continue;
+                        }
+                    } else {
+                        self.unlower(&list);
+                    }
                     let mut l = list.borrow_mut();
                     l.reserve(self.stack.len() - k);
                     l.extend(self.stack.drain(k..));
@@ -979,6 +1214,13 @@ impl<'a, R: BufRead> Parser<'a, R> {
                     }
                     let list = self.list_at(top - 1, "APPEND")?;
                     self.hook_items(top)?;
+                    if list.borrow().is_empty() {
+                        if self.lower_list(&list, top)? {
+                            continue;
+                        }
+                    } else {
+                        self.unlower(&list);
+                    }
                     let v = self.stack.pop().expect("non-empty");
                     list.borrow_mut().push(v);
                 }
@@ -993,7 +1235,19 @@ impl<'a, R: BufRead> Parser<'a, R> {
                         return self
                             .err(format!("SETITEMS with an odd number of stack items ({n})"));
                     }
-                    dict.borrow_mut().extend(pairs(&mut self.stack[k..]));
+                    let mut d = dict.borrow_mut();
+                    if d.is_empty() {
+                        match self.hook.on_dict_items(&self.stack[k..]) {
+                            Ok(None) => {}
+                            Ok(Some(pair)) => {
+                                d.push(pair);
+                                dismantle_all(self.stack.drain(k..), &mut self.work);
+                                continue;
+                            }
+                            Err(m) => return self.err(m),
+                        }
+                    }
+                    d.extend(pairs(&mut self.stack[k..]));
                     self.stack.truncate(k);
                 }
                 op::SETITEM => {
@@ -1066,7 +1320,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
                 op::DUP => {
                     let top = self.top_index()?;
                     let v = self.stack[top].clone();
-                    if let Some(&(pos, idx)) = self.dict_tags.last() {
+                    if let Some(&(pos, idx)) = self.memo_tags.last() {
                         if pos == top {
                             self.tag_dict(top + 1, idx);
                         }
@@ -2456,6 +2710,399 @@ mod tests {
         );
         assert_eq!(hook.weak_lists.len(), 3);
         assert!(hook.weak_lists.iter().all(|w| w.upgrade().is_none()));
+    }
+
+    /// Lowers `{"h": n}` dicts in lists to `Handle(n)`, lists of handles to
+    /// `Handle(1000 + sum)`, and dicts whose first key is "rec" to the pair
+    /// `("rec", number of items)`; counts which hook answered. Fails on a
+    /// handle list summing to 13 and on a record with value "fail".
+    #[derive(Default)]
+    struct Lower {
+        decline_fast: bool,
+        list_items: usize,
+        handle_lists: usize,
+        dict_items: usize,
+    }
+
+    impl Lower {
+        fn lower(handles: impl Iterator<Item = u32>) -> Result<Option<Value>, String> {
+            let sum: u32 = handles.sum();
+            if sum == 13 {
+                return Err("unlucky".into());
+            }
+            Ok(Some(Value::Handle(1000 + sum)))
+        }
+    }
+
+    impl Hook for Lower {
+        fn on_list_dict(&mut self, dict: &[(Value, Value)]) -> Result<Option<Value>, String> {
+            Ok(match dict {
+                [(k, Value::Int(n))] if k.as_str() == Some("h") => Some(Value::Handle(*n as u32)),
+                _ => None,
+            })
+        }
+        fn on_list_items(&mut self, items: &[Value]) -> Result<Option<Value>, String> {
+            self.list_items += 1;
+            let mut handles = Vec::new();
+            for item in items {
+                match item {
+                    Value::Handle(h) => handles.push(*h),
+                    _ => return Ok(None),
+                }
+            }
+            Lower::lower(handles.into_iter())
+        }
+        fn on_handle_list(&mut self, handles: &[u32]) -> Result<Option<Value>, String> {
+            self.handle_lists += 1;
+            if self.decline_fast {
+                return Ok(None);
+            }
+            Lower::lower(handles.iter().copied())
+        }
+        fn on_dict_items(&mut self, items: &[Value]) -> Result<Option<(Value, Value)>, String> {
+            self.dict_items += 1;
+            match items {
+                [k, v, ..] if k.as_str() == Some("rec") => {
+                    if v.as_str() == Some("fail") {
+                        return Err("bad record".into());
+                    }
+                    Ok(Some((k.clone(), Value::Int(items.len() as i64))))
+                }
+                _ => Ok(None),
+            }
+        }
+    }
+
+    /// `MARK [{"h": 1}, {"h": 2}, {"h": 3}]` with the dicts memoized as 1, 2,
+    /// 3 (so the memo then holds handles 1, 2, 3) and the list as 0 (it
+    /// becomes `[Handle(1006)]`); then `then`.
+    fn handle_memo(then: impl FnOnce(P) -> P) -> Vec<u8> {
+        let mut p = P::new().op(op::MARK).op(op::EMPTY_LIST).put(0).op(op::MARK);
+        for i in 1..=3 {
+            p = p.op(op::EMPTY_DICT).put(i).s("h").k(i).op(op::SETITEM);
+        }
+        then(p.op(op::APPENDS)).stop()
+    }
+
+    /// Reads `b` a few bytes per `read`, so the parser's window ends everywhere.
+    fn trickle_hooked(b: &[u8], hook: &mut dyn Hook) -> Result<Value, PickleError> {
+        struct Trickle<'a>(&'a [u8]);
+        impl Read for Trickle<'_> {
+            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+                let n = out.len().min(self.0.len()).min(3);
+                out[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        unpickle(
+            BufReader::with_capacity(1, Trickle(b)),
+            &Limits::default(),
+            hook,
+        )
+    }
+
+    #[test]
+    fn handle_lists_take_the_fast_path() {
+        // (outer, [h1, h2, h3, h2] lowered, the same list via the memo)
+        let b = handle_memo(|p| {
+            p.op(op::EMPTY_LIST)
+                .put(4)
+                .op(op::MARK)
+                .get(1)
+                .long_get(2)
+                .get(3)
+                .get(2)
+                .op(op::APPENDS)
+                .get(4)
+                .op(op::TUPLE)
+        });
+        let lowered = vec![Value::Handle(1008)];
+        let mut hook = Lower::default();
+        let v = unpickle(&b[..], &Limits::default(), &mut hook).unwrap();
+        let t = v.tuple_items().unwrap();
+        let h = |i| Value::Handle(i);
+        assert_eq!(*t[0].list_items().unwrap(), vec![h(1006)]);
+        assert_eq!(*t[1].list_items().unwrap(), lowered);
+        // The memo slot holds the lowered value, not the list.
+        assert_eq!(t[2], h(1008));
+        assert_eq!(t[1].list_items().unwrap().capacity(), 1);
+        // The outer list held dicts: only the normal path saw it.
+        assert_eq!((hook.handle_lists, hook.list_items), (1, 1));
+
+        // The same answers when the input arrives in 3-byte reads (the fast
+        // path gives up wherever the window ends) or when it declines.
+        for trickled in [false, true] {
+            let mut hook = Lower {
+                decline_fast: !trickled,
+                ..Lower::default()
+            };
+            let v = if trickled {
+                trickle_hooked(&b, &mut hook).unwrap()
+            } else {
+                unpickle(&b[..], &Limits::default(), &mut hook).unwrap()
+            };
+            let t = v.tuple_items().unwrap();
+            assert_eq!(*t[1].list_items().unwrap(), lowered);
+            assert_eq!(t[2], h(1008));
+            assert_eq!(hook.list_items, 2, "trickled: {trickled}");
+        }
+        // Without a hook the list is built as usual.
+        let v = unpickle_slice(&b).unwrap();
+        let t = v.tuple_items().unwrap();
+        assert_eq!(t[0].list_items().unwrap().len(), 3);
+        let items = t[1].list_items().unwrap();
+        assert_eq!(items.len(), 4);
+        assert_eq!(items[3].get("h"), Some(Value::Int(2)));
+    }
+
+    #[test]
+    fn handle_lists_fall_back_when_they_must() {
+        let h = |i| Value::Handle(i);
+        // A string among the gets, a second APPENDS, APPEND, an empty batch,
+        // and a MARK whose stack top is not a list.
+        let b = handle_memo(|p| {
+            p.s("x")
+                .put(5)
+                .op(op::POP)
+                .op(op::EMPTY_LIST)
+                .op(op::MARK)
+                .get(1)
+                .get(5)
+                .op(op::APPENDS)
+                .op(op::EMPTY_LIST)
+                .op(op::MARK)
+                .get(1)
+                .op(op::APPENDS)
+                .op(op::MARK)
+                .get(2)
+                .get(3)
+                .op(op::APPENDS)
+                .op(op::EMPTY_LIST)
+                .get(3)
+                .op(op::APPEND)
+                .op(op::EMPTY_LIST)
+                .op(op::MARK)
+                .op(op::APPENDS)
+                .op(op::MARK)
+                .get(1)
+                .op(op::TUPLE)
+                .op(op::TUPLE)
+        });
+        let mut hook = Lower::default();
+        let v = unpickle(&b[..], &Limits::default(), &mut hook).unwrap();
+        let t = v.tuple_items().unwrap();
+        assert_eq!(t.len(), 6);
+        assert_eq!(t[1].list_items().unwrap()[0], h(1));
+        assert_eq!(t[1].list_items().unwrap()[1].as_str(), Some("x"));
+        assert_eq!(*t[2].list_items().unwrap(), vec![h(1001), h(2), h(3)]);
+        assert_eq!(*t[3].list_items().unwrap(), vec![h(1003)]);
+        assert!(t[4].list_items().unwrap().is_empty());
+        assert_eq!(t[5].tuple_items(), Some(&[h(1)][..]));
+        // [0] and [1]: slow (dicts, a string); [2]: fast, then appended to
+        // (not empty); [3]: slow (APPEND); [4]: an empty batch is not
+        // offered; [5]: no list below the MARK.
+        assert_eq!(hook.handle_lists, 1);
+        assert_eq!(hook.list_items, 3);
+    }
+
+    #[test]
+    fn lowered_lists_return_to_the_memo_when_appended_to() {
+        let h = |i| Value::Handle(i);
+        for trickled in [false, true] {
+            let run = |b: &[u8]| {
+                let mut hook = Lower::default();
+                if trickled {
+                    trickle_hooked(b, &mut hook).unwrap()
+                } else {
+                    unpickle(b, &Limits::default(), &mut hook).unwrap()
+                }
+            };
+            // Two batches: the memo slot gets the list back.
+            let b = handle_memo(|p| {
+                p.op(op::EMPTY_LIST)
+                    .put(4)
+                    .op(op::MARK)
+                    .get(1)
+                    .get(2)
+                    .op(op::APPENDS)
+                    .op(op::MARK)
+                    .get(3)
+                    .get(3)
+                    .op(op::APPENDS)
+                    .get(3)
+                    .op(op::APPEND)
+                    .get(4)
+                    .op(op::TUPLE)
+            });
+            let v = run(&b);
+            let t = v.tuple_items().unwrap();
+            assert_eq!(*t[1].list_items().unwrap(), vec![h(1003), h(3), h(3), h(3)]);
+            assert_eq!(t[1].identity(), t[2].identity());
+            // A lowered with one batch, B lowered while A is still on the
+            // stack (A goes back to the memo), then A appended to.
+            let b = handle_memo(|p| {
+                p.op(op::EMPTY_LIST)
+                    .put(4)
+                    .op(op::MARK)
+                    .get(1)
+                    .op(op::APPENDS)
+                    .op(op::EMPTY_LIST)
+                    .put(5)
+                    .op(op::MARK)
+                    .get(2)
+                    .op(op::APPENDS)
+                    .op(op::POP)
+                    .get(3)
+                    .op(op::APPEND)
+                    .get(4)
+                    .get(5)
+                    .op(op::TUPLE)
+            });
+            let v = run(&b);
+            let t = v.tuple_items().unwrap();
+            assert_eq!(*t[1].list_items().unwrap(), vec![h(1001), h(3)]);
+            assert_eq!(t[1].identity(), t[2].identity());
+            assert_eq!(t[3], h(1002));
+            // A slot overwritten by a later PUT is left alone.
+            let b = handle_memo(|p| {
+                p.op(op::EMPTY_LIST)
+                    .put(4)
+                    .op(op::MARK)
+                    .get(1)
+                    .op(op::APPENDS)
+                    .s("other")
+                    .put(4)
+                    .op(op::POP)
+                    .get(2)
+                    .op(op::APPEND)
+                    .get(4)
+                    .op(op::TUPLE)
+            });
+            let v = run(&b);
+            let t = v.tuple_items().unwrap();
+            assert_eq!(*t[1].list_items().unwrap(), vec![h(1001), h(2)]);
+            assert_eq!(t[2].as_str(), Some("other"));
+        }
+    }
+
+    #[test]
+    fn handle_list_errors_name_the_appends() {
+        // Handles 1, 3 and 9 sum to 13: the hook fails.
+        let prefix = handle_memo(|p| p).len() - 1; // without STOP
+        let b = handle_memo(|p| {
+            p.op(op::EMPTY_DICT)
+                .put(9)
+                .s("h")
+                .k(9)
+                .op(op::SETITEM)
+                .op(op::POP)
+                .op(op::EMPTY_LIST)
+                .op(op::MARK)
+                .get(1)
+                .get(3)
+                .op(op::APPENDS)
+        });
+        // {"h": 9} was never appended: the memo holds the dict, not a handle.
+        let mut hook = Lower::default();
+        assert!(unpickle(&b[..], &Limits::default(), &mut hook).is_ok());
+        let b = handle_memo(|p| {
+            p.op(op::EMPTY_LIST)
+                .op(op::MARK)
+                .get(1)
+                .get(3)
+                .get(3)
+                .get(3)
+                .get(3)
+                .op(op::APPENDS)
+        });
+        let appends = (prefix + 2 + 5 * 2) as u64;
+        for trickled in [false, true] {
+            let mut hook = Lower::default();
+            let e = if trickled {
+                trickle_hooked(&b, &mut hook).unwrap_err()
+            } else {
+                unpickle(&b[..], &Limits::default(), &mut hook).unwrap_err()
+            };
+            assert_eq!(
+                e,
+                PickleError {
+                    offset: appends,
+                    message: "unlucky".into()
+                },
+                "trickled: {trickled}"
+            );
+        }
+    }
+
+    #[test]
+    fn dict_items_hook_lowers_complete_batches() {
+        let b = P::new()
+            .op(op::MARK)
+            .op(op::EMPTY_DICT)
+            .put(0)
+            .op(op::MARK)
+            .s("rec")
+            .k(1)
+            .s("a")
+            .k(2)
+            .op(op::SETITEMS)
+            .op(op::MARK)
+            .s("b")
+            .k(3)
+            .op(op::SETITEMS)
+            .s("c")
+            .k(4)
+            .op(op::SETITEM)
+            .get(0)
+            .op(op::EMPTY_DICT)
+            .op(op::MARK)
+            .s("other")
+            .k(5)
+            .op(op::SETITEMS)
+            .op(op::EMPTY_DICT)
+            .s("rec")
+            .k(6)
+            .op(op::SETITEM)
+            .op(op::TUPLE)
+            .stop();
+        let mut hook = Lower::default();
+        let v = unpickle(&b[..], &Limits::default(), &mut hook).unwrap();
+        let t = v.tuple_items().unwrap();
+        assert_eq!(t.len(), 4);
+        let pairs = |v: &Value| v.dict_items().unwrap().clone();
+        assert_eq!(
+            pairs(&t[0]),
+            vec![
+                (s("rec"), Value::Int(4)),
+                (s("b"), Value::Int(3)),
+                (s("c"), Value::Int(4))
+            ]
+        );
+        assert_eq!(t[0].identity(), t[1].identity());
+        assert_eq!(pairs(&t[2]), vec![(s("other"), Value::Int(5))]);
+        assert_eq!(pairs(&t[3]), vec![(s("rec"), Value::Int(6))]);
+        // Only the first batch into an empty dict is offered; SETITEM never.
+        assert_eq!(hook.dict_items, 2);
+        // No hook: plain dicts.
+        let v = unpickle_slice(&b).unwrap();
+        assert_eq!(v.tuple_items().unwrap()[0].dict_items().unwrap().len(), 4);
+
+        let b = P::new()
+            .op(op::EMPTY_DICT)
+            .op(op::MARK)
+            .s("rec")
+            .s("fail")
+            .op(op::SETITEMS)
+            .stop();
+        let e = unpickle(&b[..], &Limits::default(), &mut Lower::default()).unwrap_err();
+        assert_eq!(
+            e,
+            PickleError {
+                offset: 15,
+                message: "bad record".into()
+            }
+        );
     }
 
     #[test]

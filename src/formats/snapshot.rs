@@ -12,6 +12,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
 
+use rustc_hash::FxHashMap;
+
 use super::pickle::{self, Hook, Limits, Value};
 use crate::error::{Error, Result};
 use crate::model::{
@@ -66,6 +68,11 @@ struct EntryLowering {
     frames: Vec<Frame>,
     unknown_actions: BTreeMap<String, u64>,
     entries_without_frames: u64,
+    /// Sites by the frame handles of a traceback: a traceback seen before is
+    /// recognised by hashing its handles, without resolving its frames.
+    site_by_handles: FxHashMap<Box<[u32]>, SiteId>,
+    /// Scratch for the handles of the list being lowered.
+    handles: Vec<u32>,
 }
 
 /// Handle tags: the top two bits say what a [`Value::Handle`] indexes.
@@ -80,8 +87,7 @@ impl Hook for EntryLowering {
         &mut self,
         dict: &[(Value, Value)],
     ) -> std::result::Result<Option<Value>, String> {
-        if let Some(action) = lookup(dict, "action") {
-            let handle = self.lower_entry(dict, &action)?;
+        if let Some(handle) = self.entry_of_dict(dict)? {
             return Ok(Some(Value::Handle(handle)));
         }
         if has_key(dict, "filename") && has_key(dict, "name") {
@@ -95,50 +101,154 @@ impl Hook for EntryLowering {
         }
         Ok(None)
     }
+
+    /// A trace entry with a known action is lowered as soon as its pairs are
+    /// complete; its dict keeps only a marker pair `(Handle(event), Bool(has
+    /// frames))`, recognised when the dict is appended to its trace list.
+    /// Anything else (unknown actions, malformed entries) waits for
+    /// [`Hook::on_list_dict`], which has the last word.
+    fn on_dict_items(
+        &mut self,
+        items: &[Value],
+    ) -> std::result::Result<Option<(Value, Value)>, String> {
+        let pairs = || items.chunks_exact(2).map(|c| (&c[0], &c[1]));
+        let Some(Value::Str(name)) = first_value(pairs(), "action") else {
+            return Ok(None);
+        };
+        let Some(action) = Action::parse(name) else {
+            return Ok(None);
+        };
+        let (index, has_frames) = self.push_event(action, pairs())?;
+        Ok(Some((Value::Handle(index), Value::Bool(has_frames))))
+    }
+
+    /// A traceback whose frames are all frame handles becomes a one-item
+    /// list holding its site's handle, so no frames list is ever built.
+    fn on_list_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
+        let mut handles = std::mem::take(&mut self.handles);
+        handles.clear();
+        for item in items {
+            match item {
+                Value::Handle(h) => handles.push(*h),
+                _ => return Ok(None),
+            }
+        }
+        let lowered = self.on_handle_list(&handles);
+        self.handles = handles;
+        lowered
+    }
+
+    fn on_handle_list(&mut self, handles: &[u32]) -> std::result::Result<Option<Value>, String> {
+        if let Some(&site) = self.site_by_handles.get(handles) {
+            return Ok(Some(Value::Handle(SITE_TAG | site)));
+        }
+        if handles.iter().any(|h| h & TAG_MASK != FRAME_TAG) {
+            return Ok(None);
+        }
+        let frames: Vec<Frame> = handles
+            .iter()
+            .map(|h| self.frames[(h & !TAG_MASK) as usize])
+            .collect();
+        let site = self.sites.intern_site(&frames);
+        self.site_by_handles.insert(handles.into(), site);
+        Ok(Some(Value::Handle(SITE_TAG | site)))
+    }
 }
 
 impl EntryLowering {
-    fn lower_entry(
+    /// The event handle of a trace-entry dict (lowering it unless
+    /// [`Hook::on_dict_items`] already has), or `None` if it is no entry.
+    fn entry_of_dict(
         &mut self,
         dict: &[(Value, Value)],
-        action: &Value,
-    ) -> std::result::Result<u32, String> {
+    ) -> std::result::Result<Option<u32>, String> {
+        if let [(Value::Handle(index), Value::Bool(has_frames)), rest @ ..] = dict {
+            if !rest.is_empty() {
+                // More pairs arrived in a later SETITEM(S): they overwrite.
+                let mut event = self.events[*index as usize];
+                let more_frames = self.apply_fields(&mut event, rest.iter().map(|(k, v)| (k, v)));
+                self.events[*index as usize] = event;
+                self.count_frames(*has_frames || more_frames);
+            } else {
+                self.count_frames(*has_frames);
+            }
+            return Ok(Some(*index));
+        }
+        let pairs = || dict.iter().map(|(k, v)| (k, v));
+        let Some(action) = first_value(pairs(), "action") else {
+            return Ok(None);
+        };
         let name = action
             .as_str()
             .ok_or_else(|| format!("trace entry action is a {}", action.type_name()))?;
         let Some(action) = Action::parse(name) else {
             *self.unknown_actions.entry(name.to_owned()).or_default() += 1;
-            return Ok(SKIPPED);
+            return Ok(Some(SKIPPED));
         };
-        let mut event = Event::new(action, 0, 0);
-        for (key, value) in dict {
-            match key.as_str() {
-                Some("addr") => event.addr = value.as_u64().unwrap_or(0),
-                Some("size") => event.size = value.as_u64().unwrap_or(0),
-                Some("device_free") => event.device_free = value.as_u64().unwrap_or(0),
-                Some("time_us") => event.ts_us = value.as_f64().unwrap_or(f64::NAN),
-                Some("category") => event.given = value.as_str().and_then(Category::parse),
-                Some("frames") => event.site = self.site_of(value),
-                _ => {}
-            }
-        }
-        if !has_key(dict, "frames") {
+        let (index, has_frames) = self.push_event(action, pairs())?;
+        self.count_frames(has_frames);
+        Ok(Some(index))
+    }
+
+    fn count_frames(&mut self, has_frames: bool) {
+        if !has_frames {
             self.entries_without_frames += 1;
         }
+    }
+
+    /// Lowers an entry's fields into a new event: its index and whether the
+    /// entry has `frames`.
+    fn push_event<'a>(
+        &mut self,
+        action: Action,
+        pairs: impl Iterator<Item = (&'a Value, &'a Value)>,
+    ) -> std::result::Result<(u32, bool), String> {
+        let mut event = Event::new(action, 0, 0);
+        let has_frames = self.apply_fields(&mut event, pairs);
         let index = self.events.len() as u32;
         if index >= SKIPPED {
             return Err("more than 2^30 trace entries".into());
         }
         self.events.push(event);
-        Ok(index)
+        Ok((index, has_frames))
+    }
+
+    /// Sets `event`'s fields from an entry's pairs (the last of a repeated
+    /// key wins); returns whether there were `frames`.
+    fn apply_fields<'a>(
+        &mut self,
+        event: &mut Event,
+        pairs: impl Iterator<Item = (&'a Value, &'a Value)>,
+    ) -> bool {
+        let mut has_frames = false;
+        for (key, value) in pairs {
+            let Value::Str(key) = key else { continue };
+            match &**key {
+                "addr" => event.addr = value.as_u64().unwrap_or(0),
+                "size" => event.size = value.as_u64().unwrap_or(0),
+                "device_free" => event.device_free = value.as_u64().unwrap_or(0),
+                "time_us" => event.ts_us = value.as_f64().unwrap_or(f64::NAN),
+                "category" => event.given = value.as_str().and_then(Category::parse),
+                "frames" => {
+                    has_frames = true;
+                    event.site = self.site_of(value);
+                }
+                _ => {}
+            }
+        }
+        has_frames
     }
 
     /// Interns a frames list as a site, then empties the list and leaves the
     /// site's handle in it, so a later reference (free events share their
     /// alloc's list) costs nothing and the frames are not held twice.
     fn site_of(&mut self, frames: &Value) -> SiteId {
-        let Value::List(list) = frames else {
-            return 0;
+        let list = match frames {
+            Value::List(list) => list,
+            // A frames list lowered while it streamed in (shared by a block
+            // and its trace entries through the memo).
+            Value::Handle(h) if h & TAG_MASK == SITE_TAG => return h & !TAG_MASK,
+            _ => return 0,
         };
         let mut items = list.borrow_mut();
         if let [Value::Handle(h)] = items.as_slice() {
@@ -151,6 +261,10 @@ impl EntryLowering {
             match item {
                 Value::Handle(h) if h & TAG_MASK == FRAME_TAG => {
                     resolved.push(self.frames[(h & !TAG_MASK) as usize]);
+                }
+                // The lowered first batch of a list appended to more than once.
+                Value::Handle(h) if h & TAG_MASK == SITE_TAG => {
+                    resolved.extend_from_slice(self.sites.frames(h & !TAG_MASK));
                 }
                 Value::Dict(d) => resolved.push(frame_of(&mut self.sites, &d.borrow())),
                 // `forward_frames` style: preformatted lines.
@@ -168,10 +282,12 @@ impl EntryLowering {
     }
 }
 
-fn lookup(dict: &[(Value, Value)], key: &str) -> Option<Value> {
-    dict.iter()
-        .find(|(k, _)| k.as_str() == Some(key))
-        .map(|(_, v)| v.clone())
+/// The value of the first `key` among `pairs`.
+fn first_value<'a>(
+    mut pairs: impl Iterator<Item = (&'a Value, &'a Value)>,
+    key: &str,
+) -> Option<&'a Value> {
+    pairs.find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v)
 }
 
 fn has_key(dict: &[(Value, Value)], key: &str) -> bool {
@@ -234,11 +350,8 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
                     let index = match item {
                         Value::Handle(h) => *h,
                         Value::Dict(d) => {
-                            let dict = d.borrow();
-                            match lookup(&dict, "action") {
-                                Some(a) => {
-                                    lowering.lower_entry(&dict, &a).map_err(Error::Schema)?
-                                }
+                            match lowering.entry_of_dict(&d.borrow()).map_err(Error::Schema)? {
+                                Some(index) => index,
                                 None => continue,
                             }
                         }
@@ -493,5 +606,50 @@ fn json_to_value(json: &serde_json::Value) -> Value {
                 .map(|(k, v)| (Value::Str(Rc::from(k.as_str())), json_to_value(v)))
                 .collect(),
         ))),
+    }
+}
+
+#[cfg(test)]
+mod sharing_tests {
+    use super::*;
+
+    /// `pickle.dumps(..., protocol=4)` of a snapshot whose live block and
+    /// alloc entry share one frames list (as real dumps do through the memo).
+    const SHARED_FRAMES: &[u8] = &[
+        128, 4, 149, 89, 1, 0, 0, 0, 0, 0, 0, 125, 148, 40, 140, 8, 115, 101, 103, 109, 101, 110,
+        116, 115, 148, 93, 148, 125, 148, 40, 140, 6, 100, 101, 118, 105, 99, 101, 148, 75, 0, 140,
+        7, 97, 100, 100, 114, 101, 115, 115, 148, 77, 0, 16, 140, 10, 116, 111, 116, 97, 108, 95,
+        115, 105, 122, 101, 148, 77, 0, 4, 140, 6, 98, 108, 111, 99, 107, 115, 148, 93, 148, 40,
+        125, 148, 40, 104, 5, 77, 0, 16, 140, 4, 115, 105, 122, 101, 148, 77, 0, 2, 140, 14, 114,
+        101, 113, 117, 101, 115, 116, 101, 100, 95, 115, 105, 122, 101, 148, 77, 244, 1, 140, 5,
+        115, 116, 97, 116, 101, 148, 140, 16, 97, 99, 116, 105, 118, 101, 95, 97, 108, 108, 111,
+        99, 97, 116, 101, 100, 148, 140, 6, 102, 114, 97, 109, 101, 115, 148, 93, 148, 40, 125,
+        148, 40, 140, 8, 102, 105, 108, 101, 110, 97, 109, 101, 148, 140, 8, 109, 111, 100, 101,
+        108, 46, 112, 121, 148, 140, 4, 108, 105, 110, 101, 148, 75, 3, 140, 4, 110, 97, 109, 101,
+        148, 140, 7, 102, 111, 114, 119, 97, 114, 100, 148, 117, 125, 148, 40, 104, 17, 140, 8,
+        116, 114, 97, 105, 110, 46, 112, 121, 148, 104, 19, 75, 9, 104, 20, 140, 4, 109, 97, 105,
+        110, 148, 117, 101, 117, 125, 148, 40, 104, 5, 77, 0, 18, 104, 10, 77, 0, 2, 104, 11, 75,
+        0, 104, 12, 140, 8, 105, 110, 97, 99, 116, 105, 118, 101, 148, 104, 14, 93, 148, 117, 101,
+        117, 97, 140, 13, 100, 101, 118, 105, 99, 101, 95, 116, 114, 97, 99, 101, 115, 148, 93,
+        148, 93, 148, 125, 148, 40, 140, 6, 97, 99, 116, 105, 111, 110, 148, 140, 5, 97, 108, 108,
+        111, 99, 148, 140, 4, 97, 100, 100, 114, 148, 77, 0, 16, 104, 10, 77, 244, 1, 140, 6, 115,
+        116, 114, 101, 97, 109, 148, 75, 0, 104, 14, 104, 15, 117, 97, 97, 117, 46,
+    ];
+
+    #[test]
+    fn a_frames_list_shared_by_a_block_and_an_entry_gives_both_the_site() {
+        let trace = parse_pickle(SHARED_FRAMES, &Limits::default()).unwrap();
+        let device = &trace.devices[0];
+        let block = &device.segments.as_ref().unwrap()[0].blocks[0];
+        assert_eq!(trace.sites.frames(block.site).len(), 2);
+        assert_eq!(device.events[0].site, block.site);
+        assert!(
+            !trace
+                .diagnostics
+                .iter()
+                .any(|d| d.message.contains("no frames")),
+            "{:?}",
+            trace.diagnostics
+        );
     }
 }
