@@ -128,11 +128,26 @@ pub fn analyze(
             )));
         }
     }
-    let unknown_share = unknown_share(&devices);
-    if let Some(share) = unknown_share {
+    if let Some(share) = unknown_share(&devices) {
         diagnostics.push(crate::model::Diagnostic::info(format!(
             "{share:.0}% of peak bytes could not be categorised (category `unknown`)"
         )));
+    }
+    for d in &devices {
+        let before: u64 = d
+            .peak
+            .allocations
+            .iter()
+            .filter(|a| a.rule == UNTRACKED_RULE)
+            .map(|a| a.size)
+            .sum();
+        if before * 5 >= d.peak.allocated_bytes.max(1) {
+            diagnostics.push(crate::model::Diagnostic::info(format!(
+                "{}: {} of the peak was allocated before profiling started and no event names it (weights, caches, …); start the profiler before the model is built, or record a memory snapshot, to categorise it",
+                d.device,
+                crate::report::human_bytes(before)
+            )));
+        }
     }
     diagnostics.sort();
     diagnostics.dedup();
@@ -145,6 +160,9 @@ pub fn analyze(
     };
     (report, timelines)
 }
+
+/// The rule name of memory a Chrome trace's totals show but no event names.
+const UNTRACKED_RULE: &str = "allocated_before_profiling_unattributed";
 
 fn unknown_share(devices: &[DeviceReport]) -> Option<f64> {
     let (unknown, total) = devices.iter().fold((0u64, 0u64), |(u, t), d| {
