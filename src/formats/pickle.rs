@@ -247,17 +247,59 @@ pub fn unpickle<R: BufRead>(
     let mut p = Parser::new(reader, limits, hook);
     let result = p.run();
     let offset = p.op_off;
-    // Tear down whatever the parser still holds without recursion.
-    let mut work = std::mem::take(&mut p.work);
-    dismantle_all(p.stack.drain(..), &mut work);
-    dismantle_all(p.memo.dense.drain(..).flatten(), &mut work);
-    dismantle_all(p.memo.sparse.drain().map(|(_, v)| v), &mut work);
-    let value = result?;
-    if let Err(message) = check_depth(&value, limits.max_depth) {
-        dismantle(value, &mut work);
-        return Err(PickleError { offset, message });
+    // The depth check runs while the memo still holds its values, so every
+    // container reachable from the result that is also held elsewhere is in
+    // `reachable`; whatever else the parser holds is emptied before it is
+    // dropped, which frees reference cycles among discarded values.
+    let checked = result.and_then(|value| match check_depth(&value, limits.max_depth) {
+        Ok(reachable) => Ok((value, reachable)),
+        Err(message) => {
+            break_all(vec![value], &HashMap::new());
+            Err(PickleError { offset, message })
+        }
+    });
+    let held: Vec<Value> = p
+        .stack
+        .drain(..)
+        .chain(p.memo.dense.drain(..).flatten())
+        .chain(p.memo.sparse.drain().map(|(_, v)| v))
+        .filter(Value::is_container)
+        .collect();
+    match checked {
+        Ok((value, reachable)) => {
+            break_all(held, &reachable);
+            Ok(value)
+        }
+        Err(e) => {
+            break_all(held, &HashMap::new());
+            Err(e)
+        }
     }
-    Ok(value)
+}
+
+/// Drops values that nothing else will use, emptying every list and dict
+/// reachable from them even when shared, so reference cycles are freed;
+/// containers in `keep` (part of the returned value) are only released.
+/// Iterative; each shared container is visited once.
+fn break_all(mut work: Vec<Value>, keep: &HashMap<usize, Seen>) {
+    let mut seen = std::collections::HashSet::new();
+    while let Some(v) = work.pop() {
+        let Some(id) = v.identity() else { continue };
+        if keep.contains_key(&id) || (v.share_count() > 1 && !seen.insert(id)) {
+            continue;
+        }
+        match &v {
+            Value::List(l) => work.extend(std::mem::take(&mut *l.borrow_mut())),
+            Value::Dict(d) => {
+                for (k, x) in std::mem::take(&mut *d.borrow_mut()) {
+                    work.push(k);
+                    work.push(x);
+                }
+            }
+            Value::Tuple(t) => work.extend(t.iter().filter(|x| x.is_container()).cloned()),
+            _ => {}
+        }
+    }
 }
 
 /// Convenience: [`unpickle`] with default limits and [`NoHook`].
@@ -1166,9 +1208,9 @@ struct Frame {
 /// Verifies that `root` nests at most `max_depth` containers deep and has no
 /// cycles, iteratively. Shared containers are visited once (their heights are
 /// memoized), so a DAG of shared frames costs O(size).
-fn check_depth(root: &Value, max_depth: usize) -> Result<(), String> {
+fn check_depth(root: &Value, max_depth: usize) -> Result<HashMap<usize, Seen>, String> {
     if !root.is_container() {
-        return Ok(());
+        return Ok(HashMap::new());
     }
     let too_deep = || format!("containers nested deeper than max_depth ({max_depth})");
     if max_depth == 0 {
@@ -1233,7 +1275,7 @@ fn check_depth(root: &Value, max_depth: usize) -> Result<(), String> {
             }
         }
     }
-    Ok(())
+    Ok(seen)
 }
 
 /// The first container child of `v` at or after position `from` (dict
