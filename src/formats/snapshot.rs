@@ -270,13 +270,16 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
         }
     }
 
-    let device_count = per_device.len().max(
-        segs_by_device
-            .keys()
-            .max()
-            .map_or(0, |d| (*d + 1).max(0) as usize),
-    );
-    for ordinal in 0..device_count {
+    // Ordinals that have events or segments (a hostile `device: 2**60` names
+    // one device, not a range of 2**60 to walk).
+    let ordinals: std::collections::BTreeSet<usize> = (0..per_device.len())
+        .chain(
+            segs_by_device
+                .keys()
+                .filter_map(|&d| usize::try_from(d).ok()),
+        )
+        .collect();
+    for ordinal in ordinals {
         let events = per_device
             .get_mut(ordinal)
             .map(std::mem::take)
