@@ -426,6 +426,10 @@ fn unsupported_name(op: u8) -> Option<&'static str> {
 /// The shared dict inside [`Value::Dict`].
 type DictRc = Rc<RefCell<Vec<(Value, Value)>>>;
 
+/// Most values the parser stack may hold (Python batches list and dict items
+/// by 1000, so real snapshots stay far below this).
+const MAX_STACK: usize = 1 << 20;
+
 /// Memo indices are u32; this one is reserved so that `MEMOIZE` can detect overflow.
 const NO_MEMO: u32 = u32::MAX;
 const DICT_POOL_MAX: usize = 4096;
@@ -617,6 +621,13 @@ impl<'a, R: BufRead> Parser<'a, R> {
     #[cold]
     #[inline(never)]
     fn fill(&mut self, n: usize) -> PResult<()> {
+        // Checked once per buffer window rather than per push: the stack can
+        // overshoot by at most one window of one-byte opcodes.
+        if self.stack.len() > MAX_STACK {
+            return self.err(format!(
+                "more than {MAX_STACK} values on the pickle stack (e.g. millions of nested lists); not a memory snapshot"
+            ));
+        }
         if self.pos > 0 {
             self.buf.copy_within(self.pos..self.end, 0);
             self.base += self.pos as u64;
