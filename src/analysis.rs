@@ -211,6 +211,11 @@ fn categories_at(
     }
     if allocated > sum {
         *by.entry(Category::Unknown).or_default() += allocated - sum;
+    } else if sum > allocated {
+        // The allocator's own total (Chrome `Total Allocated`) is below what
+        // the replay holds live (frees missing from the trace): scale the
+        // categories down so that they add up to the total that is reported.
+        trim_to(&mut by, sum, allocated);
     }
     if let Some(r) = reserved {
         if r > allocated {
@@ -219,6 +224,21 @@ fn categories_at(
     }
     by.retain(|_, v| *v > 0);
     by
+}
+
+/// Scales `by` (summing to `sum`) down to sum to `target`, proportionally;
+/// the rounding remainder goes to the largest categories first.
+fn trim_to(by: &mut BTreeMap<Category, u64>, sum: u64, target: u64) {
+    let mut given = 0u64;
+    for v in by.values_mut() {
+        *v = (*v as u128 * target as u128 / sum.max(1) as u128) as u64;
+        given += *v;
+    }
+    let mut order: Vec<Category> = by.keys().copied().collect();
+    order.sort_by_key(|c| std::cmp::Reverse(by[c]));
+    for c in order.into_iter().cycle().take((target - given) as usize) {
+        *by.get_mut(&c).expect("present") += 1;
+    }
 }
 
 fn top_sites(allocations: &[LiveAllocation], top: usize) -> Vec<TopSite> {
@@ -342,6 +362,11 @@ fn oom_verdict(
         Some(largest) if cached >= requested && largest < requested => format!(
             "fragmentation: {} cached but the largest free block is {} < {} requested; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
             h(cached), h(largest), h(requested)
+        ),
+        _ if device_free.is_none() => format!(
+            "{} requested with {} cached; the trace does not say how much memory was free on the device",
+            h(requested),
+            reserved.map_or_else(|| "an unknown amount".to_owned(), |_| h(cached))
         ),
         _ if free + cached < requested => format!(
             "genuine shortage: {} requested, {} free on the device + {} cached",
