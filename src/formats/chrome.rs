@@ -66,7 +66,20 @@ pub fn parse_chrome_trace(bytes: &[u8]) -> Result<Trace> {
     // Recovery works on the original bytes and repairs events one at a time,
     // so an unescaped quote cannot invert the string state of the whole file.
     let col = recover(bytes, &first_err, &mut diagnostics)?;
-    build_trace(col, diagnostics)
+    let damage: Vec<String> = diagnostics
+        .iter()
+        .filter(|d| d.partial_read)
+        .map(|d| d.message.clone())
+        .collect();
+    match build_trace(col, diagnostics) {
+        // Nothing usable before the damage: say so rather than blaming the
+        // profiler settings.
+        Err(Error::NoMemoryEvents) if !damage.is_empty() => Err(Error::Json(format!(
+            "no memory event could be read: {}",
+            damage.join("; ")
+        ))),
+        other => other,
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1364,24 +1377,24 @@ fn recover<'a>(
                 ));
             }
             if object_truncated {
-                diagnostics.push(Diagnostic::warning(format!(
+                diagnostics.push(Diagnostic::partial(format!(
                     "input is truncated after `traceEvents` ({total} bytes); all {} events were loaded",
                     stats.complete
                 )));
             }
         }
-        Some((_, ArrayEnd::NoBracket)) => diagnostics.push(Diagnostic::warning(format!(
+        Some((_, ArrayEnd::NoBracket)) => diagnostics.push(Diagnostic::partial(format!(
             "input is truncated: the events array has no closing `]`; loaded {} complete events ({total} bytes)",
             stats.complete
         ))),
-        Some((read, ArrayEnd::HalfEvent)) => diagnostics.push(Diagnostic::warning(format!(
+        Some((read, ArrayEnd::HalfEvent)) => diagnostics.push(Diagnostic::partial(format!(
             "input is truncated: loaded {} complete events from the first {read} of {total} bytes; the last event is incomplete",
             stats.complete
         ))),
         None => {}
     }
     if stats.broken > 0 {
-        diagnostics.push(Diagnostic::warning(format!(
+        diagnostics.push(Diagnostic::partial(format!(
             "skipped {} malformed event(s) (first: {})",
             stats.broken,
             stats.first_broken.as_deref().unwrap_or("?")
