@@ -1646,7 +1646,16 @@ fn build_trace(mut col: Collector<'_>, mut diagnostics: Vec<Diagnostic>) -> Resu
     labelled.sort();
     let amd_names = col.device_props.iter().any(|(_, _, n)| looks_amd(n));
     let mut by_device: HashMap<(Option<i64>, Option<i64>), usize> = HashMap::new();
-    for (i, (_, name, key)) in labelled.iter().enumerate() {
+    // Keys that name the same device (the CPU under any `Device Id`, or a
+    // missing id read as 0) share one device: two devices may not share a name.
+    let mut by_name: HashMap<&str, usize> = HashMap::new();
+    for (_, name, key) in labelled.iter() {
+        if let Some(&i) = by_name.get(name.as_str()) {
+            by_device.insert(*key, i);
+            continue;
+        }
+        let i = trace.devices.len();
+        by_name.insert(name, i);
         by_device.insert(*key, i);
         let capacity = match key.0 {
             Some(0) => None,
