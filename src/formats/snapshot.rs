@@ -66,6 +66,8 @@ struct EntryLowering {
     frames: Vec<Frame>,
     unknown_actions: BTreeMap<String, u64>,
     entries_without_frames: u64,
+    /// `addr`/`size`/`device_free` values that are negative or not integers.
+    bad_numbers: u64,
 }
 
 /// Handle tags: the top two bits say what a [`Value::Handle`] indexes.
@@ -98,6 +100,16 @@ impl Hook for EntryLowering {
 }
 
 impl EntryLowering {
+    /// A byte count or address; anything else (a negative size) reads as 0
+    /// and is counted, so the report can say so.
+    #[inline]
+    fn uint(&mut self, value: &Value) -> u64 {
+        value.as_u64().unwrap_or_else(|| {
+            self.bad_numbers += 1;
+            0
+        })
+    }
+
     fn lower_entry(
         &mut self,
         dict: &[(Value, Value)],
@@ -113,9 +125,9 @@ impl EntryLowering {
         let mut event = Event::new(action, 0, 0);
         for (key, value) in dict {
             match key.as_str() {
-                Some("addr") => event.addr = value.as_u64().unwrap_or(0),
-                Some("size") => event.size = value.as_u64().unwrap_or(0),
-                Some("device_free") => event.device_free = value.as_u64().unwrap_or(0),
+                Some("addr") => event.addr = self.uint(value),
+                Some("size") => event.size = self.uint(value),
+                Some("device_free") => event.device_free = self.uint(value),
                 Some("time_us") => event.ts_us = value.as_f64().unwrap_or(f64::NAN),
                 Some("category") => event.given = value.as_str().and_then(Category::parse),
                 Some("frames") => event.site = self.site_of(value),
@@ -465,6 +477,12 @@ fn diagnose(root: &Value, lowering: &EntryLowering, blocks_without_frames: u64, 
         trace.diagnostics.push(Diagnostic::info(format!(
             "{} trace entries carry no frames (recorded without context): their sites are unknown",
             lowering.entries_without_frames
+        )));
+    }
+    if lowering.bad_numbers > 0 {
+        trace.diagnostics.push(Diagnostic::warning(format!(
+            "{} trace entry fields (addr/size/device_free) are negative or not integers: read as 0, so sizes may be understated",
+            lowering.bad_numbers
         )));
     }
     if blocks_without_frames > 0 {
