@@ -258,6 +258,17 @@ pub fn replay(device: &DeviceTrace) -> Replay {
             "the history starts with a free: recording began mid-program or the ring buffer wrapped; memory allocated earlier is counted as baseline",
         ));
     }
+    let mut last_ts = f64::NEG_INFINITY;
+    let mut backwards = 0u64;
+    for ts in device.events.iter().filter_map(|e| e.ts()) {
+        backwards += u64::from(ts < last_ts);
+        last_ts = last_ts.max(ts);
+    }
+    if backwards > 0 {
+        diagnostics.push(Diagnostic::info(format!(
+            "{backwards} events are timestamped earlier than an event listed before them: the list order is used, as the allocator recorded it"
+        )));
+    }
     if frees_unmatched.0 > 0 {
         diagnostics.push(Diagnostic::info(format!(
             "{} frees of addresses never allocated in the trace ({} bytes): counted as baseline from the start",
