@@ -206,8 +206,9 @@ fn categories_at(
     let mut by: BTreeMap<Category, u64> = BTreeMap::new();
     let mut sum = 0u64;
     for (i, c) in live {
-        *by.entry(c.category).or_default() += i.size;
-        sum += i.size;
+        let v = by.entry(c.category).or_default();
+        *v = v.saturating_add(i.size);
+        sum = sum.saturating_add(i.size);
     }
     if allocated > sum {
         *by.entry(Category::Unknown).or_default() += allocated - sum;
@@ -245,7 +246,7 @@ fn top_sites(allocations: &[LiveAllocation], top: usize) -> Vec<TopSite> {
     let mut groups: HashMap<(&str, Category), (u64, u64)> = HashMap::new();
     for a in allocations {
         let g = groups.entry((a.site.as_str(), a.category)).or_default();
-        g.0 += a.size;
+        g.0 = g.0.saturating_add(a.size);
         g.1 += 1;
     }
     let mut rows: Vec<TopSite> = groups

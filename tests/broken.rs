@@ -420,3 +420,30 @@ fn fuzz_chrome_two_cpu_devices_are_one() {
     assert_eq!(devices.len(), 1);
     assert_eq!(devices[0]["device"], "cpu");
 }
+
+#[test]
+fn fuzz_chrome_size_over_i64_is_clamped_not_overflowed() {
+    // Found by `cargo fuzz run chrome`: a free of `Bytes: -2**63` made a
+    // 2**63-byte baseline interval, and negating it overflowed (a panic in
+    // debug builds, a wrong curve in release).
+    let out = memcut()
+        .args([
+            "analyze",
+            "--format",
+            "json",
+            "fuzz_chrome_size_over_i64.json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "memcut: warning: fuzz_chrome_size_over_i64.json: skipped 9 malformed event(s) (first: expected `:` at byte 41)\n"
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    has(
+        &r,
+        "warning",
+        "unknown:0: 1 allocations claim more than 281474976710656 bytes (256 TiB): the file is damaged; counted as 281474976710656 bytes each",
+    );
+}
