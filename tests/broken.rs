@@ -447,3 +447,29 @@ fn fuzz_chrome_size_over_i64_is_clamped_not_overflowed() {
         "unknown:0: 1 allocations claim more than 281474976710656 bytes (256 TiB): the file is damaged; counted as 281474976710656 bytes each",
     );
 }
+
+#[test]
+fn chrome_events_that_never_balance_do_not_cost_quadratic_time() {
+    // 600 000 events like `{"a":[}`: each scan for an event's end used to run
+    // to the end of the file (minutes for 5 MB). Recovery now bounds its
+    // re-scanning and says where it stopped.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("unbalanced.json");
+    let mut text = String::from("[");
+    for _ in 0..600_000 {
+        text.push_str("{\"a\":[}, ");
+    }
+    std::fs::write(&file, text).unwrap();
+    let start = std::time::Instant::now();
+    let out = memcut().arg("analyze").arg(&file).output().unwrap();
+    assert!(start.elapsed().as_secs() < 30, "{:?}", start.elapsed());
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!(
+            "memcut: error: {}: bad JSON: no memory event could be read: input is damaged: stopped reading at byte ",
+            file.display()
+        )),
+        "{stderr}"
+    );
+}

@@ -1158,7 +1158,19 @@ enum ArrayEnd {
     NoBracket,
     /// Input ended inside an event.
     HalfEvent,
+    /// Recovery stopped early: too many malformed events, or re-scanning
+    /// broken events cost more than [`RESCAN_BUDGET`] allows.
+    GaveUp,
 }
+
+/// Bytes the recovery pass may scan, as a multiple of the input size (plus
+/// 256 MiB). Without a bound, a file of events whose brackets never balance
+/// (or whose strings a stray quote inverts) costs O(n²): each is scanned to
+/// the end of the input.
+const RESCAN_BUDGET: usize = 16;
+/// Longest single event the recovery pass looks for the end of; beyond
+/// this an event is treated as broken and skipped to the next boundary.
+const MAX_EVENT_BYTES: usize = 4 << 20;
 
 #[derive(Default)]
 struct RecoveryStats {
@@ -1167,6 +1179,8 @@ struct RecoveryStats {
     first_broken: Option<String>,
     tokens: usize,
     control_chars: usize,
+    /// Bytes scanned looking for event ends.
+    scanned: usize,
 }
 
 impl RecoveryStats {
@@ -1228,11 +1242,18 @@ fn recover_events<'a>(
             }
             _ => after_comma = false,
         }
-        if stats.broken > MAX_BROKEN_EVENTS {
-            return (pos, ArrayEnd::HalfEvent);
+        let budget = b
+            .len()
+            .saturating_mul(RESCAN_BUDGET)
+            .saturating_add(256 << 20);
+        if stats.broken > MAX_BROKEN_EVENTS || stats.scanned > budget {
+            return (pos, ArrayEnd::GaveUp);
         }
         let start = pos;
-        match value_end(b, start) {
+        let window = &b[..b.len().min(start.saturating_add(MAX_EVENT_BYTES))];
+        let end = value_end(window, start);
+        stats.scanned += end.unwrap_or(window.len()) - start;
+        match end {
             Some(end) => match parse_one_event(&b[start..end], start, stats) {
                 Ok(ev) => {
                     stats.complete += 1;
@@ -1386,6 +1407,10 @@ fn recover<'a>(
         Some((_, ArrayEnd::NoBracket)) => diagnostics.push(Diagnostic::partial(format!(
             "input is truncated: the events array has no closing `]`; loaded {} complete events ({total} bytes)",
             stats.complete
+        ))),
+        Some((read, ArrayEnd::GaveUp)) => diagnostics.push(Diagnostic::partial(format!(
+            "input is damaged: stopped reading at byte {read} of {total} after {} malformed events; loaded {} complete events before that",
+            stats.broken, stats.complete
         ))),
         Some((read, ArrayEnd::HalfEvent)) => diagnostics.push(Diagnostic::partial(format!(
             "input is truncated: loaded {} complete events from the first {read} of {total} bytes; the last event is incomplete",
