@@ -295,6 +295,8 @@ fn classify_one(ctx: &Context, interval: &Interval, user_rules: &[UserRule]) -> 
     let free_phase = (!alive_at_end).then(|| ctx.phase(interval.end));
     let allocs_between = ctx.allocs_before[(interval.end.min(ctx.positions - 1)) as usize]
         - ctx.allocs_before[interval.start as usize];
+    // The threshold is a tunable that happens to be 0 today.
+    #[allow(clippy::absurd_extreme_comparisons)]
     let short_lived = !alive_at_end && allocs_between <= TEMPORARY_MAX_ALLOCS_BETWEEN;
 
     if facts.accumulate_grad && free_phase != Some(Phase::Backward) {

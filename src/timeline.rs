@@ -185,17 +185,14 @@ pub fn replay(device: &DeviceTrace) -> Replay {
                     }
                     continue;
                 }
-                if !open.contains_key(&event.addr) {
+                if let std::collections::hash_map::Entry::Vacant(slot) = open.entry(event.addr) {
                     // Allocated before recording began.
                     frees_unmatched.0 += 1;
-                    frees_unmatched.1 += event.size;
-                    open.insert(
-                        event.addr,
-                        Open {
-                            interval: intervals.len(),
-                            requested_at: None,
-                        },
-                    );
+                    frees_unmatched.1 = frees_unmatched.1.saturating_add(event.size);
+                    slot.insert(Open {
+                        interval: intervals.len(),
+                        requested_at: None,
+                    });
                     intervals.push(before_trace(
                         event.addr,
                         event.size,
@@ -391,14 +388,14 @@ fn reconcile_with_reported(
         .saturating_sub(allocated[first.0 + 1])
         .min(MAX_BYTES);
     let mut worst = 0u64;
-    for p in 0..allocated.len() {
-        let replayed = allocated[p].saturating_add(untracked);
+    for (p, value) in allocated.iter_mut().enumerate() {
+        let replayed = value.saturating_add(untracked);
         let reported = p
             .checked_sub(1)
             .and_then(|k| device.reported[k].allocated)
             .unwrap_or(replayed);
         worst = worst.max(reported.abs_diff(replayed));
-        allocated[p] = reported;
+        *value = reported;
     }
     if worst > 0 {
         diagnostics.push(Diagnostic::info(format!(

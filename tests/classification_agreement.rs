@@ -43,7 +43,7 @@ fn agreement(path: &Path) -> (f64, u64, Vec<(Category, Category, u64)>) {
         }
     }
     let mut conf: Vec<_> = confusion.into_iter().map(|((t, m), b)| (t, m, b)).collect();
-    conf.sort_by(|a, b| b.2.cmp(&a.2));
+    conf.sort_by_key(|c| std::cmp::Reverse(c.2));
     (agree as f64 / known.max(1) as f64, known, conf)
 }
 
