@@ -861,7 +861,20 @@ impl<'a, R: BufRead> Parser<'a, R> {
     /// batches of ~1000 and all have the same shape).
     fn recycle_dict(&mut self, mut d: DictRc) {
         let Some(cell) = Rc::get_mut(&mut d) else {
-            return; // shared: dropping our reference is enough
+            // Shared: dropping our reference is enough, unless the only other
+            // references are the dict's own (it is its own key or value), a
+            // cycle that would leak. Rare, so the scan is off the hot path.
+            let own = d
+                .borrow()
+                .iter()
+                .flat_map(|(k, x)| [k, x])
+                .filter(|v| matches!(v, Value::Dict(x) if Rc::ptr_eq(x, &d)))
+                .count();
+            if own > 0 && Rc::strong_count(&d) == own + 1 {
+                let pairs = std::mem::take(&mut *d.borrow_mut());
+                dismantle_all(pairs.into_iter().flat_map(|(k, x)| [k, x]), &mut self.work);
+            }
+            return;
         };
         let pairs = cell.get_mut();
         for (k, x) in pairs.drain(..) {
