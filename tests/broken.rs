@@ -473,3 +473,13 @@ fn chrome_events_that_never_balance_do_not_cost_quadratic_time() {
         "{stderr}"
     );
 }
+
+#[test]
+fn fuzz_snapshot_self_keyed_entry() {
+    // Found by `cargo fuzz run analyze`: a trace entry dict that is its own
+    // key leaked when the lowering hook replaced it. The entry's action is
+    // unknown, so it is skipped and counted.
+    let r = report("fuzz_snapshot_self_keyed_entry_leak.pkl");
+    assert_eq!(r["devices"][0]["device"], "cuda:0");
+    has(&r, "info", "1 trace entries with action `oK\u{0}` skipped");
+}
