@@ -251,11 +251,17 @@ fn categories_at(
     let mut by: BTreeMap<Category, u64> = BTreeMap::new();
     let mut sum = 0u64;
     for (i, c) in live {
-        *by.entry(c.category).or_default() += i.size;
-        sum += i.size;
+        let v = by.entry(c.category).or_default();
+        *v = v.saturating_add(i.size);
+        sum = sum.saturating_add(i.size);
     }
     if allocated > sum {
         *by.entry(Category::Unknown).or_default() += allocated - sum;
+    } else if sum > allocated {
+        // The allocator's own total (Chrome `Total Allocated`) is below what
+        // the replay holds live (frees missing from the trace): scale the
+        // categories down so that they add up to the total that is reported.
+        trim_to(&mut by, sum, allocated);
     }
     if let Some(r) = reserved {
         if r > allocated {
@@ -266,11 +272,26 @@ fn categories_at(
     by
 }
 
+/// Scales `by` (summing to `sum`) down to sum to `target`, proportionally;
+/// the rounding remainder goes to the largest categories first.
+fn trim_to(by: &mut BTreeMap<Category, u64>, sum: u64, target: u64) {
+    let mut given = 0u64;
+    for v in by.values_mut() {
+        *v = (*v as u128 * target as u128 / sum.max(1) as u128) as u64;
+        given += *v;
+    }
+    let mut order: Vec<Category> = by.keys().copied().collect();
+    order.sort_by_key(|c| std::cmp::Reverse(by[c]));
+    for c in order.into_iter().cycle().take((target - given) as usize) {
+        *by.get_mut(&c).expect("present") += 1;
+    }
+}
+
 fn top_sites(allocations: &[LiveAllocation], top: usize) -> Vec<TopSite> {
     let mut groups: HashMap<(&str, Category), (u64, u64)> = HashMap::new();
     for a in allocations {
         let g = groups.entry((a.site.as_str(), a.category)).or_default();
-        g.0 += a.size;
+        g.0 = g.0.saturating_add(a.size);
         g.1 += 1;
     }
     let mut rows: Vec<TopSite> = groups
@@ -393,6 +414,11 @@ fn oom_verdict(
         Some(largest) if cached >= requested && largest < requested => format!(
             "fragmentation: {} cached but the largest free block is {} < {} requested; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
             h(cached), h(largest), h(requested)
+        ),
+        _ if device_free.is_none() => format!(
+            "{} requested with {} cached; the trace does not say how much memory was free on the device",
+            h(requested),
+            reserved.map_or_else(|| "an unknown amount".to_owned(), |_| h(cached))
         ),
         _ if free + cached < requested => format!(
             "genuine shortage: {} requested, {} free on the device + {} cached",

@@ -26,13 +26,21 @@ use crate::model::Trace;
 pub struct Limits {
     /// Most bytes a gzip stream may inflate to.
     pub max_inflated_bytes: u64,
+    /// Most bytes a gzip layer may inflate to per compressed byte, checked
+    /// once it has inflated [`RATIO_CHECK_AFTER`] bytes. Deflate tops out near
+    /// 1032:1 and real traces compress 5–50:1, so only bombs come close.
+    pub max_inflate_ratio: u64,
     pub pickle: pickle::Limits,
 }
+
+/// Inflated bytes after which [`Limits::max_inflate_ratio`] applies.
+pub const RATIO_CHECK_AFTER: u64 = 64 << 20;
 
 impl Default for Limits {
     fn default() -> Limits {
         Limits {
             max_inflated_bytes: default_inflate_limit(),
+            max_inflate_ratio: 250,
             pickle: pickle::Limits::default(),
         }
     }
@@ -76,9 +84,13 @@ fn read_sniffed(reader: &mut dyn BufRead, limits: &Limits, depth: u32) -> Result
         }
         let failure = Rc::new(Cell::new(None));
         let inflated = LimitedReader {
-            inner: MultiGzDecoder::new(reader),
-            left: limits.max_inflated_bytes,
+            inner: MultiGzDecoder::new(Counting {
+                inner: reader,
+                consumed: 0,
+            }),
+            inflated: 0,
             limit: limits.max_inflated_bytes,
+            ratio: limits.max_inflate_ratio,
             failure: Rc::clone(&failure),
         };
         let mut inner = BufReader::with_capacity(1 << 16, inflated);
@@ -91,8 +103,18 @@ fn read_sniffed(reader: &mut dyn BufRead, limits: &Limits, depth: u32) -> Result
             }
         });
     }
-    if head[0] == 0x80 {
+    if head[0] == 0x80 || looks_like_protocol0_global(reader)? {
+        // Protocol 2+ pickles start with PROTO; a protocol 0/1 pickle that
+        // starts with GLOBAL (`cos\nsystem\n…`) goes to the unpickler too, so
+        // that it is refused as what it is.
         return snapshot::parse_pickle(reader, &limits.pickle);
+    }
+    // Refuse what cannot be text before reading (and inflating) all of it.
+    let buffered = reader.fill_buf().map_err(gzip_error)?;
+    if let Some(&b) = skip_bom_and_space(buffered).first() {
+        if !matches!(b, b'{' | b'[' | b'<') {
+            return Err(unrecognised(b));
+        }
     }
     let mut bytes = Vec::new();
     reader.read_to_end(&mut bytes).map_err(gzip_error)?;
@@ -138,11 +160,34 @@ fn parse_text(bytes: &[u8], limits: &Limits) -> Result<Trace> {
             }
         }
         Some(b'<') => snapshot::parse_memory_viz_html(body, &limits.pickle),
-        Some(&b) => Err(Error::UnknownFormat(format!(
-            "unrecognised content (first byte 0x{b:02x}); expected a snapshot pickle, a Chrome trace JSON or gzip"
-        ))),
+        Some(&b) => Err(unrecognised(b)),
         None => Err(Error::Empty),
     }
+}
+
+fn unrecognised(b: u8) -> Error {
+    Error::UnknownFormat(format!(
+        "unrecognised content (first byte 0x{b:02x}); expected a snapshot pickle, a Chrome trace JSON or gzip"
+    ))
+}
+
+/// `c<module>\n<name>\n`: a protocol 0/1 pickle that starts by importing.
+fn looks_like_protocol0_global(reader: &mut dyn BufRead) -> Result<bool> {
+    let buf = reader.fill_buf().map_err(gzip_error)?;
+    let Some(rest) = buf.strip_prefix(b"c") else {
+        return Ok(false);
+    };
+    let ident = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_' || *b == b'.';
+    let mut lines = rest.splitn(3, |&b| b == b'\n');
+    let (Some(module), Some(name), Some(_)) = (lines.next(), lines.next(), lines.next()) else {
+        return Ok(false);
+    };
+    Ok(
+        !module.is_empty()
+            && !name.is_empty()
+            && module.iter().all(ident)
+            && name.iter().all(ident),
+    )
 }
 
 /// The legacy `memory_snapshot()` JSON: a list of segment objects.
@@ -169,46 +214,80 @@ fn peek(reader: &mut dyn BufRead, n: usize) -> Result<Vec<u8>> {
     Ok(buf[..buf.len().min(n)].to_vec())
 }
 
-/// Stops inflation past the configured limit (gzip bombs) and remembers
-/// the first error of the stream below.
-struct LimitedReader<R> {
-    inner: R,
-    left: u64,
-    limit: u64,
-    failure: Rc<Cell<Option<std::io::Error>>>,
+/// Counts the compressed bytes the gzip decoder consumes.
+struct Counting<'a> {
+    inner: &'a mut dyn BufRead,
+    consumed: u64,
 }
 
-impl<R: Read> LimitedReader<R> {
-    fn remember(&self, e: std::io::Error) -> std::io::Error {
-        let copy = std::io::Error::new(e.kind(), e.to_string());
-        self.failure.set(Some(e));
-        copy
+impl Read for Counting<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.consumed += n as u64;
+        Ok(n)
     }
 }
 
-impl<R: Read> Read for LimitedReader<R> {
+impl BufRead for Counting<'_> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        self.inner.fill_buf()
+    }
+    fn consume(&mut self, amt: usize) {
+        self.consumed += amt as u64;
+        self.inner.consume(amt);
+    }
+}
+
+/// Stops inflation past the configured limit or ratio (gzip bombs) and
+/// remembers the first error of the stream below.
+struct LimitedReader<'a> {
+    inner: MultiGzDecoder<Counting<'a>>,
+    inflated: u64,
+    limit: u64,
+    ratio: u64,
+    failure: Rc<Cell<Option<std::io::Error>>>,
+}
+
+impl LimitedReader<'_> {
+    fn bomb(&self, why: String) -> std::io::Error {
+        std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("{why} (possible gzip bomb)"),
+        )
+    }
+}
+
+impl Read for LimitedReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.left == 0 {
+        self.read_limited(buf).map_err(|e| {
+            let copy = std::io::Error::new(e.kind(), e.to_string());
+            self.failure.set(Some(e));
+            copy
+        })
+    }
+}
+
+impl LimitedReader<'_> {
+    fn read_limited(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.limit - self.inflated;
+        if left == 0 {
             // Is there more? One byte tells.
             let mut probe = [0u8; 1];
-            return match self.inner.read(&mut probe) {
-                Ok(0) => Ok(0),
-                Ok(_) => Err(self.remember(std::io::Error::new(
-                    std::io::ErrorKind::FileTooLarge,
-                    format!(
-                        "gzip stream inflates past {} bytes (possible gzip bomb)",
-                        self.limit
-                    ),
-                ))),
-                Err(e) => Err(self.remember(e)),
+            return match self.inner.read(&mut probe)? {
+                0 => Ok(0),
+                _ => Err(self.bomb(format!("gzip stream inflates past {} bytes", self.limit))),
             };
         }
-        let want = buf.len().min(self.left.min(usize::MAX as u64) as usize);
-        let n = self
-            .inner
-            .read(&mut buf[..want])
-            .map_err(|e| self.remember(e))?;
-        self.left -= n as u64;
+        let want = buf.len().min(left.min(usize::MAX as u64) as usize);
+        let n = self.inner.read(&mut buf[..want])?;
+        self.inflated += n as u64;
+        let compressed = self.inner.get_ref().consumed.max(1);
+        if self.inflated >= RATIO_CHECK_AFTER && self.inflated / compressed > self.ratio {
+            return Err(self.bomb(format!(
+                "gzip stream inflates more than {}:1 ({} bytes from {compressed})",
+                self.ratio, self.inflated
+            )));
+        }
         Ok(n)
     }
 }
@@ -263,5 +342,49 @@ mod tests {
         let gz = enc.finish().unwrap();
         let err = parse_bytes(&gz[..gz.len() / 2], &Limits::default()).unwrap_err();
         assert!(err.to_string().contains("gzip"), "{err}");
+    }
+    #[test]
+    fn gzip_bomb_is_stopped_by_the_ratio_before_the_limit() {
+        use flate2::{write::GzEncoder, Compression};
+        use std::io::Write;
+        let mut enc = GzEncoder::new(Vec::new(), Compression::best());
+        enc.write_all(b"[").unwrap();
+        let block = vec![b' '; 1 << 20];
+        for _ in 0..80 {
+            enc.write_all(&block).unwrap();
+        }
+        let gz = enc.finish().unwrap();
+        let err = parse_bytes(&gz, &Limits::default()).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("input exceeds a limit: gzip stream inflates more than 250:1 ("),
+            "{msg}"
+        );
+        assert!(msg.ends_with("(possible gzip bomb)"), "{msg}");
+    }
+
+    #[test]
+    fn binary_content_is_refused_before_inflating_it_all() {
+        use flate2::{write::GzEncoder, Compression};
+        use std::io::Write;
+        let mut enc = GzEncoder::new(Vec::new(), Compression::best());
+        enc.write_all(&vec![0u8; 8 << 20]).unwrap();
+        let gz = enc.finish().unwrap();
+        let limits = Limits {
+            max_inflated_bytes: 1 << 20,
+            ..Limits::default()
+        };
+        // Refused on its first byte, not for its size.
+        let err = parse_bytes(&gz, &limits).unwrap_err();
+        assert!(err.to_string().contains("first byte 0x00"), "{err}");
+    }
+
+    #[test]
+    fn protocol0_global_pickle_goes_to_the_unpickler_and_is_refused() {
+        let err = parse_bytes(b"cos\nsystem\n(S'echo pwned'\ntR.", &Limits::default()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "bad pickle at byte 0: opcode GLOBAL (0x63) refused: memcut never imports or calls code from a pickle"
+        );
     }
 }

@@ -108,7 +108,7 @@ fn warn_if_damaged(name: &str, report: &memcut::report::Report) -> bool {
     let damaged: Vec<_> = report
         .diagnostics
         .iter()
-        .filter(|d| d.level == memcut::model::Level::Warning && d.message.contains("truncated"))
+        .filter(|d| d.partial_read)
         .collect();
     for d in &damaged {
         eprintln!("memcut: warning: {name}: {}", d.message);

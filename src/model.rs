@@ -280,6 +280,11 @@ pub enum Level {
 pub struct Diagnostic {
     pub level: Level,
     pub message: String,
+    /// The input was read only in part (truncated or with skipped damaged
+    /// records): the report describes what could be read. `memcut analyze`
+    /// prints these as warnings and fails on them with `--strict`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial_read: bool,
 }
 
 impl Diagnostic {
@@ -287,12 +292,22 @@ impl Diagnostic {
         Diagnostic {
             level: Level::Info,
             message: message.into(),
+            partial_read: false,
         }
     }
     pub fn warning(message: impl Into<String>) -> Diagnostic {
         Diagnostic {
             level: Level::Warning,
             message: message.into(),
+            partial_read: false,
+        }
+    }
+    /// A warning that the input was read only in part (see [`Diagnostic::partial_read`]).
+    pub fn partial(message: impl Into<String>) -> Diagnostic {
+        Diagnostic {
+            level: Level::Warning,
+            message: message.into(),
+            partial_read: true,
         }
     }
 }

@@ -14,6 +14,9 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::model::{Action, BlockState, Category, DeviceTrace, Diagnostic, SiteId};
 
+/// Largest allocation replay believes (256 TiB); larger sizes are clamped.
+pub const MAX_BYTES: u64 = 1 << 48;
+
 /// Where an interval's memory came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -171,7 +174,7 @@ pub fn replay(device: &DeviceTrace) -> Replay {
                             Some(i) => intervals[i].end = after,
                             None => {
                                 frees_unmatched.0 += 1;
-                                frees_unmatched.1 += event.size;
+                                frees_unmatched.1 = frees_unmatched.1.saturating_add(event.size);
                                 intervals.push(before_trace(
                                     event.addr,
                                     event.size,
@@ -187,7 +190,7 @@ pub fn replay(device: &DeviceTrace) -> Replay {
                 let o = open.entry(event.addr).or_insert_with(|| {
                     // Allocated before recording began.
                     frees_unmatched.0 += 1;
-                    frees_unmatched.1 += event.size;
+                    frees_unmatched.1 = frees_unmatched.1.saturating_add(event.size);
                     let interval = intervals.len();
                     intervals.push(before_trace(
                         event.addr,
@@ -259,6 +262,17 @@ pub fn replay(device: &DeviceTrace) -> Replay {
             "the history starts with a free: recording began mid-program or the ring buffer wrapped; memory allocated earlier is counted as baseline",
         ));
     }
+    let mut last_ts = f64::NEG_INFINITY;
+    let mut backwards = 0u64;
+    for ts in device.events.iter().filter_map(|e| e.ts()) {
+        backwards += u64::from(ts < last_ts);
+        last_ts = last_ts.max(ts);
+    }
+    if backwards > 0 {
+        diagnostics.push(Diagnostic::info(format!(
+            "{backwards} events are timestamped earlier than an event listed before them: the list order is used, as the allocator recorded it"
+        )));
+    }
     if frees_unmatched.0 > 0 {
         diagnostics.push(Diagnostic::info(format!(
             "{} frees of addresses never allocated in the trace ({} bytes): counted as baseline from the start",
@@ -286,6 +300,20 @@ pub fn replay(device: &DeviceTrace) -> Replay {
         ));
     }
 
+    // No allocation is larger than 256 TiB: a bigger one is a damaged file,
+    // and clamping keeps every sum below far from overflow.
+    let mut clamped = 0u64;
+    for i in &mut intervals {
+        if i.size > MAX_BYTES {
+            i.size = MAX_BYTES;
+            clamped += 1;
+        }
+    }
+    if clamped > 0 {
+        diagnostics.push(Diagnostic::warning(format!(
+            "{clamped} allocations claim more than {MAX_BYTES} bytes (256 TiB): the file is damaged; counted as {MAX_BYTES} bytes each"
+        )));
+    }
     let mut allocated = curve(&intervals, end);
     if let Some(untracked) = reconcile_with_reported(device, &mut allocated, &mut diagnostics) {
         intervals.push(Interval {
@@ -302,8 +330,7 @@ pub fn replay(device: &DeviceTrace) -> Replay {
     let baseline_bytes = intervals
         .iter()
         .filter(|i| i.origin.is_baseline())
-        .map(|i| i.size)
-        .sum();
+        .fold(0u64, |sum, i| sum.saturating_add(i.size));
     Replay {
         events: n,
         intervals,
@@ -338,7 +365,7 @@ pub fn curve(intervals: &[Interval], positions: u32) -> Vec<u64> {
         .iter()
         .map(|d| {
             total += d;
-            total.max(0) as u64
+            total.clamp(0, u64::MAX as i128) as u64
         })
         .collect()
 }
@@ -360,10 +387,13 @@ fn reconcile_with_reported(
         .iter()
         .enumerate()
         .find_map(|(k, r)| r.allocated.map(|a| (k, a)))?;
-    let untracked = first.1.saturating_sub(allocated[first.0 + 1]);
+    let untracked = first
+        .1
+        .saturating_sub(allocated[first.0 + 1])
+        .min(MAX_BYTES);
     let mut worst = 0u64;
     for (p, slot) in allocated.iter_mut().enumerate() {
-        let replayed = *slot + untracked;
+        let replayed = slot.saturating_add(untracked);
         let reported = p
             .checked_sub(1)
             .and_then(|k| device.reported[k].allocated)
@@ -408,7 +438,7 @@ fn reserved_curve(device: &DeviceTrace, diagnostics: &mut Vec<Diagnostic>) -> Op
     let mut out = vec![0u64; n + 1];
     let mut value = final_reserved;
     let mut went_negative = false;
-    out[n] = value.max(0) as u64;
+    out[n] = value.clamp(0, u64::MAX as i128) as u64;
     for k in (0..n).rev() {
         let e = &device.events[k];
         match e.action {
@@ -417,7 +447,7 @@ fn reserved_curve(device: &DeviceTrace, diagnostics: &mut Vec<Diagnostic>) -> Op
             _ => {}
         }
         went_negative |= value < 0;
-        out[k] = value.max(0) as u64;
+        out[k] = value.clamp(0, u64::MAX as i128) as u64;
     }
     if went_negative {
         diagnostics.push(Diagnostic::warning(

@@ -66,7 +66,20 @@ pub fn parse_chrome_trace(bytes: &[u8]) -> Result<Trace> {
     // Recovery works on the original bytes and repairs events one at a time,
     // so an unescaped quote cannot invert the string state of the whole file.
     let col = recover(bytes, &first_err, &mut diagnostics)?;
-    build_trace(col, diagnostics)
+    let damage: Vec<String> = diagnostics
+        .iter()
+        .filter(|d| d.partial_read)
+        .map(|d| d.message.clone())
+        .collect();
+    match build_trace(col, diagnostics) {
+        // Nothing usable before the damage: say so rather than blaming the
+        // profiler settings.
+        Err(Error::NoMemoryEvents) if !damage.is_empty() => Err(Error::Json(format!(
+            "no memory event could be read: {}",
+            damage.join("; ")
+        ))),
+        other => other,
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1145,7 +1158,19 @@ enum ArrayEnd {
     NoBracket,
     /// Input ended inside an event.
     HalfEvent,
+    /// Recovery stopped early: too many malformed events, or re-scanning
+    /// broken events cost more than [`RESCAN_BUDGET`] allows.
+    GaveUp,
 }
+
+/// Bytes the recovery pass may scan, as a multiple of the input size (plus
+/// 256 MiB). Without a bound, a file of events whose brackets never balance
+/// (or whose strings a stray quote inverts) costs O(n²): each is scanned to
+/// the end of the input.
+const RESCAN_BUDGET: usize = 16;
+/// Longest single event the recovery pass looks for the end of; beyond
+/// this an event is treated as broken and skipped to the next boundary.
+const MAX_EVENT_BYTES: usize = 4 << 20;
 
 #[derive(Default)]
 struct RecoveryStats {
@@ -1154,6 +1179,8 @@ struct RecoveryStats {
     first_broken: Option<String>,
     tokens: usize,
     control_chars: usize,
+    /// Bytes scanned looking for event ends.
+    scanned: usize,
 }
 
 impl RecoveryStats {
@@ -1215,11 +1242,18 @@ fn recover_events<'a>(
             }
             _ => after_comma = false,
         }
-        if stats.broken > MAX_BROKEN_EVENTS {
-            return (pos, ArrayEnd::HalfEvent);
+        let budget = b
+            .len()
+            .saturating_mul(RESCAN_BUDGET)
+            .saturating_add(256 << 20);
+        if stats.broken > MAX_BROKEN_EVENTS || stats.scanned > budget {
+            return (pos, ArrayEnd::GaveUp);
         }
         let start = pos;
-        match value_end(b, start) {
+        let window = &b[..b.len().min(start.saturating_add(MAX_EVENT_BYTES))];
+        let end = value_end(window, start);
+        stats.scanned += end.unwrap_or(window.len()) - start;
+        match end {
             Some(end) => match parse_one_event(&b[start..end], start, stats) {
                 Ok(ev) => {
                     stats.complete += 1;
@@ -1364,24 +1398,28 @@ fn recover<'a>(
                 ));
             }
             if object_truncated {
-                diagnostics.push(Diagnostic::warning(format!(
+                diagnostics.push(Diagnostic::partial(format!(
                     "input is truncated after `traceEvents` ({total} bytes); all {} events were loaded",
                     stats.complete
                 )));
             }
         }
-        Some((_, ArrayEnd::NoBracket)) => diagnostics.push(Diagnostic::warning(format!(
+        Some((_, ArrayEnd::NoBracket)) => diagnostics.push(Diagnostic::partial(format!(
             "input is truncated: the events array has no closing `]`; loaded {} complete events ({total} bytes)",
             stats.complete
         ))),
-        Some((read, ArrayEnd::HalfEvent)) => diagnostics.push(Diagnostic::warning(format!(
+        Some((read, ArrayEnd::GaveUp)) => diagnostics.push(Diagnostic::partial(format!(
+            "input is damaged: stopped reading at byte {read} of {total} after {} malformed events; loaded {} complete events before that",
+            stats.broken, stats.complete
+        ))),
+        Some((read, ArrayEnd::HalfEvent)) => diagnostics.push(Diagnostic::partial(format!(
             "input is truncated: loaded {} complete events from the first {read} of {total} bytes; the last event is incomplete",
             stats.complete
         ))),
         None => {}
     }
     if stats.broken > 0 {
-        diagnostics.push(Diagnostic::warning(format!(
+        diagnostics.push(Diagnostic::partial(format!(
             "skipped {} malformed event(s) (first: {})",
             stats.broken,
             stats.first_broken.as_deref().unwrap_or("?")
@@ -1633,7 +1671,16 @@ fn build_trace(mut col: Collector<'_>, mut diagnostics: Vec<Diagnostic>) -> Resu
     labelled.sort();
     let amd_names = col.device_props.iter().any(|(_, _, n)| looks_amd(n));
     let mut by_device: HashMap<(Option<i64>, Option<i64>), usize> = HashMap::new();
-    for (i, (_, name, key)) in labelled.iter().enumerate() {
+    // Keys that name the same device (the CPU under any `Device Id`, or a
+    // missing id read as 0) share one device: two devices may not share a name.
+    let mut by_name: HashMap<&str, usize> = HashMap::new();
+    for (_, name, key) in labelled.iter() {
+        if let Some(&i) = by_name.get(name.as_str()) {
+            by_device.insert(*key, i);
+            continue;
+        }
+        let i = trace.devices.len();
+        by_name.insert(name, i);
         by_device.insert(*key, i);
         let capacity = match key.0 {
             Some(0) => None,

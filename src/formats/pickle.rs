@@ -282,17 +282,59 @@ pub fn unpickle<R: BufRead>(
     let mut p = Parser::new(reader, limits, hook);
     let result = p.run();
     let offset = p.op_off;
-    // Tear down whatever the parser still holds without recursion.
-    let mut work = std::mem::take(&mut p.work);
-    dismantle_all(p.stack.drain(..), &mut work);
-    dismantle_all(p.memo.dense.drain(..).flatten(), &mut work);
-    dismantle_all(p.memo.sparse.drain().map(|(_, v)| v), &mut work);
-    let value = result?;
-    if let Err(message) = check_depth(&value, limits.max_depth) {
-        dismantle(value, &mut work);
-        return Err(PickleError { offset, message });
+    // The depth check runs while the memo still holds its values, so every
+    // container reachable from the result that is also held elsewhere is in
+    // `reachable`; whatever else the parser holds is emptied before it is
+    // dropped, which frees reference cycles among discarded values.
+    let checked = result.and_then(|value| match check_depth(&value, limits.max_depth) {
+        Ok(reachable) => Ok((value, reachable)),
+        Err(message) => {
+            break_all(vec![value], &HashMap::new());
+            Err(PickleError { offset, message })
+        }
+    });
+    let held: Vec<Value> = p
+        .stack
+        .drain(..)
+        .chain(p.memo.dense.drain(..).flatten())
+        .chain(p.memo.sparse.drain().map(|(_, v)| v))
+        .filter(Value::is_container)
+        .collect();
+    match checked {
+        Ok((value, reachable)) => {
+            break_all(held, &reachable);
+            Ok(value)
+        }
+        Err(e) => {
+            break_all(held, &HashMap::new());
+            Err(e)
+        }
     }
-    Ok(value)
+}
+
+/// Drops values that nothing else will use, emptying every list and dict
+/// reachable from them even when shared, so reference cycles are freed;
+/// containers in `keep` (part of the returned value) are only released.
+/// Iterative; each shared container is visited once.
+fn break_all(mut work: Vec<Value>, keep: &HashMap<usize, Seen>) {
+    let mut seen = std::collections::HashSet::new();
+    while let Some(v) = work.pop() {
+        let Some(id) = v.identity() else { continue };
+        if keep.contains_key(&id) || (v.share_count() > 1 && !seen.insert(id)) {
+            continue;
+        }
+        match &v {
+            Value::List(l) => work.extend(std::mem::take(&mut *l.borrow_mut())),
+            Value::Dict(d) => {
+                for (k, x) in std::mem::take(&mut *d.borrow_mut()) {
+                    work.push(k);
+                    work.push(x);
+                }
+            }
+            Value::Tuple(t) => work.extend(t.iter().filter(|x| x.is_container()).cloned()),
+            _ => {}
+        }
+    }
 }
 
 /// Convenience: [`unpickle`] with default limits and [`NoHook`].
@@ -420,6 +462,10 @@ fn unsupported_name(op: u8) -> Option<&'static str> {
 type DictRc = Rc<RefCell<Vec<(Value, Value)>>>;
 /// The shared list inside [`Value::List`].
 type ListRc = Rc<RefCell<Vec<Value>>>;
+
+/// Most values the parser stack may hold (Python batches list and dict items
+/// by 1000, so real snapshots stay far below this).
+const MAX_STACK: usize = 1 << 20;
 
 /// Memo indices are u32; this one is reserved so that `MEMOIZE` can detect overflow.
 const NO_MEMO: u32 = u32::MAX;
@@ -646,6 +692,13 @@ impl<'a, R: BufRead> Parser<'a, R> {
     #[cold]
     #[inline(never)]
     fn fill(&mut self, n: usize) -> PResult<()> {
+        // Checked once per buffer window rather than per push: the stack can
+        // overshoot by at most one window of one-byte opcodes.
+        if self.stack.len() > MAX_STACK {
+            return self.err(format!(
+                "more than {MAX_STACK} values on the pickle stack (e.g. millions of nested lists); not a memory snapshot"
+            ));
+        }
         if self.pos > 0 {
             self.buf.copy_within(self.pos..self.end, 0);
             self.base += self.pos as u64;
@@ -1033,7 +1086,20 @@ impl<'a, R: BufRead> Parser<'a, R> {
     /// batches of ~1000 and all have the same shape).
     fn recycle_dict(&mut self, mut d: DictRc) {
         let Some(cell) = Rc::get_mut(&mut d) else {
-            return; // shared: dropping our reference is enough
+            // Shared: dropping our reference is enough, unless the only other
+            // references are the dict's own (it is its own key or value), a
+            // cycle that would leak. Rare, so the scan is off the hot path.
+            let own = d
+                .borrow()
+                .iter()
+                .flat_map(|(k, x)| [k, x])
+                .filter(|v| matches!(v, Value::Dict(x) if Rc::ptr_eq(x, &d)))
+                .count();
+            if own > 0 && Rc::strong_count(&d) == own + 1 {
+                let pairs = std::mem::take(&mut *d.borrow_mut());
+                dismantle_all(pairs.into_iter().flat_map(|(k, x)| [k, x]), &mut self.work);
+            }
+            return;
         };
         let pairs = cell.get_mut();
         for (k, x) in pairs.drain(..) {
@@ -1420,9 +1486,9 @@ struct Frame {
 /// Verifies that `root` nests at most `max_depth` containers deep and has no
 /// cycles, iteratively. Shared containers are visited once (their heights are
 /// memoized), so a DAG of shared frames costs O(size).
-fn check_depth(root: &Value, max_depth: usize) -> Result<(), String> {
+fn check_depth(root: &Value, max_depth: usize) -> Result<HashMap<usize, Seen>, String> {
     if !root.is_container() {
-        return Ok(());
+        return Ok(HashMap::new());
     }
     let too_deep = || format!("containers nested deeper than max_depth ({max_depth})");
     if max_depth == 0 {
@@ -1487,7 +1553,7 @@ fn check_depth(root: &Value, max_depth: usize) -> Result<(), String> {
             }
         }
     }
-    Ok(())
+    Ok(seen)
 }
 
 /// The first container child of `v` at or after position `from` (dict

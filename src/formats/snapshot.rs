@@ -73,6 +73,8 @@ struct EntryLowering {
     site_by_handles: FxHashMap<Box<[u32]>, SiteId>,
     /// Scratch for the handles of the list being lowered.
     handles: Vec<u32>,
+    /// `addr`/`size`/`device_free` values that are negative or not integers.
+    bad_numbers: u64,
 }
 
 /// Handle tags: the top two bits say what a [`Value::Handle`] indexes.
@@ -156,6 +158,16 @@ impl Hook for EntryLowering {
 }
 
 impl EntryLowering {
+    /// A byte count or address; anything else (a negative size) reads as 0
+    /// and is counted, so the report can say so.
+    #[inline]
+    fn uint(&mut self, value: &Value) -> u64 {
+        value.as_u64().unwrap_or_else(|| {
+            self.bad_numbers += 1;
+            0
+        })
+    }
+
     /// The event handle of a trace-entry dict (lowering it unless
     /// [`Hook::on_dict_items`] already has), or `None` if it is no entry.
     fn entry_of_dict(
@@ -224,9 +236,9 @@ impl EntryLowering {
         for (key, value) in pairs {
             let Value::Str(key) = key else { continue };
             match &**key {
-                "addr" => event.addr = value.as_u64().unwrap_or(0),
-                "size" => event.size = value.as_u64().unwrap_or(0),
-                "device_free" => event.device_free = value.as_u64().unwrap_or(0),
+                "addr" => event.addr = self.uint(value),
+                "size" => event.size = self.uint(value),
+                "device_free" => event.device_free = self.uint(value),
                 "time_us" => event.ts_us = value.as_f64().unwrap_or(f64::NAN),
                 "category" => event.given = value.as_str().and_then(Category::parse),
                 "frames" => {
@@ -383,13 +395,16 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
         }
     }
 
-    let device_count = per_device.len().max(
-        segs_by_device
-            .keys()
-            .max()
-            .map_or(0, |d| (*d + 1).max(0) as usize),
-    );
-    for ordinal in 0..device_count {
+    // Ordinals that have events or segments (a hostile `device: 2**60` names
+    // one device, not a range of 2**60 to walk).
+    let ordinals: std::collections::BTreeSet<usize> = (0..per_device.len())
+        .chain(
+            segs_by_device
+                .keys()
+                .filter_map(|&d| usize::try_from(d).ok()),
+        )
+        .collect();
+    for ordinal in ordinals {
         let events = per_device
             .get_mut(ordinal)
             .map(std::mem::take)
@@ -576,6 +591,12 @@ fn diagnose(root: &Value, lowering: &EntryLowering, blocks_without_frames: u64, 
         trace.diagnostics.push(Diagnostic::info(format!(
             "{} trace entries carry no frames (recorded without context): their sites are unknown",
             lowering.entries_without_frames
+        )));
+    }
+    if lowering.bad_numbers > 0 {
+        trace.diagnostics.push(Diagnostic::warning(format!(
+            "{} trace entry fields (addr/size/device_free) are negative or not integers: read as 0, so sizes may be understated",
+            lowering.bad_numbers
         )));
     }
     if blocks_without_frames > 0 {

@@ -1,0 +1,22 @@
+//! The whole `analyze` pipeline (sniff, gunzip, parse, replay, classify,
+//! report) on arbitrary bytes, with the report invariants checked.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use memcut::input::{parse_bytes, Limits};
+
+fuzz_target!(|data: &[u8]| {
+    let mut options = memcut::AnalyzeOptions::new();
+    // Keep the fuzzer's memory bounded: small inputs may not inflate past 64 MiB.
+    options.limits = Limits {
+        max_inflated_bytes: 64 << 20,
+        ..Limits::default()
+    };
+    let report = memcut::analyze_reader(data, "fuzz", data.len() as u64, &options);
+    let trace = parse_bytes(data, &options.limits);
+    match (&report, &trace) {
+        (Ok(report), Ok(trace)) => memcut_fuzz::check_report(trace, report),
+        (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+        _ => panic!("analyze_reader and parse_bytes disagree"),
+    }
+});
