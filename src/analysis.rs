@@ -42,6 +42,22 @@ pub struct DeviceTimeline {
 }
 
 impl DeviceTimeline {
+    /// Allocated and reserved bytes at a position, and what was live there.
+    pub fn state_at(&self, position: u32) -> (u64, Option<u64>, Vec<(&Interval, &Classification)>) {
+        let replay = &self.replay;
+        let live = replay
+            .intervals
+            .iter()
+            .zip(&self.classes)
+            .filter(|(i, _)| i.live_at(position))
+            .collect();
+        (
+            replay.allocated[position as usize],
+            replay.reserved.as_ref().map(|r| r[position as usize]),
+            live,
+        )
+    }
+
     /// Per-category change at each position: `(position, category, delta)`,
     /// sorted by position. Replaying it gives bytes by category over time.
     pub fn category_deltas(&self) -> Vec<(u32, Category, i64)> {
@@ -188,14 +204,7 @@ fn device_report(
 ) -> DeviceReport {
     let replay = &tl.replay;
     let position = replay.peak_position();
-    let allocated = replay.allocated[position as usize];
-    let reserved = replay.reserved.as_ref().map(|r| r[position as usize]);
-    let live: Vec<(&Interval, &Classification)> = replay
-        .intervals
-        .iter()
-        .zip(&tl.classes)
-        .filter(|(i, _)| i.live_at(position))
-        .collect();
+    let (allocated, reserved, live) = tl.state_at(position);
     let by_category = categories_at(&live, allocated, reserved);
     let mut allocations: Vec<LiveAllocation> = live
         .iter()
@@ -360,7 +369,6 @@ fn phase_name(trace: &Trace, device: &DeviceTrace, position: u32) -> String {
 }
 
 fn oom_findings(device: &DeviceTrace, tl: &DeviceTimeline) -> Vec<OomFinding> {
-    let replay = &tl.replay;
     let largest_free = device.segments.as_ref().and_then(|segs| {
         segs.iter()
             .flat_map(|s| s.blocks.iter())
@@ -376,14 +384,7 @@ fn oom_findings(device: &DeviceTrace, tl: &DeviceTimeline) -> Vec<OomFinding> {
         .map(|(k, e)| {
             // The state when the request failed: before this event.
             let position = k as u32;
-            let allocated = replay.allocated[position as usize];
-            let reserved = replay.reserved.as_ref().map(|r| r[position as usize]);
-            let live: Vec<(&Interval, &Classification)> = replay
-                .intervals
-                .iter()
-                .zip(&tl.classes)
-                .filter(|(i, _)| i.live_at(position))
-                .collect();
+            let (allocated, reserved, live) = tl.state_at(position);
             let device_free = (e.device_free > 0).then_some(e.device_free);
             OomFinding {
                 event_index: k as u64,
