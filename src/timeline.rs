@@ -454,6 +454,17 @@ fn reserved_curve(device: &DeviceTrace, diagnostics: &mut Vec<Diagnostic>) -> Op
             "segment events do not add up to the dumped segments (history incomplete): early reserved values are clamped at 0",
         ));
     }
+    let segment_events = device.events.iter().any(|e| {
+        matches!(
+            e.action,
+            Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap
+        )
+    });
+    if n > 0 && !segment_events {
+        diagnostics.push(Diagnostic::info(
+            "the history has no segment events: reserved memory is known at dump time only and shown flat",
+        ));
+    }
     Some(out)
 }
 
