@@ -14,7 +14,7 @@ use std::io::BufRead;
 
 use rustc_hash::FxHashMap;
 
-use super::pickle::{self, Hook, Limits, Value};
+use super::pickle::{self, Hook, Item, Limits, Value};
 use crate::error::{Error, Result};
 use crate::model::{
     Action, Annotation, Block, BlockState, Category, DeviceTrace, Diagnostic, Event, Format, Frame,
@@ -124,6 +124,29 @@ impl Hook for EntryLowering {
         Ok(Some((Value::Handle(index), Value::Bool(has_frames))))
     }
 
+    fn wants_records(&self) -> bool {
+        true
+    }
+
+    /// [`Hook::on_dict_items`] for a record the parser decoded in place.
+    fn on_record(
+        &mut self,
+        items: &[Item<'_>],
+    ) -> std::result::Result<Option<(Value, Value)>, String> {
+        let pairs = || items.chunks_exact(2).map(|c| (&c[0], &c[1]));
+        let Some(Item::Str(name)) = pairs()
+            .find(|(k, _)| matches!(k, Item::Str("action")))
+            .map(|(_, v)| v)
+        else {
+            return Ok(None);
+        };
+        let Some(action) = Action::parse(name) else {
+            return Ok(None);
+        };
+        let (index, has_frames) = self.push_event(action, pairs())?;
+        Ok(Some((Value::Handle(index), Value::Bool(has_frames))))
+    }
+
     /// A traceback whose frames are all frame handles becomes a one-item
     /// list holding its site's handle, so no frames list is ever built.
     fn on_list_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
@@ -161,8 +184,8 @@ impl EntryLowering {
     /// A byte count or address; anything else (a negative size) reads as 0
     /// and is counted, so the report can say so.
     #[inline]
-    fn uint(&mut self, value: &Value) -> u64 {
-        value.as_u64().unwrap_or_else(|| {
+    fn uint(&mut self, value: Option<u64>) -> u64 {
+        value.unwrap_or_else(|| {
             self.bad_numbers += 1;
             0
         })
@@ -210,10 +233,10 @@ impl EntryLowering {
 
     /// Lowers an entry's fields into a new event: its index and whether the
     /// entry has `frames`.
-    fn push_event<'a>(
+    fn push_event<'a, F: Field + 'a>(
         &mut self,
         action: Action,
-        pairs: impl Iterator<Item = (&'a Value, &'a Value)>,
+        pairs: impl Iterator<Item = (&'a F, &'a F)>,
     ) -> std::result::Result<(u32, bool), String> {
         let mut event = Event::new(action, 0, 0);
         let has_frames = self.apply_fields(&mut event, pairs);
@@ -227,23 +250,23 @@ impl EntryLowering {
 
     /// Sets `event`'s fields from an entry's pairs (the last of a repeated
     /// key wins); returns whether there were `frames`.
-    fn apply_fields<'a>(
+    fn apply_fields<'a, F: Field + 'a>(
         &mut self,
         event: &mut Event,
-        pairs: impl Iterator<Item = (&'a Value, &'a Value)>,
+        pairs: impl Iterator<Item = (&'a F, &'a F)>,
     ) -> bool {
         let mut has_frames = false;
         for (key, value) in pairs {
-            let Value::Str(key) = key else { continue };
-            match &**key {
-                "addr" => event.addr = self.uint(value),
-                "size" => event.size = self.uint(value),
-                "device_free" => event.device_free = self.uint(value),
-                "time_us" => event.ts_us = value.as_f64().unwrap_or(f64::NAN),
-                "category" => event.given = value.as_str().and_then(Category::parse),
+            let Some(key) = key.str() else { continue };
+            match key {
+                "addr" => event.addr = self.uint(value.u64()),
+                "size" => event.size = self.uint(value.u64()),
+                "device_free" => event.device_free = self.uint(value.u64()),
+                "time_us" => event.ts_us = value.f64().unwrap_or(f64::NAN),
+                "category" => event.given = value.str().and_then(Category::parse),
                 "frames" => {
                     has_frames = true;
-                    event.site = self.site_of(value);
+                    event.site = value.site(self);
                 }
                 _ => {}
             }
@@ -291,6 +314,60 @@ impl EntryLowering {
         let site = self.sites.intern_site(&resolved);
         *items = vec![Value::Handle(SITE_TAG | site)];
         site
+    }
+}
+
+/// A field value of a trace entry: a [`Value`], or an [`Item`] of a record
+/// the parser decoded in place (read exactly as the `Value` it stands for).
+trait Field {
+    fn u64(&self) -> Option<u64>;
+    fn f64(&self) -> Option<f64>;
+    fn str(&self) -> Option<&str>;
+    /// The site of a `frames` value.
+    fn site(&self, lowering: &mut EntryLowering) -> SiteId;
+}
+
+impl Field for Value {
+    fn u64(&self) -> Option<u64> {
+        self.as_u64()
+    }
+    fn f64(&self) -> Option<f64> {
+        self.as_f64()
+    }
+    fn str(&self) -> Option<&str> {
+        self.as_str()
+    }
+    fn site(&self, lowering: &mut EntryLowering) -> SiteId {
+        lowering.site_of(self)
+    }
+}
+
+impl Field for Item<'_> {
+    fn u64(&self) -> Option<u64> {
+        match *self {
+            Item::Int(i) => u64::try_from(i).ok(),
+            _ => None,
+        }
+    }
+    fn f64(&self) -> Option<f64> {
+        match *self {
+            Item::Float(f) => Some(f),
+            Item::Int(i) => Some(i as f64),
+            _ => None,
+        }
+    }
+    fn str(&self) -> Option<&str> {
+        match *self {
+            Item::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+    fn site(&self, _: &mut EntryLowering) -> SiteId {
+        // As `site_of` reads a handle (a lowered list is given as its handle).
+        match *self {
+            Item::Handle(h) if h & TAG_MASK == SITE_TAG => h & !TAG_MASK,
+            _ => 0,
+        }
     }
 }
 
