@@ -433,6 +433,16 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
             .list_items()
             .ok_or_else(|| Error::Schema("`device_traces` is not a list".into()))?;
         for list in lists.iter() {
+            // (Only for a single list: another could refer to the same events.)
+            let taken = match lists.len() {
+                1 => take_in_order(&mut lowering.events, list),
+                _ => None,
+            };
+            if let Some(events) = taken {
+                profile_derived |= events.iter().any(|e| e.given.is_some());
+                per_device.push(events);
+                continue;
+            }
             let mut events = Vec::new();
             if let Some(items) = list.list_items() {
                 for item in items.iter() {
@@ -526,6 +536,20 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
         ));
     }
     Ok(trace)
+}
+
+/// All of `events` when `list` holds exactly their handles in order (one
+/// device whose entries were all lowered: the common case), without copying.
+fn take_in_order(events: &mut Vec<Event>, list: &Value) -> Option<Vec<Event>> {
+    let items = list.list_items()?;
+    if events.is_empty() || items.len() != events.len() {
+        return None;
+    }
+    let in_order = items
+        .iter()
+        .enumerate()
+        .all(|(i, item)| matches!(item, Value::Handle(h) if *h as usize == i));
+    in_order.then(|| std::mem::take(events))
 }
 
 fn parse_segment(
