@@ -1272,6 +1272,10 @@ impl<'a, R: BufRead> Parser<'a, R> {
             d.borrow_mut().push(pair);
         }
         self.pos += scan.consumed;
+        // As if the record's last opcode had run (an error at the next
+        // opcode's refill reports this offset, as the opcode path would).
+        self.op_off = self.base + self.pos as u64 - 1;
+        self.code = op::SETITEMS;
         Ok(true)
     }
 

@@ -737,7 +737,7 @@ mod sharing_tests {
 
     /// `pickle.dumps(..., protocol=4)` of a snapshot whose live block and
     /// alloc entry share one frames list (as real dumps do through the memo).
-    const SHARED_FRAMES: &[u8] = &[
+    pub(super) const SHARED_FRAMES: &[u8] = &[
         128, 4, 149, 89, 1, 0, 0, 0, 0, 0, 0, 125, 148, 40, 140, 8, 115, 101, 103, 109, 101, 110,
         116, 115, 148, 93, 148, 125, 148, 40, 140, 6, 100, 101, 118, 105, 99, 101, 148, 75, 0, 140,
         7, 97, 100, 100, 114, 101, 115, 115, 148, 77, 0, 16, 140, 10, 116, 111, 116, 97, 108, 95,
@@ -773,5 +773,89 @@ mod sharing_tests {
             "{:?}",
             trace.diagnostics
         );
+    }
+}
+
+#[cfg(test)]
+mod record_tests {
+    use super::*;
+
+    /// [`EntryLowering`] without the in-place record path: every entry goes
+    /// through the opcodes and [`Hook::on_dict_items`].
+    #[derive(Default)]
+    struct NoRecords(EntryLowering);
+
+    impl Hook for NoRecords {
+        fn on_list_dict(
+            &mut self,
+            dict: &[(Value, Value)],
+        ) -> std::result::Result<Option<Value>, String> {
+            self.0.on_list_dict(dict)
+        }
+        fn on_dict_items(
+            &mut self,
+            items: &[Value],
+        ) -> std::result::Result<Option<(Value, Value)>, String> {
+            self.0.on_dict_items(items)
+        }
+        fn on_list_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
+            self.0.on_list_items(items)
+        }
+        fn on_handle_list(
+            &mut self,
+            handles: &[u32],
+        ) -> std::result::Result<Option<Value>, String> {
+            self.0.on_handle_list(handles)
+        }
+    }
+
+    fn both_ways(bytes: &[u8], what: &str) {
+        let fast = parse_pickle(bytes, &Limits::default());
+        let mut slow = NoRecords::default();
+        let slow = pickle::unpickle(bytes, &Limits::default(), &mut slow)
+            .map_err(Error::from)
+            .and_then(|root| build_trace(&root, slow.0));
+        match (fast, slow) {
+            (Ok(a), Ok(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "{what}"),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{what}"),
+            (a, b) => panic!("{what}: {:?} vs {:?}", a.err(), b.err()),
+        }
+    }
+
+    fn gunzip(path: &std::path::Path) -> Vec<u8> {
+        use std::io::Read;
+        let mut out = Vec::new();
+        flate2::read::MultiGzDecoder::new(std::fs::File::open(path).unwrap())
+            .read_to_end(&mut out)
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn records_lowered_in_place_match_the_opcode_path() {
+        both_ways(sharing_tests::SHARED_FRAMES, "shared frames");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut seen = 0;
+        for path in glob::glob(&format!("{}/sample_traces/*.pickle.gz", root.display())).unwrap() {
+            let path = path.unwrap();
+            both_ways(&gunzip(&path), &path.display().to_string());
+            seen += 1;
+        }
+        assert!(seen > 0);
+        if let Some(dir) = std::env::var_os("MEMCUT_CORPUS") {
+            let pattern = format!("{}/**/*.pickle", std::path::Path::new(&dir).display());
+            for path in glob::glob(&pattern).unwrap() {
+                let path = path.unwrap();
+                both_ways(&std::fs::read(&path).unwrap(), &path.display().to_string());
+            }
+        }
+    }
+
+    #[test]
+    fn truncated_records_fail_alike() {
+        let bytes = sharing_tests::SHARED_FRAMES;
+        for cut in 0..bytes.len() {
+            both_ways(&bytes[..cut], &format!("cut at {cut}"));
+        }
     }
 }
