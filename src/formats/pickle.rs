@@ -213,6 +213,37 @@ pub trait Hook {
         let _ = handles;
         Ok(None)
     }
+
+    /// Whether the parser should offer records to [`Hook::on_record`]
+    /// (scanning for them costs time when nobody lowers them).
+    fn wants_records(&self) -> bool {
+        false
+    }
+
+    /// A fast path of [`Hook::on_dict_items`] for the common shape of a
+    /// record: `MARK`, then string keys and scalar values (or lists of
+    /// handles that [`Hook::on_handle_list`] lowered to a handle), then
+    /// `SETITEMS` into an empty dict, all in the buffered input. The parser
+    /// decodes the fields without building values. It must answer as
+    /// `on_dict_items` would for the same items, where a lowered list is
+    /// given as the handle it was lowered to; `Ok(None)` or `Err` make the
+    /// parser run the opcodes normally (which then calls `on_dict_items`).
+    fn on_record(&mut self, items: &[Item<'_>]) -> Result<Option<(Value, Value)>, String> {
+        let _ = items;
+        Ok(None)
+    }
+}
+
+/// A field of a record offered to [`Hook::on_record`]: a borrowed view of a
+/// scalar or string [`Value`] (keys are always [`Item::Str`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Item<'a> {
+    None,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(&'a str),
+    Handle(u32),
 }
 
 /// A hook that keeps every dict.
@@ -590,6 +621,163 @@ fn pairs(items: &mut [Value]) -> impl ExactSizeIterator<Item = (Value, Value)> +
     })
 }
 
+/// Most items (keys and values) of a record for [`Parser::record_run`].
+const MAX_RECORD_ITEMS: usize = 32;
+
+/// A memo put that a record's opcodes make, in order.
+#[derive(Clone, Copy)]
+enum Pending<'a> {
+    Str(&'a str),
+    Handle(u32),
+}
+
+struct RecordScan {
+    /// Bytes through the `SETITEMS`.
+    consumed: usize,
+    items: usize,
+    pending: usize,
+    /// Whether a list of handles was lowered.
+    lists: bool,
+}
+
+/// Decodes a record at the start of `buf` (just after its `MARK`) into
+/// `items` and `pending` without side effects on the parser (lists of
+/// handles are lowered by `hook`); `None` if `buf` does not start with a
+/// whole record of the simple shape [`Hook::on_record`] describes.
+fn scan_record<'b: 'x, 'm: 'x, 'x>(
+    buf: &'b [u8],
+    memo: &'m Memo,
+    hook: &mut dyn Hook,
+    handles: &mut Vec<u32>,
+    nested_ok: bool,
+    items: &mut [Item<'x>; MAX_RECORD_ITEMS],
+    pending: &mut [Pending<'b>; MAX_RECORD_ITEMS],
+) -> Option<RecordScan> {
+    #[inline(always)]
+    fn index(buf: &[u8], i: &mut usize, code: u8) -> Option<u32> {
+        if code == op::BINGET {
+            let b = *buf.get(*i)?;
+            *i += 1;
+            Some(b as u32)
+        } else {
+            let b = buf.get(*i..*i + 4)?;
+            *i += 4;
+            Some(u32::from_le_bytes(b.try_into().ok()?))
+        }
+    }
+    #[inline(always)]
+    fn bytes<const N: usize>(buf: &[u8], i: &mut usize) -> Option<[u8; N]> {
+        let b = buf.get(*i..*i + N)?;
+        *i += N;
+        b.try_into().ok()
+    }
+    let (mut n, mut np, mut lists) = (0usize, 0usize, false);
+    let mut i = 0;
+    loop {
+        let code = *buf.get(i)?;
+        i += 1;
+        if code == op::SETITEMS {
+            if n == 0 {
+                return None;
+            }
+            break;
+        }
+        if n == MAX_RECORD_ITEMS {
+            return None;
+        }
+        let key = n % 2 == 0;
+        let item = match code {
+            op::BINGET | op::LONG_BINGET => match memo.get(index(buf, &mut i, code)?)? {
+                Value::Str(s) => Item::Str(s),
+                _ if key => return None,
+                Value::Int(v) => Item::Int(*v),
+                Value::Handle(h) => Item::Handle(*h),
+                Value::Float(f) => Item::Float(*f),
+                Value::Bool(b) => Item::Bool(*b),
+                Value::None => Item::None,
+                _ => return None,
+            },
+            op::SHORT_BINUNICODE => {
+                let len = *buf.get(i)? as usize;
+                let s = std::str::from_utf8(buf.get(i + 1..i + 1 + len)?).ok()?;
+                i += 1 + len;
+                if buf.get(i) == Some(&op::MEMOIZE) {
+                    i += 1;
+                    pending[np] = Pending::Str(s);
+                    np += 1;
+                }
+                Item::Str(s)
+            }
+            _ if key => return None,
+            op::BININT1 => Item::Int(bytes::<1>(buf, &mut i)?[0] as i64),
+            op::BININT2 => Item::Int(u16::from_le_bytes(bytes(buf, &mut i)?) as i64),
+            op::BININT => Item::Int(i32::from_le_bytes(bytes(buf, &mut i)?) as i64),
+            op::LONG1 => {
+                let len = *buf.get(i)? as usize;
+                if len > 8 {
+                    return None;
+                }
+                let mut a = [0u8; 8];
+                a[..len].copy_from_slice(buf.get(i + 1..i + 1 + len)?);
+                i += 1 + len;
+                if len == 0 {
+                    Item::Int(0)
+                } else {
+                    let sh = 64 - 8 * len as u32;
+                    Item::Int((i64::from_le_bytes(a) << sh) >> sh)
+                }
+            }
+            op::BINFLOAT => Item::Float(f64::from_be_bytes(bytes(buf, &mut i)?)),
+            op::NONE => Item::None,
+            op::NEWTRUE => Item::Bool(true),
+            op::NEWFALSE => Item::Bool(false),
+            op::EMPTY_LIST => {
+                let memoized = buf.get(i) == Some(&op::MEMOIZE);
+                if memoized {
+                    i += 1;
+                }
+                if !nested_ok || buf.get(i) != Some(&op::MARK) {
+                    return None;
+                }
+                i += 1;
+                handles.clear();
+                loop {
+                    let code = *buf.get(i)?;
+                    i += 1;
+                    match code {
+                        op::BINGET | op::LONG_BINGET => {
+                            match memo.get(index(buf, &mut i, code)?)? {
+                                Value::Handle(h) => handles.push(*h),
+                                _ => return None,
+                            }
+                        }
+                        op::APPENDS if !handles.is_empty() => break,
+                        _ => return None,
+                    }
+                }
+                let Ok(Some(Value::Handle(h))) = hook.on_handle_list(handles) else {
+                    return None;
+                };
+                if memoized {
+                    pending[np] = Pending::Handle(h);
+                    np += 1;
+                }
+                lists = true;
+                Item::Handle(h)
+            }
+            _ => return None,
+        };
+        items[n] = item;
+        n += 1;
+    }
+    Some(RecordScan {
+        consumed: i,
+        items: n,
+        pending: np,
+        lists,
+    })
+}
+
 /// Records that the dict at stack position `pos` is held by memo slot `idx`.
 #[inline]
 fn tag_dict(tags: &mut Vec<(usize, u32)>, pos: usize, idx: u32) {
@@ -645,13 +833,17 @@ struct Parser<'a, R> {
     work: Vec<Value>,
     /// Scratch for [`Parser::handle_run`].
     handles: Vec<u32>,
+    /// Whether the hook wants [`Hook::on_record`].
+    records: bool,
 }
 
 type PResult<T> = Result<T, PickleError>;
 
 impl<'a, R: BufRead> Parser<'a, R> {
     fn new(rd: R, limits: &'a Limits, hook: &'a mut dyn Hook) -> Self {
+        let records = hook.wants_records();
         Parser {
+            records,
             rd,
             buf: vec![0; INITIAL_BUF],
             pos: 0,
@@ -1013,6 +1205,80 @@ impl<'a, R: BufRead> Parser<'a, R> {
         }
     }
 
+    /// Called at a `MARK`: if the stack's top is an empty dict, the hook
+    /// wants records and the buffered input holds a whole record (see
+    /// [`Hook::on_record`]) up to its `SETITEMS`, offers the record to the
+    /// hook. When the hook lowers it, stores its pair in the dict, makes the
+    /// memo puts the record's opcodes would have made (strings, and lowered
+    /// lists as their handles), consumes the input through the `SETITEMS`
+    /// and returns `true`; otherwise nothing has changed (calls of
+    /// [`Hook::on_handle_list`] may have been made and are made again) and
+    /// the opcodes run normally.
+    #[inline]
+    fn record_run(&mut self) -> PResult<bool> {
+        if !self.records {
+            return Ok(false);
+        }
+        match self.stack.last() {
+            Some(Value::Dict(d)) if self.stack.len() > self.floor() && d.borrow().is_empty() => {}
+            _ => return Ok(false),
+        }
+        // MEMOIZEs inside the record then fill new slots in order.
+        if !self.memo.sparse.is_empty() || self.memo.dense.len() != self.memo.count {
+            return Ok(false);
+        }
+        let nested_ok = self.marks.len() + 1 < self.limits.max_depth;
+        let mut items = [Item::None; MAX_RECORD_ITEMS];
+        let mut pending = [Pending::Handle(0); MAX_RECORD_ITEMS];
+        let Some(scan) = scan_record(
+            &self.buf[self.pos..self.end],
+            &self.memo,
+            &mut *self.hook,
+            &mut self.handles,
+            nested_ok,
+            &mut items,
+            &mut pending,
+        ) else {
+            return Ok(false);
+        };
+        let count = self.memo.count;
+        if scan.pending > 0
+            && (count + scan.pending > self.limits.max_memo
+                || count + scan.pending > NO_MEMO as usize)
+        {
+            return Ok(false);
+        }
+        let pair = match self.hook.on_record(&items[..scan.items]) {
+            Ok(Some(pair)) => pair,
+            _ => return Ok(false),
+        };
+        for (j, p) in pending[..scan.pending].iter().enumerate() {
+            let v = match *p {
+                Pending::Str(s) => Value::Str(Rc::from(s)),
+                Pending::Handle(h) => Value::Handle(h),
+            };
+            let idx = (count + j) as u32;
+            if let Err(m) = self.memo.put(idx, v, self.limits.max_memo) {
+                // Unreachable: checked above.
+                return self.err(m);
+            }
+        }
+        if scan.lists {
+            // As `lowered` would have done for each list (the lists
+            // themselves were never built, so nothing is left to restore).
+            self.restore_lowered();
+        }
+        if let Some(Value::Dict(d)) = self.stack.last() {
+            d.borrow_mut().push(pair);
+        }
+        self.pos += scan.consumed;
+        // As if the record's last opcode had run (an error at the next
+        // opcode's refill reports this offset, as the opcode path would).
+        self.op_off = self.base + self.pos as u64 - 1;
+        self.code = op::SETITEMS;
+        Ok(true)
+    }
+
     /// Offers `stack[from..]`, about to be appended to the empty list `l`, to
     /// [`Hook::on_list_items`]; if the hook lowers them, stores its value in
     /// `l`, discards the items and returns `true`.
@@ -1250,7 +1516,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
                             self.limits.max_depth
                         ));
                     }
-                    if self.handle_run()? {
+                    if self.handle_run()? || self.record_run()? {
                         continue;
                     }
                     self.marks.push(self.stack.len());

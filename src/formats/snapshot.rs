@@ -14,7 +14,7 @@ use std::io::BufRead;
 
 use rustc_hash::FxHashMap;
 
-use super::pickle::{self, Hook, Limits, Value};
+use super::pickle::{self, Hook, Item, Limits, Value};
 use crate::error::{Error, Result};
 use crate::model::{
     Action, Annotation, Block, BlockState, Category, DeviceTrace, Diagnostic, Event, Format, Frame,
@@ -124,6 +124,29 @@ impl Hook for EntryLowering {
         Ok(Some((Value::Handle(index), Value::Bool(has_frames))))
     }
 
+    fn wants_records(&self) -> bool {
+        true
+    }
+
+    /// [`Hook::on_dict_items`] for a record the parser decoded in place.
+    fn on_record(
+        &mut self,
+        items: &[Item<'_>],
+    ) -> std::result::Result<Option<(Value, Value)>, String> {
+        let pairs = || items.chunks_exact(2).map(|c| (&c[0], &c[1]));
+        let Some(Item::Str(name)) = pairs()
+            .find(|(k, _)| matches!(k, Item::Str("action")))
+            .map(|(_, v)| v)
+        else {
+            return Ok(None);
+        };
+        let Some(action) = Action::parse(name) else {
+            return Ok(None);
+        };
+        let (index, has_frames) = self.push_event(action, pairs())?;
+        Ok(Some((Value::Handle(index), Value::Bool(has_frames))))
+    }
+
     /// A traceback whose frames are all frame handles becomes a one-item
     /// list holding its site's handle, so no frames list is ever built.
     fn on_list_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
@@ -161,8 +184,8 @@ impl EntryLowering {
     /// A byte count or address; anything else (a negative size) reads as 0
     /// and is counted, so the report can say so.
     #[inline]
-    fn uint(&mut self, value: &Value) -> u64 {
-        value.as_u64().unwrap_or_else(|| {
+    fn uint(&mut self, value: Option<u64>) -> u64 {
+        value.unwrap_or_else(|| {
             self.bad_numbers += 1;
             0
         })
@@ -210,10 +233,10 @@ impl EntryLowering {
 
     /// Lowers an entry's fields into a new event: its index and whether the
     /// entry has `frames`.
-    fn push_event<'a>(
+    fn push_event<'a, F: Field + 'a>(
         &mut self,
         action: Action,
-        pairs: impl Iterator<Item = (&'a Value, &'a Value)>,
+        pairs: impl Iterator<Item = (&'a F, &'a F)>,
     ) -> std::result::Result<(u32, bool), String> {
         let mut event = Event::new(action, 0, 0);
         let has_frames = self.apply_fields(&mut event, pairs);
@@ -227,23 +250,23 @@ impl EntryLowering {
 
     /// Sets `event`'s fields from an entry's pairs (the last of a repeated
     /// key wins); returns whether there were `frames`.
-    fn apply_fields<'a>(
+    fn apply_fields<'a, F: Field + 'a>(
         &mut self,
         event: &mut Event,
-        pairs: impl Iterator<Item = (&'a Value, &'a Value)>,
+        pairs: impl Iterator<Item = (&'a F, &'a F)>,
     ) -> bool {
         let mut has_frames = false;
         for (key, value) in pairs {
-            let Value::Str(key) = key else { continue };
-            match &**key {
-                "addr" => event.addr = self.uint(value),
-                "size" => event.size = self.uint(value),
-                "device_free" => event.device_free = self.uint(value),
-                "time_us" => event.ts_us = value.as_f64().unwrap_or(f64::NAN),
-                "category" => event.given = value.as_str().and_then(Category::parse),
+            let Some(key) = key.str() else { continue };
+            match key {
+                "addr" => event.addr = self.uint(value.u64()),
+                "size" => event.size = self.uint(value.u64()),
+                "device_free" => event.device_free = self.uint(value.u64()),
+                "time_us" => event.ts_us = value.f64().unwrap_or(f64::NAN),
+                "category" => event.given = value.str().and_then(Category::parse),
                 "frames" => {
                     has_frames = true;
-                    event.site = self.site_of(value);
+                    event.site = value.site(self);
                 }
                 _ => {}
             }
@@ -291,6 +314,60 @@ impl EntryLowering {
         let site = self.sites.intern_site(&resolved);
         *items = vec![Value::Handle(SITE_TAG | site)];
         site
+    }
+}
+
+/// A field value of a trace entry: a [`Value`], or an [`Item`] of a record
+/// the parser decoded in place (read exactly as the `Value` it stands for).
+trait Field {
+    fn u64(&self) -> Option<u64>;
+    fn f64(&self) -> Option<f64>;
+    fn str(&self) -> Option<&str>;
+    /// The site of a `frames` value.
+    fn site(&self, lowering: &mut EntryLowering) -> SiteId;
+}
+
+impl Field for Value {
+    fn u64(&self) -> Option<u64> {
+        self.as_u64()
+    }
+    fn f64(&self) -> Option<f64> {
+        self.as_f64()
+    }
+    fn str(&self) -> Option<&str> {
+        self.as_str()
+    }
+    fn site(&self, lowering: &mut EntryLowering) -> SiteId {
+        lowering.site_of(self)
+    }
+}
+
+impl Field for Item<'_> {
+    fn u64(&self) -> Option<u64> {
+        match *self {
+            Item::Int(i) => u64::try_from(i).ok(),
+            _ => None,
+        }
+    }
+    fn f64(&self) -> Option<f64> {
+        match *self {
+            Item::Float(f) => Some(f),
+            Item::Int(i) => Some(i as f64),
+            _ => None,
+        }
+    }
+    fn str(&self) -> Option<&str> {
+        match *self {
+            Item::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+    fn site(&self, _: &mut EntryLowering) -> SiteId {
+        // As `site_of` reads a handle (a lowered list is given as its handle).
+        match *self {
+            Item::Handle(h) if h & TAG_MASK == SITE_TAG => h & !TAG_MASK,
+            _ => 0,
+        }
     }
 }
 
@@ -356,6 +433,16 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
             .list_items()
             .ok_or_else(|| Error::Schema("`device_traces` is not a list".into()))?;
         for list in lists.iter() {
+            // (Only for a single list: another could refer to the same events.)
+            let taken = match lists.len() {
+                1 => take_in_order(&mut lowering.events, list),
+                _ => None,
+            };
+            if let Some(events) = taken {
+                profile_derived |= events.iter().any(|e| e.given.is_some());
+                per_device.push(events);
+                continue;
+            }
             let mut events = Vec::new();
             if let Some(items) = list.list_items() {
                 for item in items.iter() {
@@ -449,6 +536,20 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
         ));
     }
     Ok(trace)
+}
+
+/// All of `events` when `list` holds exactly their handles in order (one
+/// device whose entries were all lowered: the common case), without copying.
+fn take_in_order(events: &mut Vec<Event>, list: &Value) -> Option<Vec<Event>> {
+    let items = list.list_items()?;
+    if events.is_empty() || items.len() != events.len() {
+        return None;
+    }
+    let in_order = items
+        .iter()
+        .enumerate()
+        .all(|(i, item)| matches!(item, Value::Handle(h) if *h as usize == i));
+    in_order.then(|| std::mem::take(events))
 }
 
 fn parse_segment(
@@ -636,7 +737,7 @@ mod sharing_tests {
 
     /// `pickle.dumps(..., protocol=4)` of a snapshot whose live block and
     /// alloc entry share one frames list (as real dumps do through the memo).
-    const SHARED_FRAMES: &[u8] = &[
+    pub(super) const SHARED_FRAMES: &[u8] = &[
         128, 4, 149, 89, 1, 0, 0, 0, 0, 0, 0, 125, 148, 40, 140, 8, 115, 101, 103, 109, 101, 110,
         116, 115, 148, 93, 148, 125, 148, 40, 140, 6, 100, 101, 118, 105, 99, 101, 148, 75, 0, 140,
         7, 97, 100, 100, 114, 101, 115, 115, 148, 77, 0, 16, 140, 10, 116, 111, 116, 97, 108, 95,
@@ -672,5 +773,89 @@ mod sharing_tests {
             "{:?}",
             trace.diagnostics
         );
+    }
+}
+
+#[cfg(test)]
+mod record_tests {
+    use super::*;
+
+    /// [`EntryLowering`] without the in-place record path: every entry goes
+    /// through the opcodes and [`Hook::on_dict_items`].
+    #[derive(Default)]
+    struct NoRecords(EntryLowering);
+
+    impl Hook for NoRecords {
+        fn on_list_dict(
+            &mut self,
+            dict: &[(Value, Value)],
+        ) -> std::result::Result<Option<Value>, String> {
+            self.0.on_list_dict(dict)
+        }
+        fn on_dict_items(
+            &mut self,
+            items: &[Value],
+        ) -> std::result::Result<Option<(Value, Value)>, String> {
+            self.0.on_dict_items(items)
+        }
+        fn on_list_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
+            self.0.on_list_items(items)
+        }
+        fn on_handle_list(
+            &mut self,
+            handles: &[u32],
+        ) -> std::result::Result<Option<Value>, String> {
+            self.0.on_handle_list(handles)
+        }
+    }
+
+    fn both_ways(bytes: &[u8], what: &str) {
+        let fast = parse_pickle(bytes, &Limits::default());
+        let mut slow = NoRecords::default();
+        let slow = pickle::unpickle(bytes, &Limits::default(), &mut slow)
+            .map_err(Error::from)
+            .and_then(|root| build_trace(&root, slow.0));
+        match (fast, slow) {
+            (Ok(a), Ok(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "{what}"),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{what}"),
+            (a, b) => panic!("{what}: {:?} vs {:?}", a.err(), b.err()),
+        }
+    }
+
+    fn gunzip(path: &std::path::Path) -> Vec<u8> {
+        use std::io::Read;
+        let mut out = Vec::new();
+        flate2::read::MultiGzDecoder::new(std::fs::File::open(path).unwrap())
+            .read_to_end(&mut out)
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn records_lowered_in_place_match_the_opcode_path() {
+        both_ways(sharing_tests::SHARED_FRAMES, "shared frames");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut seen = 0;
+        for path in glob::glob(&format!("{}/sample_traces/*.pickle.gz", root.display())).unwrap() {
+            let path = path.unwrap();
+            both_ways(&gunzip(&path), &path.display().to_string());
+            seen += 1;
+        }
+        assert!(seen > 0);
+        if let Some(dir) = std::env::var_os("MEMCUT_CORPUS") {
+            let pattern = format!("{}/**/*.pickle", std::path::Path::new(&dir).display());
+            for path in glob::glob(&pattern).unwrap() {
+                let path = path.unwrap();
+                both_ways(&std::fs::read(&path).unwrap(), &path.display().to_string());
+            }
+        }
+    }
+
+    #[test]
+    fn truncated_records_fail_alike() {
+        let bytes = sharing_tests::SHARED_FRAMES;
+        for cut in 0..bytes.len() {
+            both_ways(&bytes[..cut], &format!("cut at {cut}"));
+        }
     }
 }
