@@ -12,7 +12,7 @@ use crate::report::{
 use crate::timeline::{self, Interval, Replay};
 
 /// Knobs of the analysis that come from the command line.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Options {
     /// Only this device (`cuda:0`, `cpu`, …); all when `None`.
     pub device: Option<String>,
@@ -23,14 +23,20 @@ pub struct Options {
     pub plot_points: usize,
 }
 
-impl Options {
-    pub fn new() -> Options {
+impl Default for Options {
+    fn default() -> Options {
         Options {
             device: None,
             top: 10,
             user_rules: Vec::new(),
             plot_points: 2000,
         }
+    }
+}
+
+impl Options {
+    pub fn new() -> Options {
+        Options::default()
     }
 }
 

@@ -32,11 +32,7 @@ pub struct AnalyzeOptions {
 
 impl AnalyzeOptions {
     pub fn new() -> AnalyzeOptions {
-        AnalyzeOptions {
-            analysis: analysis::Options::new(),
-            limits: input::Limits::default(),
-            plan: plan::PlanOptions::default(),
-        }
+        AnalyzeOptions::default()
     }
 }
 
