@@ -10,7 +10,7 @@ use std::fmt::Write;
 
 use super::{
     devices_by_peak, human_bytes as h, overview_row, peak_categories, peak_instant, percent,
-    DeviceReport, Report, OVERVIEW_COLUMNS,
+    plan_step_row, DeviceReport, Report, OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
 };
 use crate::model::{Category, Level};
 
@@ -96,35 +96,50 @@ pub fn colour(c: Category) -> &'static str {
 }
 
 fn overview(out: &mut String, devices: &[&DeviceReport]) {
-    out.push_str("<section>\n<h2>Devices</h2>\n<table>\n<thead><tr>");
-    for (i, name) in OVERVIEW_COLUMNS.iter().enumerate() {
-        let class = if matches!(i, 1 | 2 | 5) {
+    out.push_str("<section>\n<h2>Devices</h2>\n");
+    numeric_table(
+        out,
+        &OVERVIEW_COLUMNS,
+        &[1, 2, 5],
+        Some(0),
+        devices.iter().map(|d| overview_row(d)),
+    );
+    out.push_str("</section>\n");
+}
+
+/// A table of plain-text cells, all escaped here; `numeric` columns are
+/// right-aligned and the `code` column is set in monospace.
+fn numeric_table<const N: usize>(
+    out: &mut String,
+    columns: &[&str; N],
+    numeric: &[usize],
+    code: Option<usize>,
+    rows: impl Iterator<Item = [String; N]>,
+) {
+    let class = |i: usize| {
+        if numeric.contains(&i) {
             " class=\"num\""
         } else {
             ""
-        };
-        let _ = write!(out, "<th{class}>{name}</th>");
+        }
+    };
+    out.push_str("<table>\n<thead><tr>");
+    for (i, name) in columns.iter().enumerate() {
+        let _ = write!(out, "<th{}>{}</th>", class(i), escape(name));
     }
     out.push_str("</tr></thead>\n<tbody>\n");
-    for d in devices {
-        let cells = overview_row(d);
+    for cells in rows {
         out.push_str("<tr>");
         for (i, c) in cells.iter().enumerate() {
-            match i {
-                0 => {
-                    let _ = write!(out, "<td><code>{}</code></td>", escape(c));
-                }
-                1 | 2 | 5 => {
-                    let _ = write!(out, "<td class=\"num\">{}</td>", escape(c));
-                }
-                _ => {
-                    let _ = write!(out, "<td>{}</td>", escape(c));
-                }
+            if code == Some(i) {
+                let _ = write!(out, "<td{}><code>{}</code></td>", class(i), escape(c));
+            } else {
+                let _ = write!(out, "<td{}>{}</td>", class(i), escape(c));
             }
         }
         out.push_str("</tr>\n");
     }
-    out.push_str("</tbody>\n</table>\n</section>\n");
+    out.push_str("</tbody>\n</table>\n");
 }
 
 fn device(out: &mut String, d: &DeviceReport) {
@@ -257,21 +272,13 @@ fn device(out: &mut String, d: &DeviceReport) {
                 h(plan.peak_before_bytes)
             );
             if !plan.steps.is_empty() {
-                out.push_str("<table>\n<thead><tr><th class=\"num\">#</th><th>Lever</th><th>Action</th><th>Cost</th><th class=\"num\">Saves</th><th class=\"num\">Peak after</th><th>Peak moves to</th></tr></thead>\n<tbody>\n");
-                for (i, s) in plan.steps.iter().enumerate() {
-                    let _ = writeln!(
-                        out,
-                        "<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
-                        i + 1,
-                        escape(&s.lever),
-                        escape(&s.action),
-                        escape(&s.cost),
-                        h(s.saved_bytes),
-                        h(s.peak_after_bytes),
-                        escape(&s.peak_moved_to)
-                    );
-                }
-                out.push_str("</tbody>\n</table>\n");
+                numeric_table(
+                    out,
+                    &PLAN_STEP_COLUMNS,
+                    &[0, 4, 5],
+                    None,
+                    plan.steps.iter().enumerate().map(|(i, s)| plan_step_row(i, s)),
+                );
             }
             let v = plan.verdict.as_str();
             let _ = writeln!(

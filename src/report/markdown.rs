@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use super::{
     devices_by_peak, human_bytes as h, overview_row, peak_categories, peak_instant, percent,
-    DeviceReport, Report, OVERVIEW_COLUMNS,
+    plan_step_row, DeviceReport, Report, OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
 };
 use crate::model::Level;
 
@@ -229,19 +229,14 @@ fn device(out: &mut String, d: &DeviceReport) {
                 );
             }
             if !plan.steps.is_empty() {
-                let _ = writeln!(out, "| # | Lever | Action | Cost | Saves | Peak after | Peak moves to |\n|---:|---|---|---|---:|---:|---|");
+                let _ = writeln!(
+                    out,
+                    "| {} |\n|---:|---|---|---|---:|---:|---|",
+                    PLAN_STEP_COLUMNS.join(" | ")
+                );
                 for (i, s) in plan.steps.iter().enumerate().take(MAX_STEPS) {
-                    let _ = writeln!(
-                        out,
-                        "| {} | {} | {} | {} | {} | {} | {} |",
-                        i + 1,
-                        cell(&s.lever),
-                        cell(&s.action),
-                        cell(&s.cost),
-                        h(s.saved_bytes),
-                        h(s.peak_after_bytes),
-                        cell(&s.peak_moved_to)
-                    );
+                    let cells: Vec<String> = plan_step_row(i, s).iter().map(|c| cell(c)).collect();
+                    let _ = writeln!(out, "| {} |", cells.join(" | "));
                 }
                 if plan.steps.len() > MAX_STEPS {
                     let _ = writeln!(

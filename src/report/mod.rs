@@ -233,6 +233,30 @@ pub fn overview_row(d: &DeviceReport) -> [String; 7] {
     ]
 }
 
+/// Column names and one step's cells (plain text) of the cut-plan table
+/// that both Markdown and HTML show; columns 0, 4 and 5 are numbers.
+pub const PLAN_STEP_COLUMNS: [&str; 7] = [
+    "#",
+    "Lever",
+    "Action",
+    "Cost",
+    "Saves",
+    "Peak after",
+    "Peak moves to",
+];
+
+pub fn plan_step_row(index: usize, step: &crate::plan::PlanStep) -> [String; 7] {
+    [
+        (index + 1).to_string(),
+        step.lever.clone(),
+        step.action.clone(),
+        step.cost.clone(),
+        human_bytes(step.saved_bytes),
+        human_bytes(step.peak_after_bytes),
+        step.peak_moved_to.clone(),
+    ]
+}
+
 /// Devices by peak allocated bytes, largest first (ties by name).
 pub fn devices_by_peak(report: &Report) -> Vec<&DeviceReport> {
     let mut devices: Vec<&DeviceReport> = report.devices.iter().collect();
