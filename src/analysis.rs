@@ -45,9 +45,22 @@ impl Options {
 pub struct DeviceTimeline {
     pub replay: Replay,
     pub classes: Vec<Classification>,
+    /// Per-category change at each position: `(position, category, delta)`,
+    /// sorted by position. Replaying it gives bytes by category over time;
+    /// the plots and the planner both read it, so it is built once.
+    pub deltas: Vec<(u32, Category, i64)>,
 }
 
 impl DeviceTimeline {
+    pub fn new(replay: Replay, classes: Vec<Classification>) -> DeviceTimeline {
+        let deltas = category_deltas(&replay, &classes);
+        DeviceTimeline {
+            replay,
+            classes,
+            deltas,
+        }
+    }
+
     /// Allocated and reserved bytes at a position, and what was live there.
     pub fn state_at(&self, position: u32) -> (u64, Option<u64>, Vec<(&Interval, &Classification)>) {
         let replay = &self.replay;
@@ -63,19 +76,34 @@ impl DeviceTimeline {
             live,
         )
     }
+}
 
-    /// Per-category change at each position: `(position, category, delta)`,
-    /// sorted by position. Replaying it gives bytes by category over time.
-    pub fn category_deltas(&self) -> Vec<(u32, Category, i64)> {
-        let mut out = Vec::with_capacity(self.replay.intervals.len() * 2);
-        for (i, c) in self.replay.intervals.iter().zip(&self.classes) {
-            out.push((i.start, c.category, i.size as i64));
-            if i.end < self.replay.positions() {
-                out.push((i.end, c.category, -(i.size as i64)));
+impl DeviceTimeline {
+    /// Calls `visit(position, bytes by category)` for every position in
+    /// order, replaying [`DeviceTimeline::deltas`] (values may dip below 0
+    /// only on damaged input; callers clamp).
+    pub fn for_each_position(&self, mut visit: impl FnMut(usize, &[i64; Category::ALL.len()])) {
+        let mut current = [0i64; Category::ALL.len()];
+        let mut d = 0;
+        for p in 0..self.replay.positions() as usize {
+            while d < self.deltas.len() && self.deltas[d].0 as usize == p {
+                current[self.deltas[d].1.index()] += self.deltas[d].2;
+                d += 1;
             }
+            visit(p, &current);
         }
-        sort_by_position_then_category(out)
     }
+}
+
+fn category_deltas(replay: &Replay, classes: &[Classification]) -> Vec<(u32, Category, i64)> {
+    let mut out = Vec::with_capacity(replay.intervals.len() * 2);
+    for (i, c) in replay.intervals.iter().zip(classes) {
+        out.push((i.start, c.category, i.size as i64));
+        if i.end < replay.positions() {
+            out.push((i.end, c.category, -(i.size as i64)));
+        }
+    }
+    sort_by_position_then_category(out)
 }
 
 /// Stable sort by (position, category): a counting sort by position, then
@@ -114,7 +142,7 @@ pub fn replay_and_classify(
 ) -> DeviceTimeline {
     let replay = timeline::replay(device);
     let classes = classify::classify(trace, device, &replay, user_rules);
-    DeviceTimeline { replay, classes }
+    DeviceTimeline::new(replay, classes)
 }
 
 /// Builds the report for a parsed trace (without a plan; see [`crate::plan`]).
@@ -443,7 +471,6 @@ fn oom_verdict(
 /// local maximum, and the peak, survive).
 fn timeline_series(device: &DeviceTrace, tl: &DeviceTimeline, points: usize) -> TimelineSeries {
     let positions = tl.replay.positions() as usize;
-    let deltas = tl.category_deltas();
     let has_ts = !device.events.is_empty() && device.events.iter().all(|e| e.ts().is_some());
     let t0 = device.events.first().and_then(|e| e.ts()).unwrap_or(0.0);
     let x_of = |p: usize| -> f64 {
@@ -454,22 +481,16 @@ fn timeline_series(device: &DeviceTrace, tl: &DeviceTimeline, points: usize) -> 
         }
     };
     let bucket = positions.div_ceil(points.max(1)).max(1);
-    let mut current = [0i64; Category::ALL.len()];
     let mut out = TimelineSeries {
         x_unit: if has_ts { "time_us" } else { "event_index" }.into(),
         ..TimelineSeries::default()
     };
     let mut series: Vec<Vec<u64>> = vec![Vec::new(); Category::ALL.len()];
-    let mut d = 0;
     let mut best: Option<(i64, usize, [i64; Category::ALL.len()])> = None;
-    for p in 0..positions {
-        while d < deltas.len() && deltas[d].0 as usize == p {
-            current[deltas[d].1.index()] += deltas[d].2;
-            d += 1;
-        }
+    tl.for_each_position(|p, current| {
         let total: i64 = current.iter().sum();
         if best.is_none_or(|(t, _, _)| total > t) {
-            best = Some((total, p, current));
+            best = Some((total, p, *current));
         }
         if (p + 1) % bucket == 0 || p + 1 == positions {
             let (_, bp, values) = best.take().expect("set above");
@@ -481,7 +502,7 @@ fn timeline_series(device: &DeviceTrace, tl: &DeviceTimeline, points: usize) -> 
                 out.reserved.get_or_insert_with(Vec::new).push(r[bp]);
             }
         }
-    }
+    });
     for (c, values) in series.into_iter().enumerate() {
         if values.iter().any(|&v| v > 0) {
             out.series.insert(Category::ALL[c], values);

@@ -748,7 +748,6 @@ impl Demand {
     /// Builds the demand from a replayed, classified device: O(positions + allocations).
     pub fn from_timeline(tl: &DeviceTimeline) -> Demand {
         let positions = tl.replay.positions() as usize;
-        let deltas = tl.category_deltas();
         let row_at = |p: usize, current: &[i64; NCAT]| -> [u64; NCAT] {
             let mut row = [0u64; NCAT];
             for (r, c) in row.iter_mut().zip(current) {
@@ -764,15 +763,7 @@ impl Demand {
         };
         // Two passes: which categories occur, then the compact table.
         let walk = |sink: &mut dyn FnMut([u64; NCAT])| {
-            let mut current = [0i64; NCAT];
-            let mut d = 0;
-            for p in 0..positions {
-                while d < deltas.len() && deltas[d].0 as usize == p {
-                    current[deltas[d].1.index()] += deltas[d].2;
-                    d += 1;
-                }
-                sink(row_at(p, &current));
-            }
+            tl.for_each_position(|p, current| sink(row_at(p, current)));
         };
         let mut present = [false; NCAT];
         walk(&mut |row| {

@@ -88,8 +88,8 @@ fn timeline(case: &Case) -> DeviceTimeline {
             rule: "test",
         })
         .collect();
-    DeviceTimeline {
-        replay: Replay {
+    DeviceTimeline::new(
+        Replay {
             events: case.positions - 1,
             intervals,
             allocated,
@@ -98,7 +98,7 @@ fn timeline(case: &Case) -> DeviceTimeline {
             diagnostics: Vec::new(),
         },
         classes,
-    }
+    )
 }
 
 /// The peak of the scaled demand, the slow way: every position, every interval.
