@@ -736,77 +736,94 @@ pub fn catalogue(dp_ranks: u32) -> Vec<Lever> {
 /// A device's memory demand at every position of its timeline, by category:
 /// allocated bytes by category (what the replay cannot attribute is
 /// `unknown`) plus `allocator_cache` = reserved − allocated where reserved is
-/// known. Stored position-major for the categories present only.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Demand {
+/// known.
+///
+/// A 1M-event trace has 1M positions, and the planner asks for the peak
+/// under new factors after every lever, so the rows are not stored: the
+/// positions are cut into blocks of [`BLOCK`], each keeping the state of the
+/// replay at its start and the componentwise maximum of its rows. A peak
+/// search replays only the blocks whose maximum, scaled, can still reach the
+/// best total found so far.
+#[derive(Clone)]
+pub struct Demand<'a> {
     cats: Vec<Category>,
-    values: Vec<u64>,
     positions: usize,
+    rows: Rows<'a>,
+    /// Per block: the componentwise maximum of its rows.
+    block_max: Vec<[u64; NCAT]>,
 }
 
-impl Demand {
-    /// Builds the demand from a replayed, classified device: O(positions + allocations).
-    pub fn from_timeline(tl: &DeviceTimeline) -> Demand {
+/// Positions per block of a [`Demand`].
+const BLOCK: usize = 128;
+
+#[derive(Clone)]
+enum Rows<'a> {
+    /// Every row (small demands: an OOM instant, tests).
+    Table(Vec<[u64; NCAT]>),
+    /// Rows replayed from the timeline's category deltas, from the walk
+    /// state saved at each block's start.
+    Timeline {
+        tl: &'a DeviceTimeline,
+        starts: Vec<Walk>,
+    },
+}
+
+impl<'a> Demand<'a> {
+    /// Builds the demand from a replayed, classified device: one walk over
+    /// its positions, O(positions + allocations), O(positions / [`BLOCK`])
+    /// memory.
+    pub fn from_timeline(tl: &'a DeviceTimeline) -> Demand<'a> {
         let positions = tl.replay.positions() as usize;
-        let row_at = |p: usize, current: &[i64; NCAT]| -> [u64; NCAT] {
-            let mut row = [0u64; NCAT];
-            for (r, c) in row.iter_mut().zip(current) {
-                *r = (*c).max(0) as u64;
-            }
-            let tracked: u64 = row.iter().sum();
-            let allocated = tl.replay.allocated.get(p).copied().unwrap_or(tracked);
-            row[Category::Unknown.index()] += allocated.saturating_sub(tracked);
-            if let Some(r) = tl.replay.reserved.as_ref().and_then(|r| r.get(p)) {
-                row[Category::AllocatorCache.index()] += r.saturating_sub(allocated);
-            }
-            row
-        };
-        // Two passes: which categories occur, then the compact table.
-        let walk = |sink: &mut dyn FnMut([u64; NCAT])| {
-            tl.for_each_position(|p, current| sink(row_at(p, current)));
-        };
-        let mut present = [false; NCAT];
-        walk(&mut |row| {
-            for (p, v) in present.iter_mut().zip(row) {
-                *p |= v > 0;
-            }
-        });
-        let cats: Vec<Category> = Category::ALL
-            .into_iter()
-            .filter(|c| present[c.index()])
-            .collect();
-        let mut values = Vec::with_capacity(positions * cats.len());
-        walk(&mut |row| values.extend(cats.iter().map(|c| row[c.index()])));
-        Demand {
-            cats,
-            values,
-            positions,
+        let mut starts = Vec::with_capacity(positions.div_ceil(BLOCK));
+        let mut block_max = Vec::with_capacity(positions.div_ceil(BLOCK));
+        let mut walk = Walk::default();
+        for start in (0..positions).step_by(BLOCK) {
+            starts.push(walk.clone());
+            let mut max = [0u64; NCAT];
+            walk.run(tl, start..(start + BLOCK).min(positions), |_, row| {
+                for (m, v) in max.iter_mut().zip(row) {
+                    *m = (*m).max(*v);
+                }
+            });
+            block_max.push(max);
         }
+        Demand::new(positions, Rows::Timeline { tl, starts }, block_max)
     }
 
     /// Builds a demand from per-category series of equal length (repeated
     /// categories add up).
-    pub fn from_series(series: &[(Category, Vec<u64>)]) -> Demand {
+    pub fn from_series(series: &[(Category, Vec<u64>)]) -> Demand<'static> {
         let positions = series.iter().map(|(_, v)| v.len()).max().unwrap_or(0);
-        let mut cats: Vec<Category> = series
-            .iter()
-            .filter(|(_, v)| v.iter().any(|&x| x > 0))
-            .map(|(c, _)| *c)
-            .collect();
-        cats.sort();
-        cats.dedup();
-        let mut values = vec![0u64; positions * cats.len()];
+        let mut rows = vec![[0u64; NCAT]; positions];
         for (c, v) in series {
-            if let Ok(j) = cats.binary_search(c) {
-                for (p, x) in v.iter().enumerate() {
-                    values[p * cats.len() + j] += x;
-                }
+            for (row, x) in rows.iter_mut().zip(v) {
+                row[c.index()] += x;
             }
         }
+        let block_max = rows
+            .chunks(BLOCK)
+            .map(|block| {
+                block.iter().fold([0u64; NCAT], |mut max, row| {
+                    for (m, v) in max.iter_mut().zip(row) {
+                        *m = (*m).max(*v);
+                    }
+                    max
+                })
+            })
+            .collect();
+        Demand::new(positions, Rows::Table(rows), block_max)
+    }
+
+    fn new(positions: usize, rows: Rows<'a>, block_max: Vec<[u64; NCAT]>) -> Demand<'a> {
+        let cats = Category::ALL
+            .into_iter()
+            .filter(|c| block_max.iter().any(|m| m[c.index()] > 0))
+            .collect();
         Demand {
             cats,
-            values,
             positions,
+            rows,
+            block_max,
         }
     }
 
@@ -827,43 +844,111 @@ impl Demand {
     /// Bytes by category at a position, each category scaled by its factor
     /// (rounded to whole bytes).
     pub fn scaled_at(&self, position: usize, factors: &[f64; NCAT]) -> [u64; NCAT] {
-        let k = self.cats.len();
-        let mut row = [0u64; NCAT];
+        let mut out = [0u64; NCAT];
         if position < self.positions {
-            for (j, c) in self.cats.iter().enumerate() {
-                row[c.index()] = scale(self.values[position * k + j], factors[c.index()]);
-            }
+            self.visit_block(position / BLOCK, |p, row| {
+                if p == position {
+                    for c in &self.cats {
+                        out[c.index()] = scale(row[c.index()], factors[c.index()]);
+                    }
+                }
+            });
         }
-        row
+        out
     }
 
     /// The peak of the scaled total over the whole timeline and its position.
     /// Ties go to the position with the most allocated (non-cache) bytes,
     /// then the earliest: reserved memory often plateaus at its maximum, and
-    /// the instant that matters is where the tensors peak. One pass:
-    /// O(positions × categories).
+    /// the instant that matters is where the tensors peak.
+    ///
+    /// Blocks are searched by their scaled maximum, largest first, until no
+    /// block left can reach the best total (`scale` is monotone, so a block's
+    /// scaled maximum bounds every scaled row in it).
     pub fn peak(&self, factors: &[f64; NCAT]) -> (u64, usize) {
-        let k = self.cats.len();
-        if k == 0 || self.positions == 0 {
-            return (0, 0);
-        }
-        let f: Vec<f64> = self.cats.iter().map(|c| factors[c.index()]).collect();
-        let cache = self
-            .cats
-            .iter()
-            .position(|c| *c == Category::AllocatorCache);
-        let mut best = (0u64, 0u64, 0usize);
-        for (p, row) in self.values.chunks_exact(k).enumerate() {
-            let total: u64 = row.iter().zip(&f).map(|(v, f)| scale(*v, *f)).sum();
-            if total < best.0 {
-                continue;
+        let cats: Vec<usize> = self.cats.iter().map(|c| c.index()).collect();
+        let cache = Category::AllocatorCache.index();
+        let total =
+            |row: &[u64; NCAT]| -> u64 { cats.iter().map(|&c| scale(row[c], factors[c])).sum() };
+        let bound: Vec<u64> = self.block_max.iter().map(total).collect();
+        let mut order: Vec<usize> = (0..bound.len()).collect();
+        order.sort_unstable_by_key(|&b| (std::cmp::Reverse(bound[b]), b));
+        // Best (total, tensors, position): the largest total, then tensors,
+        // then the earliest position.
+        let mut best: Option<(u64, u64, usize)> = None;
+        for b in order {
+            if best.is_some_and(|(t, _, _)| bound[b] < t) {
+                break;
             }
-            let tensors = total - cache.map_or(0, |j| scale(row[j], f[j]));
-            if total > best.0 || tensors > best.1 {
-                best = (total, tensors, p);
-            }
+            self.visit_block(b, |p, row| {
+                let t = total(row);
+                let tensors = t - scale(row[cache], factors[cache]);
+                let better = best.is_none_or(|(bt, bn, bp)| {
+                    (t, tensors, std::cmp::Reverse(p)) > (bt, bn, std::cmp::Reverse(bp))
+                });
+                if better {
+                    best = Some((t, tensors, p));
+                }
+            });
         }
-        (best.0, best.2)
+        best.map_or((0, 0), |(t, _, p)| (t, p))
+    }
+
+    /// Calls `visit(position, row)` for each position of block `b`, in order.
+    fn visit_block(&self, b: usize, mut visit: impl FnMut(usize, &[u64; NCAT])) {
+        let range = b * BLOCK..((b + 1) * BLOCK).min(self.positions);
+        match &self.rows {
+            Rows::Table(rows) => {
+                for p in range {
+                    visit(p, &rows[p]);
+                }
+            }
+            Rows::Timeline { tl, starts } => starts[b].clone().run(tl, range, visit),
+        }
+    }
+}
+
+/// The state of a walk over a timeline's positions: bytes by category and
+/// the next category delta to apply.
+#[derive(Debug, Clone, Default)]
+struct Walk {
+    current: [i64; NCAT],
+    next_delta: usize,
+}
+
+impl Walk {
+    /// Walks `range` (which must start where the walk stands), calling
+    /// `visit(position, row)`: the categories' bytes (clamped at 0), plus
+    /// `unknown` for allocated bytes the categories do not cover, plus
+    /// `allocator_cache` = reserved − allocated.
+    fn run(
+        &mut self,
+        tl: &DeviceTimeline,
+        range: std::ops::Range<usize>,
+        mut visit: impl FnMut(usize, &[u64; NCAT]),
+    ) {
+        let deltas = &tl.deltas;
+        let reserved = tl.replay.reserved.as_deref();
+        for p in range {
+            while let Some(&(at, c, d)) = deltas.get(self.next_delta) {
+                if at as usize != p {
+                    break;
+                }
+                self.current[c.index()] += d;
+                self.next_delta += 1;
+            }
+            let mut row = [0u64; NCAT];
+            for (r, c) in row.iter_mut().zip(&self.current) {
+                *r = (*c).max(0) as u64;
+            }
+            let tracked: u64 = row.iter().sum();
+            let allocated = tl.replay.allocated.get(p).copied().unwrap_or(tracked);
+            row[Category::Unknown.index()] += allocated.saturating_sub(tracked);
+            if let Some(r) = reserved.and_then(|r| r.get(p)) {
+                row[Category::AllocatorCache.index()] += r.saturating_sub(allocated);
+            }
+            visit(p, &row);
+        }
     }
 }
 
@@ -1408,6 +1493,50 @@ mod tests {
             cost,
             action: format!("do {name}"),
         }
+    }
+
+    /// The block search finds what a scan of every row finds: the largest
+    /// scaled total, then the most tensor bytes, then the earliest position
+    /// (sparse small values over several blocks, so blocks differ and ties
+    /// are common).
+    #[test]
+    fn block_search_equals_a_full_scan() {
+        use proptest::prelude::*;
+        let cases = (1usize..3 * BLOCK + 7).prop_flat_map(|n| {
+            (
+                proptest::collection::vec(
+                    proptest::collection::vec(prop_oneof![12 => Just(0u64), 1 => 1u64..4], n),
+                    3,
+                ),
+                proptest::collection::vec(prop_oneof![Just(0.0), Just(0.25), Just(1.0)], 3),
+            )
+        });
+        let cats = [
+            Category::Activation,
+            Category::Parameter,
+            Category::AllocatorCache,
+        ];
+        proptest!(ProptestConfig::with_cases(4000), |((series, f) in cases)| {
+            let series: Vec<(Category, Vec<u64>)> = cats.iter().copied().zip(series).collect();
+            let demand = Demand::from_series(&series);
+            let mut factors = [1.0; NCAT];
+            for (c, x) in cats.iter().zip(&f) {
+                factors[c.index()] = *x;
+            }
+            let mut want = (0u64, 0u64, 0usize);
+            for p in 0..demand.positions() {
+                let row = demand.scaled_at(p, &factors);
+                let total: u64 = row.iter().sum();
+                let tensors = total - row[Category::AllocatorCache.index()];
+                if (total, tensors) > (want.0, want.1) {
+                    want = (total, tensors, p);
+                }
+                for (c, v) in &series {
+                    prop_assert_eq!(row[c.index()], scale(v[p], factors[c.index()]));
+                }
+            }
+            prop_assert_eq!(demand.peak(&factors), (want.0, want.2));
+        });
     }
 
     #[test]
