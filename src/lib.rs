@@ -56,12 +56,21 @@ pub fn analyze_reader<R: std::io::Read>(
     options: &AnalyzeOptions,
 ) -> Result<report::Report> {
     let trace = input::read_trace(reader, &options.limits)?;
+    Ok(analyze_parsed(&trace, display_path, size_bytes, options))
+}
+
+fn analyze_parsed(
+    trace: &model::Trace,
+    display_path: &str,
+    size_bytes: u64,
+    options: &AnalyzeOptions,
+) -> report::Report {
     let source = report::SourceInfo {
         path: display_path.to_owned(),
         format: trace.format.as_str().to_owned(),
         size_bytes,
     };
-    Ok(analyze_trace(&trace, source, options))
+    analyze_trace(trace, source, options)
 }
 
 /// Reads, parses and analyses one file.
@@ -71,5 +80,11 @@ pub fn analyze_path(path: &Path, options: &AnalyzeOptions) -> Result<report::Rep
     }
     let file = std::fs::File::open(path)?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    analyze_reader(file, &path.display().to_string(), size, options)
+    let trace = input::read_trace_ahead(file, &options.limits)?;
+    Ok(analyze_parsed(
+        &trace,
+        &path.display().to_string(),
+        size,
+        options,
+    ))
 }

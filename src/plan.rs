@@ -870,15 +870,32 @@ impl<'a> Demand<'a> {
         let cache = Category::AllocatorCache.index();
         let total =
             |row: &[u64; NCAT]| -> u64 { cats.iter().map(|&c| scale(row[c], factors[c])).sum() };
-        let bound: Vec<u64> = self.block_max.iter().map(total).collect();
+        // Per block: bounds on its scaled total and on its tensor bytes.
+        let bound: Vec<(u64, u64)> = self
+            .block_max
+            .iter()
+            .map(|max| {
+                let t = total(max);
+                (t, t - scale(max[cache], factors[cache]))
+            })
+            .collect();
         let mut order: Vec<usize> = (0..bound.len()).collect();
         order.sort_unstable_by_key(|&b| (std::cmp::Reverse(bound[b]), b));
         // Best (total, tensors, position): the largest total, then tensors,
         // then the earliest position.
         let mut best: Option<(u64, u64, usize)> = None;
         for b in order {
-            if best.is_some_and(|(t, _, _)| bound[b] < t) {
-                break;
+            let (bound_total, bound_tensors) = bound[b];
+            if let Some((t, n, _)) = best {
+                if bound_total < t {
+                    break;
+                }
+                // Reserved memory plateaus, so with the cache counted many
+                // blocks tie on the total: only those that may hold more
+                // tensor bytes (or as many, earlier) can win.
+                if bound_total == t && bound_tensors < n {
+                    continue;
+                }
             }
             self.visit_block(b, |p, row| {
                 let t = total(row);
