@@ -719,13 +719,13 @@ fn json_to_value(json: &serde_json::Value) -> Value {
             (None, Some(u)) => Value::BigInt(Box::new(u as i128)),
             _ => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
         },
-        serde_json::Value::String(s) => Value::Str(Rc::from(s.as_str())),
+        serde_json::Value::String(s) => Value::Str(Rc::new(Box::from(s.as_str()))),
         serde_json::Value::Array(items) => Value::List(Rc::new(RefCell::new(
             items.iter().map(json_to_value).collect(),
         ))),
         serde_json::Value::Object(map) => Value::Dict(Rc::new(RefCell::new(
             map.iter()
-                .map(|(k, v)| (Value::Str(Rc::from(k.as_str())), json_to_value(v)))
+                .map(|(k, v)| (Value::Str(Rc::new(Box::from(k.as_str()))), json_to_value(v)))
                 .collect(),
         ))),
     }
