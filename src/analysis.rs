@@ -40,24 +40,32 @@ impl Options {
     }
 }
 
+/// A change of a category's bytes at a position: `(position, category, delta)`.
+pub type Change = (u32, Category, i64);
+
 /// One device after replay and classification: the input of the planner and
 /// of the per-category plots.
 pub struct DeviceTimeline {
     pub replay: Replay,
     pub classes: Vec<Classification>,
-    /// Per-category change at each position: `(position, category, delta)`,
-    /// sorted by position. Replaying it gives bytes by category over time;
-    /// the plots and the planner both read it, so it is built once.
-    pub deltas: Vec<(u32, Category, i64)>,
+    /// Per-category changes where intervals start, `(position, category,
+    /// +bytes)`, sorted by position; with [`DeviceTimeline::ends`], replaying
+    /// them ([`Walk`]) gives bytes by category over time. The plots and the
+    /// planner both read them, so they are built once.
+    pub starts: Vec<Change>,
+    /// Per-category changes where intervals end, `(position, category,
+    /// −bytes)`, sorted by position.
+    pub ends: Vec<Change>,
 }
 
 impl DeviceTimeline {
     pub fn new(replay: Replay, classes: Vec<Classification>) -> DeviceTimeline {
-        let deltas = category_deltas(&replay, &classes);
+        let (starts, ends) = category_changes(&replay, &classes);
         DeviceTimeline {
             replay,
             classes,
-            deltas,
+            starts,
+            ends,
         }
     }
 
@@ -76,62 +84,74 @@ impl DeviceTimeline {
             live,
         )
     }
-}
 
-impl DeviceTimeline {
     /// Calls `visit(position, bytes by category)` for every position in
-    /// order, replaying [`DeviceTimeline::deltas`] (values may dip below 0
-    /// only on damaged input; callers clamp).
+    /// order (values may dip below 0 only on damaged input; callers clamp).
     pub fn for_each_position(&self, mut visit: impl FnMut(usize, &[i64; Category::ALL.len()])) {
-        let mut current = [0i64; Category::ALL.len()];
-        let mut d = 0;
+        let mut walk = Walk::default();
         for p in 0..self.replay.positions() as usize {
-            while d < self.deltas.len() && self.deltas[d].0 as usize == p {
-                current[self.deltas[d].1.index()] += self.deltas[d].2;
-                d += 1;
+            walk.advance(self, p);
+            visit(p, &walk.current);
+        }
+    }
+}
+
+/// A walk over a timeline's positions: bytes by category at the position
+/// last advanced to. Cloning it saves the walk to resume later.
+#[derive(Debug, Clone, Default)]
+pub struct Walk {
+    pub current: [i64; Category::ALL.len()],
+    next_start: usize,
+    next_end: usize,
+}
+
+impl Walk {
+    /// Applies the changes at `position`; positions must be advanced to in
+    /// order, none skipped.
+    #[inline]
+    pub fn advance(&mut self, tl: &DeviceTimeline, position: usize) {
+        for (changes, next) in [
+            (&tl.starts, &mut self.next_start),
+            (&tl.ends, &mut self.next_end),
+        ] {
+            while let Some(&(at, c, d)) = changes.get(*next) {
+                if at as usize != position {
+                    break;
+                }
+                self.current[c.index()] += d;
+                *next += 1;
             }
-            visit(p, &current);
         }
     }
 }
 
-fn category_deltas(replay: &Replay, classes: &[Classification]) -> Vec<(u32, Category, i64)> {
-    let mut out = Vec::with_capacity(replay.intervals.len() * 2);
-    for (i, c) in replay.intervals.iter().zip(classes) {
-        out.push((i.start, c.category, i.size as i64));
-        if i.end < replay.positions() {
-            out.push((i.end, c.category, -(i.size as i64)));
-        }
+/// The starts and ends of every interval as per-category changes, each list
+/// sorted by position. Starts need no sort: intervals are listed in order of
+/// allocation, except the baseline ones, which all start at 0. Ends are
+/// sorted once (unstable: only the sum at each position matters).
+fn category_changes(replay: &Replay, classes: &[Classification]) -> (Vec<Change>, Vec<Change>) {
+    let pairs = || replay.intervals.iter().zip(classes);
+    let mut starts = Vec::with_capacity(replay.intervals.len());
+    starts.extend(
+        pairs()
+            .filter(|(i, _)| i.start == 0)
+            .map(|(i, c)| (0, c.category, i.size as i64)),
+    );
+    starts.extend(
+        pairs()
+            .filter(|(i, _)| i.start > 0)
+            .map(|(i, c)| (i.start, c.category, i.size as i64)),
+    );
+    if !starts.is_sorted_by_key(|s| s.0) {
+        // Not from `timeline::replay` (hand-built timelines in tests).
+        starts.sort_by_key(|s| s.0);
     }
-    sort_by_position_then_category(out)
-}
-
-/// Stable sort by (position, category): a counting sort by position, then
-/// each position's few deltas by category (a comparison sort of the ~670k
-/// deltas of a 1M-entry snapshot was ~25 ms).
-fn sort_by_position_then_category(deltas: Vec<(u32, Category, i64)>) -> Vec<(u32, Category, i64)> {
-    let Some(max) = deltas.iter().map(|d| d.0 as usize).max() else {
-        return deltas;
-    };
-    let mut starts = vec![0usize; max + 2];
-    for d in &deltas {
-        starts[d.0 as usize + 1] += 1;
-    }
-    for p in 1..starts.len() {
-        starts[p] += starts[p - 1];
-    }
-    let mut out = vec![(0, Category::Unknown, 0); deltas.len()];
-    let mut next = starts.clone();
-    for d in deltas {
-        out[next[d.0 as usize]] = d;
-        next[d.0 as usize] += 1;
-    }
-    for w in starts.windows(2) {
-        if w[1] - w[0] > 1 {
-            out[w[0]..w[1]].sort_by_key(|&(_, c, _)| c);
-        }
-    }
-    out
+    let mut ends: Vec<Change> = pairs()
+        .filter(|(i, _)| i.end < replay.positions())
+        .map(|(i, c)| (i.end, c.category, -(i.size as i64)))
+        .collect();
+    ends.sort_unstable_by_key(|e| e.0);
+    (starts, ends)
 }
 
 /// Replays and classifies one device.
@@ -686,18 +706,55 @@ fn is_noise(file: &str, name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::timeline::Origin;
     use proptest::prelude::*;
 
     proptest! {
+        /// Walking the changes gives, at every position, the bytes of the
+        /// intervals live there by category (intervals in any order, some
+        /// starting at 0 or never ending).
         #[test]
-        fn counting_sort_equals_a_stable_sort(
-            deltas in proptest::collection::vec((0u32..50, 0usize..10, -5i64..5), 0..200)
+        fn walk_equals_summing_live_intervals(
+            spans in proptest::collection::vec((0u32..40, 1u32..45, 1u64..100, 0usize..10), 0..60)
         ) {
-            let deltas: Vec<(u32, Category, i64)> =
-                deltas.into_iter().map(|(p, c, d)| (p, Category::ALL[c], d)).collect();
-            let mut expected = deltas.clone();
-            expected.sort_by_key(|&(p, c, _)| (p, c));
-            prop_assert_eq!(sort_by_position_then_category(deltas), expected);
+            let positions = 41u32;
+            let intervals: Vec<Interval> = spans
+                .iter()
+                .map(|&(start, len, size, _)| Interval {
+                    addr: 0,
+                    size,
+                    site: 0,
+                    start,
+                    end: (start + len).min(positions),
+                    origin: Origin::Traced,
+                    given: None,
+                })
+                .collect();
+            let classes: Vec<Classification> = spans
+                .iter()
+                .map(|&(.., c)| Classification { category: Category::ALL[c], rule: "test" })
+                .collect();
+            let replay = Replay {
+                events: positions - 1,
+                allocated: crate::timeline::curve(&intervals, positions),
+                intervals,
+                reserved: None,
+                baseline_bytes: 0,
+                diagnostics: Vec::new(),
+            };
+            let tl = DeviceTimeline::new(replay, classes);
+            let mut seen = 0;
+            tl.for_each_position(|p, current| {
+                let mut want = [0i64; Category::ALL.len()];
+                for (i, c) in tl.replay.intervals.iter().zip(&tl.classes) {
+                    if i.live_at(p as u32) {
+                        want[c.category.index()] += i.size as i64;
+                    }
+                }
+                assert_eq!(current, &want, "position {p}");
+                seen += 1;
+            });
+            prop_assert_eq!(seen, positions);
         }
     }
 }

@@ -18,7 +18,7 @@ use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::DeviceTimeline;
+use crate::analysis::{DeviceTimeline, Walk};
 use crate::model::{Category, Trace};
 use crate::report::{human_bytes as h, DeviceReport, OomFinding, Report};
 
@@ -780,11 +780,16 @@ impl<'a> Demand<'a> {
         for start in (0..positions).step_by(BLOCK) {
             starts.push(walk.clone());
             let mut max = [0u64; NCAT];
-            walk.run(tl, start..(start + BLOCK).min(positions), |_, row| {
-                for (m, v) in max.iter_mut().zip(row) {
-                    *m = (*m).max(*v);
-                }
-            });
+            walk_rows(
+                &mut walk,
+                tl,
+                start..(start + BLOCK).min(positions),
+                |_, row| {
+                    for (m, v) in max.iter_mut().zip(row) {
+                        *m = (*m).max(*v);
+                    }
+                },
+            );
             block_max.push(max);
         }
         Demand::new(positions, Rows::Timeline { tl, starts }, block_max)
@@ -920,52 +925,35 @@ impl<'a> Demand<'a> {
                     visit(p, &rows[p]);
                 }
             }
-            Rows::Timeline { tl, starts } => starts[b].clone().run(tl, range, visit),
+            Rows::Timeline { tl, starts } => walk_rows(&mut starts[b].clone(), tl, range, visit),
         }
     }
 }
 
-/// The state of a walk over a timeline's positions: bytes by category and
-/// the next category delta to apply.
-#[derive(Debug, Clone, Default)]
-struct Walk {
-    current: [i64; NCAT],
-    next_delta: usize,
-}
-
-impl Walk {
-    /// Walks `range` (which must start where the walk stands), calling
-    /// `visit(position, row)`: the categories' bytes (clamped at 0), plus
-    /// `unknown` for allocated bytes the categories do not cover, plus
-    /// `allocator_cache` = reserved − allocated.
-    fn run(
-        &mut self,
-        tl: &DeviceTimeline,
-        range: std::ops::Range<usize>,
-        mut visit: impl FnMut(usize, &[u64; NCAT]),
-    ) {
-        let deltas = &tl.deltas;
-        let reserved = tl.replay.reserved.as_deref();
-        for p in range {
-            while let Some(&(at, c, d)) = deltas.get(self.next_delta) {
-                if at as usize != p {
-                    break;
-                }
-                self.current[c.index()] += d;
-                self.next_delta += 1;
-            }
-            let mut row = [0u64; NCAT];
-            for (r, c) in row.iter_mut().zip(&self.current) {
-                *r = (*c).max(0) as u64;
-            }
-            let tracked: u64 = row.iter().sum();
-            let allocated = tl.replay.allocated.get(p).copied().unwrap_or(tracked);
-            row[Category::Unknown.index()] += allocated.saturating_sub(tracked);
-            if let Some(r) = reserved.and_then(|r| r.get(p)) {
-                row[Category::AllocatorCache.index()] += r.saturating_sub(allocated);
-            }
-            visit(p, &row);
+/// Walks `range` (which must start where `walk` stands), calling
+/// `visit(position, row)`: the categories' bytes (clamped at 0), plus
+/// `unknown` for allocated bytes the categories do not cover, plus
+/// `allocator_cache` = reserved − allocated.
+fn walk_rows(
+    walk: &mut Walk,
+    tl: &DeviceTimeline,
+    range: std::ops::Range<usize>,
+    mut visit: impl FnMut(usize, &[u64; NCAT]),
+) {
+    let reserved = tl.replay.reserved.as_deref();
+    for p in range {
+        walk.advance(tl, p);
+        let mut row = [0u64; NCAT];
+        for (r, c) in row.iter_mut().zip(&walk.current) {
+            *r = (*c).max(0) as u64;
         }
+        let tracked: u64 = row.iter().sum();
+        let allocated = tl.replay.allocated.get(p).copied().unwrap_or(tracked);
+        row[Category::Unknown.index()] += allocated.saturating_sub(tracked);
+        if let Some(r) = reserved.and_then(|r| r.get(p)) {
+            row[Category::AllocatorCache.index()] += r.saturating_sub(allocated);
+        }
+        visit(p, &row);
     }
 }
 
