@@ -749,8 +749,29 @@ pub struct Demand<'a> {
     cats: Vec<Category>,
     positions: usize,
     rows: Rows<'a>,
-    /// Per block: the componentwise maximum of its rows.
-    block_max: Vec<[u64; NCAT]>,
+    block_max: Vec<BlockMax>,
+}
+
+/// What bounds a block's rows: their componentwise maximum, and the largest
+/// row total and tensor (non-cache) total.
+#[derive(Debug, Clone, Copy, Default)]
+struct BlockMax {
+    per_category: [u64; NCAT],
+    total: u64,
+    tensors: u64,
+}
+
+impl BlockMax {
+    fn add(&mut self, row: &[u64; NCAT]) {
+        for (m, v) in self.per_category.iter_mut().zip(row) {
+            *m = (*m).max(*v);
+        }
+        let total: u64 = row.iter().sum();
+        self.total = self.total.max(total);
+        self.tensors = self
+            .tensors
+            .max(total - row[Category::AllocatorCache.index()]);
+    }
 }
 
 /// Positions per block of a [`Demand`].
@@ -779,16 +800,12 @@ impl<'a> Demand<'a> {
         let mut walk = Walk::default();
         for start in (0..positions).step_by(BLOCK) {
             starts.push(walk.clone());
-            let mut max = [0u64; NCAT];
+            let mut max = BlockMax::default();
             walk_rows(
                 &mut walk,
                 tl,
                 start..(start + BLOCK).min(positions),
-                |_, row| {
-                    for (m, v) in max.iter_mut().zip(row) {
-                        *m = (*m).max(*v);
-                    }
-                },
+                |_, row| max.add(row),
             );
             block_max.push(max);
         }
@@ -808,21 +825,18 @@ impl<'a> Demand<'a> {
         let block_max = rows
             .chunks(BLOCK)
             .map(|block| {
-                block.iter().fold([0u64; NCAT], |mut max, row| {
-                    for (m, v) in max.iter_mut().zip(row) {
-                        *m = (*m).max(*v);
-                    }
-                    max
-                })
+                let mut max = BlockMax::default();
+                block.iter().for_each(|row| max.add(row));
+                max
             })
             .collect();
         Demand::new(positions, Rows::Table(rows), block_max)
     }
 
-    fn new(positions: usize, rows: Rows<'a>, block_max: Vec<[u64; NCAT]>) -> Demand<'a> {
+    fn new(positions: usize, rows: Rows<'a>, block_max: Vec<BlockMax>) -> Demand<'a> {
         let cats = Category::ALL
             .into_iter()
-            .filter(|c| block_max.iter().any(|m| m[c.index()] > 0))
+            .filter(|c| block_max.iter().any(|m| m.per_category[c.index()] > 0))
             .collect();
         Demand {
             cats,
@@ -876,12 +890,19 @@ impl<'a> Demand<'a> {
         let total =
             |row: &[u64; NCAT]| -> u64 { cats.iter().map(|&c| scale(row[c], factors[c])).sum() };
         // Per block: bounds on its scaled total and on its tensor bytes.
+        // Factors of at most 1 never grow a row (`scale` rounds to the
+        // nearest byte), so its unscaled totals bound it too.
+        let shrink_only = factors.iter().all(|f| *f <= 1.0);
         let bound: Vec<(u64, u64)> = self
             .block_max
             .iter()
             .map(|max| {
-                let t = total(max);
-                (t, t - scale(max[cache], factors[cache]))
+                let t = total(&max.per_category);
+                let n = t - scale(max.per_category[cache], factors[cache]);
+                match shrink_only {
+                    true => (t.min(max.total), n.min(max.tensors)),
+                    false => (t, n),
+                }
             })
             .collect();
         let mut order: Vec<usize> = (0..bound.len()).collect();
@@ -1513,7 +1534,10 @@ mod tests {
                     proptest::collection::vec(prop_oneof![12 => Just(0u64), 1 => 1u64..4], n),
                     3,
                 ),
-                proptest::collection::vec(prop_oneof![Just(0.0), Just(0.25), Just(1.0)], 3),
+                proptest::collection::vec(
+                    prop_oneof![Just(0.0), Just(0.25), Just(1.0), Just(1.5)],
+                    3,
+                ),
             )
         });
         let cats = [
