@@ -3,7 +3,7 @@ use std::time::Instant;
 fn main() {
     let path = std::env::args().nth(1).expect("FILE");
     let t = Instant::now();
-    let trace = memcut::input::read_trace(std::fs::File::open(&path).unwrap(), &Default::default())
+    let trace = memcut::input::read_trace_ahead(std::fs::File::open(&path).unwrap(), &Default::default())
         .unwrap();
     eprintln!("parse: {:?} ({} sites)", t.elapsed(), trace.sites.len());
     for device in &trace.devices {
@@ -25,8 +25,12 @@ fn main() {
         format: "x".into(),
         size_bytes: 0,
     };
-    let (report, _) = memcut::analysis::analyze(&trace, source, &memcut::analysis::Options::new());
+    let (mut report, timelines) =
+        memcut::analysis::analyze(&trace, source, &memcut::analysis::Options::new());
     eprintln!("analyze (replay+classify+report): {:?}", t.elapsed());
+    let t = Instant::now();
+    memcut::plan::attach_plans(&trace, &mut report, &timelines, &Default::default());
+    eprintln!("plan: {:?}", t.elapsed());
     let t = Instant::now();
     let json = memcut::report::render(&report, memcut::report::OutputFormat::Json);
     eprintln!(
