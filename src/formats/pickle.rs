@@ -719,15 +719,9 @@ fn scan_record<'b: 'x, 'm: 'x, 'x>(
                 if len > 8 {
                     return None;
                 }
-                let mut a = [0u8; 8];
-                a[..len].copy_from_slice(buf.get(i + 1..i + 1 + len)?);
+                let v = small_long(buf, i + 1, len)?;
                 i += 1 + len;
-                if len == 0 {
-                    Item::Int(0)
-                } else {
-                    let sh = 64 - 8 * len as u32;
-                    Item::Int((i64::from_le_bytes(a) << sh) >> sh)
-                }
+                Item::Int(v)
             }
             op::BINFLOAT => Item::Float(f64::from_be_bytes(bytes(buf, &mut i)?)),
             op::NONE => Item::None,
@@ -778,6 +772,27 @@ fn scan_record<'b: 'x, 'm: 'x, 'x>(
         pending: np,
         lists,
     })
+}
+
+/// The `LONG1` payload `buf[at..at + len]` (`len` ≤ 8) as a two's-complement
+/// little-endian integer. Reads 8 bytes at once where the buffer has them
+/// (the extra bytes are shifted out): copying `len` bytes is a call to
+/// `memcpy` and a store-forwarding stall, on every address and timestamp.
+#[inline(always)]
+fn small_long(buf: &[u8], at: usize, len: usize) -> Option<i64> {
+    if len == 0 {
+        return Some(0);
+    }
+    let sh = 64 - 8 * len as u32;
+    let raw = match buf.get(at..at + 8) {
+        Some(b) => i64::from_le_bytes(b.try_into().expect("8 bytes")),
+        None => {
+            let mut a = [0u8; 8];
+            a[..len].copy_from_slice(buf.get(at..at + len)?);
+            i64::from_le_bytes(a)
+        }
+    };
+    Some((raw << sh) >> sh)
 }
 
 /// Records that the dict at stack position `pos` is held by memo slot `idx`.
@@ -1476,11 +1491,9 @@ impl<'a, R: BufRead> Parser<'a, R> {
                     if (1..=8).contains(&n) {
                         // Fast path: addresses and timestamps.
                         self.ensure(n)?;
-                        let mut a = [0u8; 8];
-                        a[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+                        let v = small_long(&self.buf[..self.end], self.pos, n).expect("ensured");
                         self.pos += n;
-                        let sh = 64 - 8 * n as u32;
-                        push!(self, Value::Int((i64::from_le_bytes(a) << sh) >> sh));
+                        push!(self, Value::Int(v));
                     } else {
                         let v = self.long(n)?;
                         self.push(v);
