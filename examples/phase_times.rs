@@ -3,8 +3,9 @@ use std::time::Instant;
 fn main() {
     let path = std::env::args().nth(1).expect("FILE");
     let t = Instant::now();
-    let trace = memcut::input::read_trace_ahead(std::fs::File::open(&path).unwrap(), &Default::default())
-        .unwrap();
+    let trace =
+        memcut::input::read_trace_ahead(std::fs::File::open(&path).unwrap(), &Default::default())
+            .unwrap();
     eprintln!("parse: {:?} ({} sites)", t.elapsed(), trace.sites.len());
     for device in &trace.devices {
         let t = Instant::now();

@@ -234,6 +234,18 @@ pub trait Hook {
         let _ = items;
         Ok(None)
     }
+
+    /// A stronger [`Hook::on_record`] for a record that is a whole new dict
+    /// (`EMPTY_DICT`, `MEMOIZE` or not, `MARK`, the record, `SETITEMS`):
+    /// return `Ok(Some(v))` to have `v` stand for the dict wherever it would
+    /// have gone — the stack and its memo slot — so the dict is never built
+    /// (what [`Hook::on_list_dict`] would later do to it must be done now).
+    /// `Ok(None)` (the default) or `Err` make the parser build the dict
+    /// (offering the record to `on_record`).
+    fn on_whole_record(&mut self, items: &[Item<'_>]) -> Result<Option<Value>, String> {
+        let _ = items;
+        Ok(None)
+    }
 }
 
 /// A field of a record offered to [`Hook::on_record`]: a borrowed view of a
@@ -795,6 +807,26 @@ fn small_long(buf: &[u8], at: usize, len: usize) -> Option<i64> {
     Some((raw << sh) >> sh)
 }
 
+/// Makes the memo puts a scanned record's opcodes would have made, from slot
+/// `first` on (the caller checked there is room). A record's lowered lists
+/// were never built, so there is nothing to restore for them (but see
+/// [`Parser::restore_lowered`] for the last list lowered before).
+fn put_pending(
+    memo: &mut Memo,
+    first: u32,
+    pending: &[Pending<'_>],
+    max_memo: usize,
+) -> Result<(), String> {
+    for (j, p) in pending.iter().enumerate() {
+        let v = match *p {
+            Pending::Str(s) => Value::Str(Rc::new(Box::from(s))),
+            Pending::Handle(h) => Value::Handle(h),
+        };
+        memo.put(first + j as u32, v, max_memo)?;
+    }
+    Ok(())
+}
+
 /// Records that the dict at stack position `pos` is held by memo slot `idx`.
 #[inline]
 fn tag_dict(tags: &mut Vec<(usize, u32)>, pos: usize, idx: u32) {
@@ -1233,22 +1265,52 @@ impl<'a, R: BufRead> Parser<'a, R> {
     /// the opcodes run normally.
     #[inline]
     fn record_run(&mut self) -> PResult<bool> {
-        if !self.records {
-            return Ok(false);
-        }
         match self.stack.last() {
-            Some(Value::Dict(d)) if self.stack.len() > self.floor() && d.borrow().is_empty() => {}
-            _ => return Ok(false),
+            Some(Value::Dict(d)) if self.stack.len() > self.floor() && d.borrow().is_empty() => {
+                self.lower_record(None)
+            }
+            _ => Ok(false),
         }
-        // MEMOIZEs inside the record then fill new slots in order.
-        if !self.memo.sparse.is_empty() || self.memo.dense.len() != self.memo.count {
+    }
+
+    /// Called at an `EMPTY_DICT`: as [`Parser::record_run`] when the input
+    /// continues with an optional `MEMOIZE`, a `MARK` and a whole record, but
+    /// offers it to [`Hook::on_whole_record`]: when the hook lowers it, its
+    /// value is pushed (and memoized where the dict would have been, before
+    /// the record's own memo puts) and the dict is never built.
+    #[inline]
+    fn whole_record_run(&mut self) -> PResult<bool> {
+        if self.marks.len() >= self.limits.max_depth {
             return Ok(false);
         }
+        let buf = &self.buf[self.pos..self.end];
+        let memoized = buf.first() == Some(&op::MEMOIZE);
+        if buf.get(usize::from(memoized)) != Some(&op::MARK) {
+            return Ok(false);
+        }
+        self.lower_record(Some(memoized))
+    }
+
+    /// The common part of [`Parser::record_run`] (`whole` is `None`: the
+    /// input is at the record) and [`Parser::whole_record_run`] (`whole` says
+    /// whether the dict is memoized: the input is at the `MEMOIZE` or `MARK`).
+    #[inline(always)]
+    fn lower_record(&mut self, whole: Option<bool>) -> PResult<bool> {
+        // MEMOIZEs inside the record then fill new slots in order.
+        if !self.records || !self.memo.sparse.is_empty() || self.memo.dense.len() != self.memo.count
+        {
+            return Ok(false);
+        }
+        let own_slot = usize::from(whole == Some(true));
+        let start = match whole {
+            Some(memoized) => usize::from(memoized) + 1,
+            None => 0,
+        };
         let nested_ok = self.marks.len() + 1 < self.limits.max_depth;
         let mut items = [Item::None; MAX_RECORD_ITEMS];
         let mut pending = [Pending::Handle(0); MAX_RECORD_ITEMS];
         let Some(scan) = scan_record(
-            &self.buf[self.pos..self.end],
+            &self.buf[self.pos + start..self.end],
             &self.memo,
             &mut *self.hook,
             &mut self.handles,
@@ -1259,36 +1321,48 @@ impl<'a, R: BufRead> Parser<'a, R> {
             return Ok(false);
         };
         let count = self.memo.count;
-        if scan.pending > 0
-            && (count + scan.pending > self.limits.max_memo
-                || count + scan.pending > NO_MEMO as usize)
-        {
+        let puts = own_slot + scan.pending;
+        if count + puts > self.limits.max_memo || count + puts > NO_MEMO as usize {
             return Ok(false);
         }
-        let pair = match self.hook.on_record(&items[..scan.items]) {
-            Ok(Some(pair)) => pair,
-            _ => return Ok(false),
+        let items = &items[..scan.items];
+        let (whole_value, pair) = match whole {
+            Some(_) => match self.hook.on_whole_record(items) {
+                Ok(Some(v)) => (Some(v), None),
+                _ => return Ok(false),
+            },
+            None => match self.hook.on_record(items) {
+                Ok(Some(pair)) => (None, Some(pair)),
+                _ => return Ok(false),
+            },
         };
-        for (j, p) in pending[..scan.pending].iter().enumerate() {
-            let v = match *p {
-                Pending::Str(s) => Value::Str(Rc::new(Box::from(s))),
-                Pending::Handle(h) => Value::Handle(h),
-            };
-            let idx = (count + j) as u32;
-            if let Err(m) = self.memo.put(idx, v, self.limits.max_memo) {
-                // Unreachable: checked above.
-                return self.err(m);
-            }
+        // The dict's own slot comes before those of the record's opcodes.
+        let max = self.limits.max_memo;
+        let put = match (&whole_value, own_slot) {
+            (Some(v), 1) => self.memo.put(count as u32, v.clone(), max).map(drop),
+            _ => Ok(()),
+        };
+        let first = (count + own_slot) as u32;
+        let pending = &pending[..scan.pending];
+        if let Err(m) = put.and_then(|()| put_pending(&mut self.memo, first, pending, max)) {
+            // Unreachable: the room was checked above.
+            return self.err(m);
         }
         if scan.lists {
             // As `lowered` would have done for each list (the lists
             // themselves were never built, so nothing is left to restore).
             self.restore_lowered();
         }
-        if let Some(Value::Dict(d)) = self.stack.last() {
-            d.borrow_mut().push(pair);
+        match (whole_value, pair) {
+            (Some(v), _) => push!(self, v),
+            (None, Some(pair)) => {
+                if let Some(Value::Dict(d)) = self.stack.last() {
+                    d.borrow_mut().push(pair);
+                }
+            }
+            (None, None) => unreachable!("one of the two is set above"),
         }
-        self.pos += scan.consumed;
+        self.pos += start + scan.consumed;
         // As if the record's last opcode had run (an error at the next
         // opcode's refill reports this offset, as the opcode path would).
         self.op_off = self.base + self.pos as u64 - 1;
@@ -1516,6 +1590,9 @@ impl<'a, R: BufRead> Parser<'a, R> {
                 op::NEWTRUE => push!(self, Value::Bool(true)),
                 op::NEWFALSE => push!(self, Value::Bool(false)),
                 op::EMPTY_DICT => {
+                    if self.whole_record_run()? {
+                        continue;
+                    }
                     let d = match self.dict_pool.pop() {
                         Some(d) => d,
                         None => Rc::new(RefCell::new(Vec::new())),

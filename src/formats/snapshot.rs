@@ -147,6 +147,20 @@ impl Hook for EntryLowering {
         Ok(Some((Value::Handle(index), Value::Bool(has_frames))))
     }
 
+    /// A trace entry decoded in place becomes its event handle outright: no
+    /// dict is built, and its frames are counted now, as
+    /// [`Hook::on_list_dict`] would have when it was appended.
+    fn on_whole_record(
+        &mut self,
+        items: &[Item<'_>],
+    ) -> std::result::Result<Option<Value>, String> {
+        let Some((Value::Handle(index), Value::Bool(has_frames))) = self.on_record(items)? else {
+            return Ok(None);
+        };
+        self.count_frames(has_frames);
+        Ok(Some(Value::Handle(index)))
+    }
+
     /// A traceback whose frames are all frame handles becomes a one-item
     /// list holding its site's handle, so no frames list is ever built.
     fn on_list_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
