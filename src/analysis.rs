@@ -19,7 +19,8 @@ pub struct Options {
     /// How many top sites to list.
     pub top: usize,
     pub user_rules: Vec<UserRule>,
-    /// Points per category in the plotted timeline.
+    /// Points per category in the plotted timeline; 0 for outputs without
+    /// plots (the series are left empty, saving a walk over every position).
     pub plot_points: usize,
 }
 
@@ -507,22 +508,25 @@ fn timeline_series(device: &DeviceTrace, tl: &DeviceTimeline, points: usize) -> 
     };
     let mut series: Vec<Vec<u64>> = vec![Vec::new(); Category::ALL.len()];
     let mut best: Option<(i64, usize, [i64; Category::ALL.len()])> = None;
-    tl.for_each_position(|p, current| {
-        let total: i64 = current.iter().sum();
-        if best.is_none_or(|(t, _, _)| total > t) {
-            best = Some((total, p, *current));
-        }
-        if (p + 1) % bucket == 0 || p + 1 == positions {
-            let (_, bp, values) = best.take().expect("set above");
-            out.x.push(x_of(bp));
-            for (c, v) in values.iter().enumerate() {
-                series[c].push((*v).max(0) as u64);
+    // Without plots (points = 0) only the instants below are needed.
+    if points > 0 {
+        tl.for_each_position(|p, current| {
+            let total: i64 = current.iter().sum();
+            if best.is_none_or(|(t, _, _)| total > t) {
+                best = Some((total, p, *current));
             }
-            if let Some(r) = &tl.replay.reserved {
-                out.reserved.get_or_insert_with(Vec::new).push(r[bp]);
+            if (p + 1) % bucket == 0 || p + 1 == positions {
+                let (_, bp, values) = best.take().expect("set above");
+                out.x.push(x_of(bp));
+                for (c, v) in values.iter().enumerate() {
+                    series[c].push((*v).max(0) as u64);
+                }
+                if let Some(r) = &tl.replay.reserved {
+                    out.reserved.get_or_insert_with(Vec::new).push(r[bp]);
+                }
             }
-        }
-    });
+        });
+    }
     for (c, values) in series.into_iter().enumerate() {
         if values.iter().any(|&v| v > 0) {
             out.series.insert(Category::ALL[c], values);

@@ -67,6 +67,9 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
     } else {
         OutputFormat::Md
     });
+    if format != OutputFormat::Html {
+        options.analysis.plot_points = 0;
+    }
     let mut exit = Exit::Ok;
     for path in &args.files {
         let name = path.display().to_string();
