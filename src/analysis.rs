@@ -440,7 +440,7 @@ fn oom_findings(device: &DeviceTrace, tl: &DeviceTimeline) -> Vec<OomFinding> {
             // The state when the request failed: before this event.
             let position = k as u32;
             let (allocated, reserved, live) = tl.state_at(position);
-            let device_free = (e.device_free > 0).then_some(e.device_free);
+            let device_free = (e.device_free() > 0).then_some(e.device_free());
             OomFinding {
                 event_index: k as u64,
                 ts_us: e.ts(),

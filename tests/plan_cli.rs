@@ -369,9 +369,7 @@ fn synthetic_oom_trace() -> Trace {
     for k in 0..4u64 {
         events.push(Event::new(Action::Alloc, 0x1000 * (k + 1), 1 << 30));
     }
-    let mut oom = Event::new(Action::Oom, 0, 3 << 30);
-    oom.device_free = 1 << 30;
-    events.push(oom);
+    events.push(Event::oom(3 << 30, 1 << 30));
     trace.devices.push(DeviceTrace {
         device: "cuda:0".into(),
         events,

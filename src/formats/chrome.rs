@@ -1719,7 +1719,6 @@ fn build_trace(mut col: Collector<'_>, mut diagnostics: Vec<Diagnostic>) -> Resu
             addr: m.addr.unwrap_or(0),
             size,
             ts_us: m.ts_us,
-            device_free: 0,
         });
         d.reported.push(ReportedTotals {
             allocated: m.allocated,

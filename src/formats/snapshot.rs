@@ -273,9 +273,10 @@ impl EntryLowering {
         for (key, value) in pairs {
             let Some(key) = key.str() else { continue };
             match key {
-                "addr" => event.addr = self.uint(value.u64()),
+                // An `oom` entry's address field is its `device_free`.
+                "addr" if event.action != Action::Oom => event.addr = self.uint(value.u64()),
                 "size" => event.size = self.uint(value.u64()),
-                "device_free" => event.device_free = self.uint(value.u64()),
+                "device_free" if event.action == Action::Oom => event.addr = self.uint(value.u64()),
                 "time_us" => event.ts_us = value.f64().unwrap_or(f64::NAN),
                 "category" => event.given = value.str().and_then(Category::parse),
                 "frames" => {

@@ -375,7 +375,6 @@ impl Lifo {
             addr,
             size,
             ts_us,
-            device_free: 0,
         });
     }
 
