@@ -1,9 +1,10 @@
 //! PyTorch CUDA caching-allocator snapshots (formats.md part A) → [`Trace`].
 //!
 //! The pickle is read by our own unpickler ([`super::pickle`]); while it
-//! streams, every trace-entry dict (`{"action": …}`) is lowered into a compact
-//! [`Event`] by [`EntryLowering`], so a 1M-entry snapshot never holds 1M
-//! generic dicts at once. A memoized frames list is turned into a site once
+//! streams, every trace entry (`{"action": …}`) is lowered into a compact
+//! [`Event`] by [`EntryLowering`] — most of them straight from the pickle's
+//! bytes, without a dict ever being built — so a 1M-entry snapshot never
+//! holds 1M generic dicts. A memoized frames list is turned into a site once
 //! and recognised afterwards by its identity.
 //!
 //! The same builder serves the JSON form of the schema, the legacy top-level
