@@ -246,6 +246,16 @@ pub trait Hook {
         let _ = items;
         Ok(None)
     }
+
+    /// Called when SETITEM(S) adds `items` (key0, value0, …) to a
+    /// [`Value::Handle`] where a dict was expected — a dict the hook lowered
+    /// (e.g. by [`Hook::on_whole_record`]) that the pickle goes on to add
+    /// keys to through the memo. Return `Ok(true)` if the hook applied them;
+    /// `Ok(false)` (the default) makes it an error.
+    fn on_handle_items(&mut self, handle: u32, items: &[Value]) -> Result<bool, String> {
+        let _ = (handle, items);
+        Ok(false)
+    }
 }
 
 /// A field of a record offered to [`Hook::on_record`]: a borrowed view of a
@@ -1502,6 +1512,23 @@ impl<'a, R: BufRead> Parser<'a, R> {
         }
     }
 
+    /// SETITEM(S) into the handle at stack position `i` (the items from
+    /// `from` on): offers them to [`Hook::on_handle_items`] and, if it takes
+    /// them, drops them. `false` if `i` holds no handle or the hook refuses.
+    fn handle_items(&mut self, i: usize, from: usize) -> PResult<bool> {
+        let Value::Handle(h) = self.stack[i] else {
+            return Ok(false);
+        };
+        match self.hook.on_handle_items(h, &self.stack[from..]) {
+            Ok(true) => {
+                dismantle_all(self.stack.drain(from..), &mut self.work);
+                Ok(true)
+            }
+            Ok(false) => Ok(false),
+            Err(m) => self.err(m),
+        }
+    }
+
     fn dict_at(&self, i: usize, name: &str) -> PResult<DictRc> {
         match &self.stack[i] {
             Value::Dict(d) => Ok(d.clone()),
@@ -1672,12 +1699,20 @@ impl<'a, R: BufRead> Parser<'a, R> {
                     if k <= self.floor() {
                         return self.underflow();
                     }
-                    let dict = self.dict_at(k - 1, "SETITEMS")?;
+                    let lowered = matches!(self.stack[k - 1], Value::Handle(_));
+                    if !lowered {
+                        // A non-dict is reported before the item count.
+                        self.dict_at(k - 1, "SETITEMS")?;
+                    }
                     let n = self.stack.len() - k;
                     if n % 2 != 0 {
                         return self
                             .err(format!("SETITEMS with an odd number of stack items ({n})"));
                     }
+                    if lowered && self.handle_items(k - 1, k)? {
+                        continue;
+                    }
+                    let dict = self.dict_at(k - 1, "SETITEMS")?;
                     let mut d = dict.borrow_mut();
                     if d.is_empty() {
                         match self.hook.on_dict_items(&self.stack[k..]) {
@@ -1697,6 +1732,9 @@ impl<'a, R: BufRead> Parser<'a, R> {
                     let top = self.top_index()?;
                     if top < self.floor() + 2 {
                         return self.underflow();
+                    }
+                    if self.handle_items(top - 2, top - 1)? {
+                        continue;
                     }
                     let dict = self.dict_at(top - 2, "SETITEM")?;
                     let val = self.stack.pop().expect("non-empty");

@@ -162,6 +162,23 @@ impl Hook for EntryLowering {
         Ok(Some(Value::Handle(index)))
     }
 
+    /// Keys added to a trace entry after it was lowered (through the memo,
+    /// which holds its event handle): they overwrite its fields, as they
+    /// would have in its dict.
+    fn on_handle_items(
+        &mut self,
+        handle: u32,
+        items: &[Value],
+    ) -> std::result::Result<bool, String> {
+        if handle & TAG_MASK != 0 || handle as usize >= self.events.len() {
+            return Ok(false);
+        }
+        let mut event = self.events[handle as usize];
+        self.apply_fields(&mut event, items.chunks_exact(2).map(|c| (&c[0], &c[1])));
+        self.events[handle as usize] = event;
+        Ok(true)
+    }
+
     /// A traceback whose frames are all frame handles becomes a one-item
     /// list holding its site's handle, so no frames list is ever built.
     fn on_list_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
@@ -823,6 +840,13 @@ mod record_tests {
         ) -> std::result::Result<Option<Value>, String> {
             self.0.on_handle_list(handles)
         }
+        fn on_handle_items(
+            &mut self,
+            handle: u32,
+            items: &[Value],
+        ) -> std::result::Result<bool, String> {
+            self.0.on_handle_items(handle, items)
+        }
     }
 
     fn both_ways(bytes: &[u8], what: &str) {
@@ -864,6 +888,35 @@ mod record_tests {
                 let path = path.unwrap();
                 both_ways(&std::fs::read(&path).unwrap(), &path.display().to_string());
             }
+        }
+    }
+
+    /// `{"device_traces": [[{"action": "alloc", "addr": 16, "size": 32}]]}`,
+    /// then `"size": 64` set on the entry through the memo: while its batch
+    /// is open (`OPEN`) and after it was appended (`LATER`). Python's
+    /// `pickle.loads` gives size 64 for both.
+    const PATCHED_OPEN: &[u8] = &[
+        128, 4, 125, 148, 40, 140, 13, 100, 101, 118, 105, 99, 101, 95, 116, 114, 97, 99, 101, 115,
+        148, 93, 148, 40, 93, 148, 40, 125, 148, 40, 140, 6, 97, 99, 116, 105, 111, 110, 148, 140,
+        5, 97, 108, 108, 111, 99, 148, 140, 4, 97, 100, 100, 114, 148, 75, 16, 140, 4, 115, 105,
+        122, 101, 148, 75, 32, 117, 104, 4, 104, 8, 75, 64, 115, 48, 101, 101, 117, 46,
+    ];
+    const PATCHED_LATER: &[u8] = &[
+        128, 4, 125, 148, 40, 140, 13, 100, 101, 118, 105, 99, 101, 95, 116, 114, 97, 99, 101, 115,
+        148, 93, 148, 40, 93, 148, 40, 125, 148, 40, 140, 6, 97, 99, 116, 105, 111, 110, 148, 140,
+        5, 97, 108, 108, 111, 99, 148, 140, 4, 97, 100, 100, 114, 148, 75, 16, 140, 4, 115, 105,
+        122, 101, 148, 75, 32, 117, 101, 101, 117, 104, 4, 104, 8, 75, 64, 115, 48, 46,
+    ];
+
+    #[test]
+    fn keys_set_on_a_lowered_entry_overwrite_its_fields() {
+        for (bytes, what) in [
+            (PATCHED_OPEN, "batch open"),
+            (PATCHED_LATER, "after append"),
+        ] {
+            both_ways(bytes, what);
+            let trace = parse_pickle(bytes, &Limits::default()).unwrap();
+            assert_eq!(trace.devices[0].events[0].size, 64, "{what}");
         }
     }
 
