@@ -114,8 +114,8 @@ pub fn read_trace_ahead<R: Read + Send>(reader: R, limits: &Limits) -> Result<Tr
             current: Vec::new(),
             pos: 0,
         };
-        let mut reader = BufReader::with_capacity(1 << 16, &mut chunks);
-        read_sniffed(&mut reader, limits, 0)
+        // `Chunks` buffers already: a `BufReader` on top would only copy.
+        read_sniffed(&mut chunks, limits, 0)
         // `chunks` is dropped here, before the scope joins the reader thread,
         // so a reader blocked on a full channel wakes up and stops.
     })

@@ -680,6 +680,14 @@ impl<T: Copy, const N: usize> Slots<T, N> {
     }
 }
 
+/// What the hook made of a record: the value standing for its whole dict
+/// ([`Hook::on_whole_record`]), or the one pair its dict keeps
+/// ([`Hook::on_record`]).
+enum Lowered {
+    Whole(Value),
+    Pair((Value, Value)),
+}
+
 /// A memo put that a record's opcodes make, in order.
 #[derive(Clone, Copy)]
 enum Pending<'a> {
@@ -1294,6 +1302,9 @@ impl<'a, R: BufRead> Parser<'a, R> {
     /// the opcodes run normally.
     #[inline]
     fn record_run(&mut self) -> PResult<bool> {
+        if !self.records {
+            return Ok(false);
+        }
         match self.stack.last() {
             Some(Value::Dict(d)) if self.stack.len() > self.floor() && d.borrow().is_empty() => {
                 self.lower_record(None)
@@ -1309,7 +1320,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
     /// the record's own memo puts) and the dict is never built.
     #[inline]
     fn whole_record_run(&mut self) -> PResult<bool> {
-        if self.marks.len() >= self.limits.max_depth {
+        if !self.records || self.marks.len() >= self.limits.max_depth {
             return Ok(false);
         }
         let buf = &self.buf[self.pos..self.end];
@@ -1326,8 +1337,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
     #[inline(always)]
     fn lower_record(&mut self, whole: Option<bool>) -> PResult<bool> {
         // MEMOIZEs inside the record then fill new slots in order.
-        if !self.records || !self.memo.sparse.is_empty() || self.memo.dense.len() != self.memo.count
-        {
+        if !self.memo.sparse.is_empty() || self.memo.dense.len() != self.memo.count {
             return Ok(false);
         }
         let own_slot = usize::from(whole == Some(true));
@@ -1355,20 +1365,24 @@ impl<'a, R: BufRead> Parser<'a, R> {
             return Ok(false);
         }
         let items = items.as_slice();
-        let (whole_value, pair) = match whole {
-            Some(_) => match self.hook.on_whole_record(items) {
-                Ok(Some(v)) => (Some(v), None),
-                _ => return Ok(false),
-            },
-            None => match self.hook.on_record(items) {
-                Ok(Some(pair)) => (None, Some(pair)),
-                _ => return Ok(false),
-            },
+        let lowered = match whole {
+            Some(_) => self
+                .hook
+                .on_whole_record(items)
+                .ok()
+                .flatten()
+                .map(Lowered::Whole),
+            None => self.hook.on_record(items).ok().flatten().map(Lowered::Pair),
+        };
+        let Some(lowered) = lowered else {
+            return Ok(false);
         };
         // The dict's own slot comes before those of the record's opcodes.
         let max = self.limits.max_memo;
-        let put = match (&whole_value, own_slot) {
-            (Some(v), 1) => self.memo.put(count as u32, v.clone(), max).map(drop),
+        let put = match &lowered {
+            Lowered::Whole(v) if own_slot == 1 => {
+                self.memo.put(count as u32, v.clone(), max).map(drop)
+            }
             _ => Ok(()),
         };
         let first = (count + own_slot) as u32;
@@ -1382,14 +1396,13 @@ impl<'a, R: BufRead> Parser<'a, R> {
             // themselves were never built, so nothing is left to restore).
             self.restore_lowered();
         }
-        match (whole_value, pair) {
-            (Some(v), _) => push!(self, v),
-            (None, Some(pair)) => {
+        match lowered {
+            Lowered::Whole(v) => push!(self, v),
+            Lowered::Pair(pair) => {
                 if let Some(Value::Dict(d)) = self.stack.last() {
                     d.borrow_mut().push(pair);
                 }
             }
-            (None, None) => unreachable!("one of the two is set above"),
         }
         self.pos += start + scan.consumed;
         // As if the record's last opcode had run (an error at the next
@@ -1699,20 +1712,22 @@ impl<'a, R: BufRead> Parser<'a, R> {
                     if k <= self.floor() {
                         return self.underflow();
                     }
-                    let lowered = matches!(self.stack[k - 1], Value::Handle(_));
-                    if !lowered {
-                        // A non-dict is reported before the item count.
-                        self.dict_at(k - 1, "SETITEMS")?;
-                    }
+                    // A non-dict is reported before the item count; a handle
+                    // (a dict the hook lowered) may still take the items.
+                    let dict = match self.stack[k - 1] {
+                        Value::Handle(_) => None,
+                        _ => Some(self.dict_at(k - 1, "SETITEMS")?),
+                    };
                     let n = self.stack.len() - k;
                     if n % 2 != 0 {
                         return self
                             .err(format!("SETITEMS with an odd number of stack items ({n})"));
                     }
-                    if lowered && self.handle_items(k - 1, k)? {
-                        continue;
-                    }
-                    let dict = self.dict_at(k - 1, "SETITEMS")?;
+                    let dict = match dict {
+                        Some(dict) => dict,
+                        None if self.handle_items(k - 1, k)? => continue,
+                        None => self.dict_at(k - 1, "SETITEMS")?,
+                    };
                     let mut d = dict.borrow_mut();
                     if d.is_empty() {
                         match self.hook.on_dict_items(&self.stack[k..]) {

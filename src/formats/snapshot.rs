@@ -114,15 +114,7 @@ impl Hook for EntryLowering {
         &mut self,
         items: &[Value],
     ) -> std::result::Result<Option<(Value, Value)>, String> {
-        let pairs = || items.chunks_exact(2).map(|c| (&c[0], &c[1]));
-        let Some(Value::Str(name)) = first_value(pairs(), "action") else {
-            return Ok(None);
-        };
-        let Some(action) = Action::parse(name) else {
-            return Ok(None);
-        };
-        let (index, has_frames) = self.push_event(action, pairs())?;
-        Ok(Some((Value::Handle(index), Value::Bool(has_frames))))
+        Ok(self.lower_entry(items)?.map(marker))
     }
 
     fn wants_records(&self) -> bool {
@@ -134,18 +126,7 @@ impl Hook for EntryLowering {
         &mut self,
         items: &[Item<'_>],
     ) -> std::result::Result<Option<(Value, Value)>, String> {
-        let pairs = || items.chunks_exact(2).map(|c| (&c[0], &c[1]));
-        let Some(Item::Str(name)) = pairs()
-            .find(|(k, _)| matches!(k, Item::Str("action")))
-            .map(|(_, v)| v)
-        else {
-            return Ok(None);
-        };
-        let Some(action) = Action::parse(name) else {
-            return Ok(None);
-        };
-        let (index, has_frames) = self.push_event(action, pairs())?;
-        Ok(Some((Value::Handle(index), Value::Bool(has_frames))))
+        Ok(self.lower_entry(items)?.map(marker))
     }
 
     /// A trace entry decoded in place becomes its event handle outright: no
@@ -155,7 +136,7 @@ impl Hook for EntryLowering {
         &mut self,
         items: &[Item<'_>],
     ) -> std::result::Result<Option<Value>, String> {
-        let Some((Value::Handle(index), Value::Bool(has_frames))) = self.on_record(items)? else {
+        let Some((index, has_frames)) = self.lower_entry(items)? else {
             return Ok(None);
         };
         self.count_frames(has_frames);
@@ -255,6 +236,24 @@ impl EntryLowering {
         let (index, has_frames) = self.push_event(action, pairs())?;
         self.count_frames(has_frames);
         Ok(Some(index))
+    }
+
+    /// Lowers a trace entry given as its items (key0, value0, …) into a new
+    /// event if its action is known: the event's index and whether the entry
+    /// has `frames`. `None` for anything else, which the opcode path and
+    /// [`Hook::on_list_dict`] then see as a dict.
+    fn lower_entry<F: Field>(
+        &mut self,
+        items: &[F],
+    ) -> std::result::Result<Option<(u32, bool)>, String> {
+        let pairs = || items.chunks_exact(2).map(|c| (&c[0], &c[1]));
+        let Some(action) = pairs()
+            .find(|(k, _)| k.str() == Some("action"))
+            .and_then(|(_, v)| Action::parse(v.str()?))
+        else {
+            return Ok(None);
+        };
+        self.push_event(action, pairs()).map(Some)
     }
 
     fn count_frames(&mut self, has_frames: bool) {
@@ -402,6 +401,12 @@ impl Field for Item<'_> {
             _ => 0,
         }
     }
+}
+
+/// The pair a lowered entry's dict keeps: `(Handle(event), Bool(has
+/// frames))`, recognised when the dict is appended to its trace list.
+fn marker((index, has_frames): (u32, bool)) -> (Value, Value) {
+    (Value::Handle(index), Value::Bool(has_frames))
 }
 
 /// The value of the first `key` among `pairs`.
