@@ -15,6 +15,8 @@ pub mod input;
 pub mod model;
 pub mod plan;
 pub mod report;
+#[cfg(test)]
+mod test_support;
 pub mod timeline;
 
 use std::path::Path;

@@ -2400,37 +2400,7 @@ pub(crate) mod tests {
         assert!(!same.changed());
     }
 
-    /// Where the real-trace corpus lives, if present.
-    pub(crate) fn corpus_dir() -> Option<std::path::PathBuf> {
-        let dir = std::env::var_os("MEMCUT_CORPUS")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| {
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus")
-            });
-        if dir.is_dir() {
-            Some(dir)
-        } else {
-            eprintln!(
-                "corpus not found at {} (set MEMCUT_CORPUS); skipping",
-                dir.display()
-            );
-            None
-        }
-    }
-
-    pub(crate) fn read_maybe_gz(path: &std::path::Path) -> Vec<u8> {
-        use std::io::Read;
-        let raw = std::fs::read(path).unwrap();
-        if raw.starts_with(&[0x1f, 0x8b]) {
-            let mut out = Vec::new();
-            flate2::read::MultiGzDecoder::new(&raw[..])
-                .read_to_end(&mut out)
-                .unwrap();
-            out
-        } else {
-            raw
-        }
-    }
+    use crate::test_support::{corpus_dir, read_maybe_gz};
 
     fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
         let mut entries: Vec<_> = std::fs::read_dir(dir)

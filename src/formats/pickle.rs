@@ -2015,7 +2015,6 @@ fn next_container(v: &Value, from: usize) -> Option<(usize, Value)> {
 mod tests {
     use super::*;
     use std::io::{BufReader, Read};
-    use std::path::{Path, PathBuf};
     use std::rc::Weak;
 
     // `pickle.dumps(OBJ, protocol=N)` from CPython 3.11, where
@@ -3715,16 +3714,7 @@ mod tests {
 
     // ---- corpus -----------------------------------------------------------
 
-    fn corpus_dir() -> Option<PathBuf> {
-        if let Some(p) = std::env::var_os("MEMCUT_CORPUS") {
-            let p = PathBuf::from(p);
-            if p.is_dir() {
-                return Some(p);
-            }
-        }
-        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
-        p.is_dir().then_some(p)
-    }
+    use crate::test_support::corpus_dir;
 
     /// (path under the corpus, dicts with "action" appended to lists, all dicts
     /// appended to lists), computed with CPython's pickle and a find_class that raises.

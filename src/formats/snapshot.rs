@@ -817,6 +817,7 @@ mod sharing_tests {
 #[cfg(test)]
 mod record_tests {
     use super::*;
+    use crate::test_support::{corpus_dir, read_maybe_gz};
 
     /// [`EntryLowering`] without the in-place record path: every entry goes
     /// through the opcodes and [`Hook::on_dict_items`].
@@ -867,15 +868,6 @@ mod record_tests {
         }
     }
 
-    fn gunzip(path: &std::path::Path) -> Vec<u8> {
-        use std::io::Read;
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(std::fs::File::open(path).unwrap())
-            .read_to_end(&mut out)
-            .unwrap();
-        out
-    }
-
     #[test]
     fn records_lowered_in_place_match_the_opcode_path() {
         both_ways(sharing_tests::SHARED_FRAMES, "shared frames");
@@ -883,12 +875,12 @@ mod record_tests {
         let mut seen = 0;
         for path in glob::glob(&format!("{}/sample_traces/*.pickle.gz", root.display())).unwrap() {
             let path = path.unwrap();
-            both_ways(&gunzip(&path), &path.display().to_string());
+            both_ways(&read_maybe_gz(&path), &path.display().to_string());
             seen += 1;
         }
         assert!(seen > 0);
-        if let Some(dir) = std::env::var_os("MEMCUT_CORPUS") {
-            let pattern = format!("{}/**/*.pickle", std::path::Path::new(&dir).display());
+        if let Some(dir) = corpus_dir() {
+            let pattern = format!("{}/**/*.pickle", dir.display());
             for path in glob::glob(&pattern).unwrap() {
                 let path = path.unwrap();
                 both_ways(&std::fs::read(&path).unwrap(), &path.display().to_string());

@@ -650,7 +650,7 @@ mod tests {
 
     #[test]
     fn corpus_raw_timeline() {
-        let Some(dir) = crate::formats::chrome::tests::corpus_dir() else {
+        let Some(dir) = crate::test_support::corpus_dir() else {
             return;
         };
         let path = dir.join("hta/tests/data/memory_analysis/memory_timeline.raw.gz");
@@ -658,7 +658,7 @@ mod tests {
             eprintln!("{} missing; skipping", path.display());
             return;
         }
-        let bytes = crate::formats::chrome::tests::read_maybe_gz(&path);
+        let bytes = crate::test_support::read_maybe_gz(&path);
         assert!(looks_like_memory_timeline(&bytes));
         let t0 = std::time::Instant::now();
         let t = parse_memory_timeline(&bytes).unwrap();
