@@ -850,16 +850,6 @@ impl<'a> Demand<'a> {
         self.positions
     }
 
-    /// Categories with bytes somewhere in the timeline.
-    pub fn categories(&self) -> &[Category] {
-        &self.cats
-    }
-
-    /// Unscaled bytes by category at a position.
-    pub fn at(&self, position: usize) -> [u64; NCAT] {
-        self.scaled_at(position, &[1.0; NCAT])
-    }
-
     /// Bytes by category at a position, each category scaled by its factor
     /// (rounded to whole bytes).
     pub fn scaled_at(&self, position: usize, factors: &[f64; NCAT]) -> [u64; NCAT] {
