@@ -26,6 +26,7 @@
 //!   hostile input cannot overflow the stack. The returned value is at most
 //!   `max_depth` containers deep, so the ordinary recursive `Drop` is safe.
 
+use rustc_hash::FxHashMap;
 use std::cell::{Ref, RefCell};
 use std::collections::HashMap;
 use std::fmt;
@@ -210,7 +211,8 @@ pub trait Hook {
     /// collects the handles without building values. It must answer as
     /// `on_list_items` would for `[Value::Handle(h), …]`; `Ok(None)` (the
     /// default) makes the parser run the opcodes normally, which then calls
-    /// `on_list_items`.
+    /// `on_list_items`. A handle it answers must stand for any later list of
+    /// the same handles too: the parser may reuse the answer without a call.
     fn on_handle_list(&mut self, handles: &[u32]) -> Result<Option<Value>, String> {
         let _ = handles;
         Ok(None)
@@ -533,6 +535,10 @@ struct Memo {
     dense: Vec<Option<Value>>,
     sparse: HashMap<u32, Value>,
     count: usize,
+    /// Bumped whenever a slot that held a [`Value::Handle`] is overwritten
+    /// (never, in a pickle that `pickle.dump` wrote): answers cached by the
+    /// bytes of memo gets ([`HandleListCache`]) hold only while it is unchanged.
+    handles_changed: u64,
 }
 
 impl Memo {
@@ -554,9 +560,7 @@ impl Memo {
                 None if !self.sparse.is_empty() => self.sparse.remove(&idx),
                 None => None,
             };
-            if old.is_none() {
-                self.count_one(max_memo)?;
-            }
+            self.counted(&old, max_memo)?;
             return Ok(old);
         }
         if i >= max_memo {
@@ -570,18 +574,26 @@ impl Memo {
             } else {
                 self.sparse.remove(&idx)
             };
-            if old.is_none() {
-                self.count_one(max_memo)?;
-            }
+            self.counted(&old, max_memo)?;
             self.dense.resize(i, None);
             self.dense.push(Some(v));
             Ok(old)
         } else {
             let old = self.sparse.insert(idx, v);
-            if old.is_none() {
-                self.count_one(max_memo)?;
-            }
+            self.counted(&old, max_memo)?;
             Ok(old)
+        }
+    }
+
+    /// Accounts for a put that replaced `old`: a new slot, or a changed one.
+    fn counted(&mut self, old: &Option<Value>, max_memo: usize) -> Result<(), String> {
+        match old {
+            None => self.count_one(max_memo),
+            Some(Value::Handle(_)) => {
+                self.handles_changed += 1;
+                Ok(())
+            }
+            Some(_) => Ok(()),
         }
     }
 
@@ -615,7 +627,9 @@ impl Memo {
             },
         };
         if slot == old {
+            let was_handle = matches!(slot, Value::Handle(_));
             *slot = new;
+            self.handles_changed += u64::from(was_handle);
         }
     }
 
@@ -688,6 +702,40 @@ enum Lowered {
     Pair((Value, Value)),
 }
 
+/// [`Hook::on_handle_list`]'s answers (the handle a traceback was lowered
+/// to) by the bytes of the memo gets that fetched its handles. A training
+/// step's tracebacks repeat the same ~40 gets entry after entry, so a hit
+/// replaces ~40 memo lookups, and hashing and comparing the handles, by
+/// hashing and comparing ~100 bytes that are already in the cache. Exact:
+/// equal bytes fetch equal handles as long as no memo slot holding a handle
+/// has changed since ([`Memo::handles_changed`]; the cache is emptied then).
+#[derive(Default)]
+struct HandleListCache {
+    answers: FxHashMap<Box<[u8]>, u32>,
+    generation: u64,
+}
+
+impl HandleListCache {
+    /// Past this many distinct lists (a file whose tracebacks never repeat)
+    /// the cache starts over rather than grow with the file.
+    const MAX_LISTS: usize = 1 << 16;
+
+    /// Empties the cache if the memo's handles changed since it was filled.
+    fn sync(&mut self, memo: &Memo) {
+        if self.generation != memo.handles_changed {
+            self.answers.clear();
+            self.generation = memo.handles_changed;
+        }
+    }
+
+    fn insert(&mut self, gets: &[u8], answer: u32) {
+        if self.answers.len() >= Self::MAX_LISTS {
+            self.answers.clear();
+        }
+        self.answers.insert(gets.into(), answer);
+    }
+}
+
 /// A memo put that a record's opcodes make, in order.
 #[derive(Clone, Copy)]
 enum Pending<'a> {
@@ -706,11 +754,13 @@ struct RecordScan {
 /// `items` and `pending` without side effects on the parser (lists of
 /// handles are lowered by `hook`); `None` if `buf` does not start with a
 /// whole record of the simple shape [`Hook::on_record`] describes.
+#[allow(clippy::too_many_arguments)]
 fn scan_record<'b: 'x, 'm: 'x, 'x>(
     buf: &'b [u8],
     memo: &'m Memo,
     hook: &mut dyn Hook,
     handles: &mut Vec<u32>,
+    lists_seen: &mut HandleListCache,
     nested_ok: bool,
     items: &mut Slots<Item<'x>, MAX_RECORD_ITEMS>,
     pending: &mut Slots<Pending<'b>, MAX_RECORD_ITEMS>,
@@ -792,23 +842,36 @@ fn scan_record<'b: 'x, 'm: 'x, 'x>(
                     return None;
                 }
                 i += 1;
-                handles.clear();
+                let first = i;
                 loop {
-                    let code = *buf.get(i)?;
-                    i += 1;
-                    match code {
-                        op::BINGET | op::LONG_BINGET => {
-                            match memo.get(index(buf, &mut i, code)?)? {
+                    match *buf.get(i)? {
+                        op::BINGET => i += 2,
+                        op::LONG_BINGET => i += 5,
+                        op::APPENDS if i > first => break,
+                        _ => return None,
+                    }
+                }
+                let gets = &buf[first..i];
+                i += 1;
+                let h = match lists_seen.answers.get(gets) {
+                    Some(&h) => h,
+                    None => {
+                        handles.clear();
+                        let mut j = 0;
+                        while j < gets.len() {
+                            let code = gets[j];
+                            j += 1;
+                            match memo.get(index(gets, &mut j, code)?)? {
                                 Value::Handle(h) => handles.push(*h),
                                 _ => return None,
                             }
                         }
-                        op::APPENDS if !handles.is_empty() => break,
-                        _ => return None,
+                        let Ok(Some(Value::Handle(h))) = hook.on_handle_list(handles) else {
+                            return None;
+                        };
+                        lists_seen.insert(gets, h);
+                        h
                     }
-                }
-                let Ok(Some(Value::Handle(h))) = hook.on_handle_list(handles) else {
-                    return None;
                 };
                 if memoized {
                     pending.push(Pending::Handle(h))?;
@@ -919,6 +982,7 @@ struct Parser<'a, R> {
     work: Vec<Value>,
     /// Scratch for [`Parser::handle_run`].
     handles: Vec<u32>,
+    lists_seen: HandleListCache,
     /// Whether the hook wants [`Hook::on_record`].
     records: bool,
 }
@@ -947,6 +1011,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
             memo: Memo::default(),
             work: Vec::new(),
             handles: Vec::new(),
+            lists_seen: HandleListCache::default(),
         }
     }
 
@@ -1346,6 +1411,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
             None => 0,
         };
         let nested_ok = self.marks.len() + 1 < self.limits.max_depth;
+        self.lists_seen.sync(&self.memo);
         let mut items = Slots::new();
         let mut pending = Slots::new();
         let Some(scan) = scan_record(
@@ -1353,6 +1419,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
             &self.memo,
             &mut *self.hook,
             &mut self.handles,
+            &mut self.lists_seen,
             nested_ok,
             &mut items,
             &mut pending,

@@ -917,6 +917,51 @@ mod record_tests {
         }
     }
 
+    /// A traceback list whose memo gets repeat an earlier list's bytes after
+    /// the memo slot of one of its frames was overwritten (`BINPUT` of another
+    /// frame dict): `pickle.loads` gives frames a.py, b.py for addr 32 and
+    /// c.py, b.py for addr 64. (Hand-assembled; `pickle.dump` never reuses a
+    /// slot, but a crafted file may.)
+    const OVERWRITTEN_FRAME: &[u8] = &[
+        128, 4, 125, 148, 40, 140, 8, 115, 101, 103, 109, 101, 110, 116, 115, 148, 93, 148, 140,
+        13, 100, 101, 118, 105, 99, 101, 95, 116, 114, 97, 99, 101, 115, 148, 93, 148, 40, 93, 148,
+        40, 125, 148, 40, 140, 6, 97, 99, 116, 105, 111, 110, 148, 140, 5, 97, 108, 108, 111, 99,
+        148, 140, 4, 97, 100, 100, 114, 148, 77, 16, 0, 140, 4, 115, 105, 122, 101, 148, 77, 0, 2,
+        140, 6, 115, 116, 114, 101, 97, 109, 148, 75, 0, 140, 6, 102, 114, 97, 109, 101, 115, 148,
+        93, 148, 40, 125, 148, 40, 140, 8, 102, 105, 108, 101, 110, 97, 109, 101, 148, 140, 4, 97,
+        46, 112, 121, 148, 140, 4, 108, 105, 110, 101, 148, 75, 1, 140, 4, 110, 97, 109, 101, 148,
+        140, 1, 102, 148, 117, 125, 148, 40, 104, 15, 140, 4, 98, 46, 112, 121, 148, 104, 17, 75,
+        2, 104, 18, 140, 1, 103, 148, 117, 101, 117, 125, 148, 40, 104, 7, 104, 8, 104, 9, 77, 32,
+        0, 104, 10, 77, 0, 2, 104, 11, 75, 0, 104, 12, 93, 148, 40, 104, 14, 104, 20, 101, 117,
+        125, 148, 40, 104, 7, 104, 8, 104, 9, 77, 48, 0, 104, 10, 77, 0, 2, 104, 11, 75, 0, 104,
+        12, 93, 148, 40, 125, 113, 14, 40, 104, 15, 140, 4, 99, 46, 112, 121, 148, 104, 17, 75, 3,
+        104, 18, 140, 1, 104, 148, 117, 101, 117, 125, 148, 40, 104, 7, 104, 8, 104, 9, 77, 64, 0,
+        104, 10, 77, 0, 2, 104, 11, 75, 0, 104, 12, 93, 148, 40, 104, 14, 104, 20, 101, 117, 101,
+        101, 117, 46,
+    ];
+
+    #[test]
+    fn equal_traceback_bytes_after_a_memo_slot_changed_give_the_new_frames() {
+        both_ways(OVERWRITTEN_FRAME, "overwritten frame");
+        let trace = parse_pickle(OVERWRITTEN_FRAME, &Limits::default()).unwrap();
+        let files = |addr: u64| -> Vec<String> {
+            let event = trace.devices[0]
+                .events
+                .iter()
+                .find(|e| e.addr == addr)
+                .unwrap();
+            let sites = &trace.sites;
+            sites
+                .frames(event.site)
+                .iter()
+                .map(|f| sites.str(f.filename).to_owned())
+                .collect()
+        };
+        assert_eq!(files(32), ["a.py", "b.py"]);
+        assert_eq!(files(48), ["c.py"]);
+        assert_eq!(files(64), ["c.py", "b.py"]);
+    }
+
     #[test]
     fn truncated_records_fail_alike() {
         let bytes = sharing_tests::SHARED_FRAMES;
