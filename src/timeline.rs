@@ -71,6 +71,10 @@ pub struct Replay {
     pub reserved: Option<Vec<u64>>,
     pub baseline_bytes: u64,
     pub diagnostics: Vec<Diagnostic>,
+    /// Event indices of the `oom` entries, in order.
+    pub ooms: Vec<u32>,
+    /// Whether there are events and every one has a timestamp.
+    pub timestamped: bool,
 }
 
 impl Replay {
@@ -120,6 +124,7 @@ pub fn replay(device: &DeviceTrace) -> Replay {
     let mut frees_unmatched = (0u64, 0u64);
     let mut realloc_live = 0u64;
     let mut skipped_completion = 0u64;
+    let mut ooms = Vec::new();
 
     for (k, event) in device.events.iter().enumerate() {
         let after = k as u32 + 1;
@@ -212,6 +217,7 @@ pub fn replay(device: &DeviceTrace) -> Replay {
                     o.requested_at = Some(after);
                 }
             }
+            Action::Oom => ooms.push(k as u32),
             _ => {}
         }
     }
@@ -264,9 +270,11 @@ pub fn replay(device: &DeviceTrace) -> Replay {
     }
     let mut last_ts = f64::NEG_INFINITY;
     let mut backwards = 0u64;
+    let mut timestamped = 0usize;
     for ts in device.events.iter().filter_map(|e| e.ts()) {
         backwards += u64::from(ts < last_ts);
         last_ts = last_ts.max(ts);
+        timestamped += 1;
     }
     if backwards > 0 {
         diagnostics.push(Diagnostic::info(format!(
@@ -338,6 +346,8 @@ pub fn replay(device: &DeviceTrace) -> Replay {
         reserved,
         baseline_bytes,
         diagnostics,
+        ooms,
+        timestamped: n > 0 && timestamped == n as usize,
     }
 }
 

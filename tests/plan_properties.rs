@@ -96,6 +96,8 @@ fn timeline(case: &Case) -> DeviceTimeline {
             reserved,
             baseline_bytes: 0,
             diagnostics: Vec::new(),
+            ooms: Vec::new(),
+            timestamped: false,
         },
         classes,
     )
