@@ -61,32 +61,44 @@ fn default_inflate_limit() -> u64 {
 /// Parses a trace from a reader of raw file bytes.
 pub fn read_trace<R: Read>(reader: R, limits: &Limits) -> Result<Trace> {
     let mut reader = BufReader::with_capacity(1 << 16, reader);
-    read_sniffed(&mut reader, limits, 0)
+    read_sniffed(&mut reader, limits, 0, None)
 }
 
 /// Parses a trace from a file (or any reader that can move to a thread),
 /// reading it on a second thread a few chunks ahead of the parser: the copy
 /// out of the page cache (about a fifth of a large snapshot's parse) then
-/// overlaps the parse instead of adding to it.
+/// overlaps the parse instead of adding to it. In a pickle, that thread
+/// also finds the tracebacks' runs of memo gets ([`pickle::GetRunFinder`]),
+/// so that the parser does not have to read them.
 pub fn read_trace_ahead<R: Read + Send>(reader: R, limits: &Limits) -> Result<Trace> {
-    /// Chunk size and how many chunks may wait: 4 MiB in flight at most.
-    const CHUNK: usize = 1 << 20;
+    read_trace_ahead_in(reader, limits, 1 << 20)
+}
+
+/// [`read_trace_ahead`] in chunks of `chunk_size` bytes.
+fn read_trace_ahead_in<R: Read + Send>(
+    reader: R,
+    limits: &Limits,
+    chunk_size: usize,
+) -> Result<Trace> {
+    /// How many chunks may wait: 4 MiB in flight at most.
     const AHEAD: usize = 3;
     std::thread::scope(|scope| {
-        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<std::io::Result<Vec<u8>>>(AHEAD);
+        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<std::io::Result<Chunk>>(AHEAD);
         let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<u8>>();
         scope.spawn(move || {
             let mut reader = reader;
+            // Decided at the first chunk: only a pickle's bytes are searched.
+            let mut finder: Option<Option<pickle::GetRunFinder>> = None;
             loop {
                 let mut chunk = empty_rx.try_recv().unwrap_or_default();
-                chunk.resize(CHUNK, 0);
+                chunk.resize(chunk_size, 0);
                 let mut filled = 0;
                 let result = loop {
                     match reader.read(&mut chunk[filled..]) {
                         Ok(0) => break Ok(()),
                         Ok(n) => {
                             filled += n;
-                            if filled == CHUNK {
+                            if filled == chunk_size {
                                 break Ok(());
                             }
                         }
@@ -95,9 +107,13 @@ pub fn read_trace_ahead<R: Read + Send>(reader: R, limits: &Limits) -> Result<Tr
                     }
                 };
                 chunk.truncate(filled);
-                let last = filled < CHUNK || result.is_err();
+                let last = filled < chunk_size || result.is_err();
+                let finder = finder.get_or_insert_with(|| {
+                    (chunk.first() == Some(&0x80)).then(pickle::GetRunFinder::default)
+                });
+                let runs = finder.as_mut().map(|f| f.find(&chunk)).unwrap_or_default();
                 // A closed channel means the parser is done (or failed): stop.
-                if filled > 0 && full_tx.send(Ok(chunk)).is_err() {
+                if filled > 0 && full_tx.send(Ok(Chunk { bytes: chunk, runs })).is_err() {
                     return;
                 }
                 if let Err(e) = result {
@@ -108,26 +124,36 @@ pub fn read_trace_ahead<R: Read + Send>(reader: R, limits: &Limits) -> Result<Tr
                 }
             }
         });
+        let hints = Rc::new(pickle::GetRunHints::default());
         let mut chunks = Chunks {
             full: full_rx,
             empty: empty_tx,
             current: Vec::new(),
             pos: 0,
+            hints: Rc::clone(&hints),
         };
         // `Chunks` buffers already: a `BufReader` on top would only copy.
-        read_sniffed(&mut chunks, limits, 0)
+        read_sniffed(&mut chunks, limits, 0, Some(hints))
         // `chunks` is dropped here, before the scope joins the reader thread,
         // so a reader blocked on a full channel wakes up and stops.
     })
 }
 
+/// A chunk of the input and the runs found in it.
+struct Chunk {
+    bytes: Vec<u8>,
+    runs: Vec<pickle::GetRun>,
+}
+
 /// The parser's end of [`read_trace_ahead`]: chunks arrive in order; an
-/// empty channel is the end of the input.
+/// empty channel is the end of the input. A chunk's runs go to `hints`
+/// as it arrives, before the parser can read its bytes.
 struct Chunks {
-    full: std::sync::mpsc::Receiver<std::io::Result<Vec<u8>>>,
+    full: std::sync::mpsc::Receiver<std::io::Result<Chunk>>,
     empty: std::sync::mpsc::Sender<Vec<u8>>,
     current: Vec<u8>,
     pos: usize,
+    hints: Rc<pickle::GetRunHints>,
 }
 
 impl Read for Chunks {
@@ -144,7 +170,9 @@ impl BufRead for Chunks {
     fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
         if self.pos == self.current.len() {
             if let Ok(next) = self.full.recv() {
-                let used = std::mem::replace(&mut self.current, next?);
+                let next = next?;
+                self.hints.add(next.runs);
+                let used = std::mem::replace(&mut self.current, next.bytes);
                 let _ = self.empty.send(used);
                 self.pos = 0;
             }
@@ -161,7 +189,14 @@ pub fn parse_bytes(bytes: &[u8], limits: &Limits) -> Result<Trace> {
     read_trace(bytes, limits)
 }
 
-fn read_sniffed(reader: &mut dyn BufRead, limits: &Limits, depth: u32) -> Result<Trace> {
+/// Sniffs and parses `reader`; `hints`, if any, were found in its bytes
+/// (only a pickle read directly from them may use them).
+fn read_sniffed(
+    reader: &mut dyn BufRead,
+    limits: &Limits,
+    depth: u32,
+    hints: Option<Rc<pickle::GetRunHints>>,
+) -> Result<Trace> {
     let head = peek(reader, 2)?;
     if head.is_empty() {
         return Err(if depth == 0 {
@@ -188,7 +223,7 @@ fn read_sniffed(reader: &mut dyn BufRead, limits: &Limits, depth: u32) -> Result
         let mut inner = BufReader::with_capacity(1 << 16, inflated);
         // A parser that fails because the stream under it broke reports the
         // stream's problem, not the half-read content's.
-        return read_sniffed(&mut inner, limits, depth + 1).map_err(|e| {
+        return read_sniffed(&mut inner, limits, depth + 1, None).map_err(|e| {
             match (failure.take(), e) {
                 (Some(io), _) | (None, Error::Io(io)) => gzip_error(io),
                 (None, other) => other,
@@ -199,7 +234,7 @@ fn read_sniffed(reader: &mut dyn BufRead, limits: &Limits, depth: u32) -> Result
         // Protocol 2+ pickles start with PROTO; a protocol 0/1 pickle that
         // starts with GLOBAL (`cos\nsystem\n…`) goes to the unpickler too, so
         // that it is refused as what it is.
-        return snapshot::parse_pickle(reader, &limits.pickle);
+        return snapshot::parse_pickle_hinted(reader, &limits.pickle, hints);
     }
     // Refuse what cannot be text before reading (and inflating) all of it.
     let buffered = reader.fill_buf().map_err(gzip_error)?;
@@ -387,6 +422,44 @@ impl LimitedReader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::{corpus_dir, read_maybe_gz};
+
+    /// Reading ahead in chunks of each size (runs of memo gets found on the
+    /// reader thread, split across chunks or not) gives what parsing the
+    /// bytes at once gives. (Debug strings: a missing time is a NaN.) Tiny
+    /// chunks are slow (a thread switch per chunk), so only small inputs
+    /// get them; real chunks are 1 MiB.
+    fn same_read_ahead(bytes: &[u8], chunk_sizes: &[usize], what: &str) {
+        let limits = Limits::default();
+        let want = format!("{:?}", parse_bytes(bytes, &limits));
+        for &size in chunk_sizes {
+            let got = format!("{:?}", read_trace_ahead_in(bytes, &limits, size));
+            assert!(got == want, "{what}, chunks of {size}: read ahead differs");
+        }
+    }
+
+    #[test]
+    fn reading_ahead_gives_the_trace_parsing_at_once_gives() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut seen = 0;
+        let shared = root.join("tests/data/synthetic_shared_frames.pickle.gz");
+        let samples = glob::glob(&format!("{}/sample_traces/*.gz", root.display())).unwrap();
+        for path in samples.map(|p| p.unwrap()).chain([shared]) {
+            let what = path.display().to_string();
+            same_read_ahead(&read_maybe_gz(&path), &[1000, 4099, 1 << 20], &what);
+            seen += 1;
+        }
+        assert!(seen > 0);
+        let overwritten = crate::formats::snapshot::record_tests::OVERWRITTEN_FRAME;
+        same_read_ahead(overwritten, &[1, 2, 5, 1 << 20], "overwritten frame");
+        if let Some(dir) = corpus_dir() {
+            for path in glob::glob(&format!("{}/**/*.pickle", dir.display())).unwrap() {
+                let path = path.unwrap();
+                let bytes = std::fs::read(&path).unwrap();
+                same_read_ahead(&bytes, &[4099, 1 << 20], &path.display().to_string());
+            }
+        }
+    }
 
     #[test]
     fn empty_input_is_an_error() {

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use memcut::input::{parse_bytes, Limits};
+use memcut::input::{parse_bytes, read_trace_ahead, Limits};
 
 fuzz_target!(|data: &[u8]| {
     let mut options = memcut::AnalyzeOptions::new();
@@ -14,6 +14,14 @@ fuzz_target!(|data: &[u8]| {
     };
     let report = memcut::analyze_reader(data, "fuzz", data.len() as u64, &options);
     let trace = parse_bytes(data, &options.limits);
+    // Reading ahead (tracebacks' memo-get runs found on the reader thread)
+    // must parse exactly alike. (Debug strings: a missing time is a NaN.)
+    let ahead = read_trace_ahead(data, &options.limits);
+    assert_eq!(
+        format!("{ahead:?}"),
+        format!("{trace:?}"),
+        "read_trace_ahead and parse_bytes disagree"
+    );
     match (&report, &trace) {
         (Ok(report), Ok(trace)) => memcut_fuzz::check_report(trace, report),
         (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),

@@ -336,7 +336,18 @@ pub fn unpickle<R: BufRead>(
     limits: &Limits,
     hook: &mut dyn Hook,
 ) -> Result<Value, PickleError> {
-    let mut p = Parser::new(reader, limits, hook);
+    unpickle_hinted(reader, limits, hook, None)
+}
+
+/// [`unpickle`] with the [`GetRun`]s a [`GetRunFinder`] is finding in the
+/// very bytes `reader` gives, from its first byte on.
+pub fn unpickle_hinted<R: BufRead>(
+    reader: R,
+    limits: &Limits,
+    hook: &mut dyn Hook,
+    hints: Option<Rc<GetRunHints>>,
+) -> Result<Value, PickleError> {
+    let mut p = Parser::new(reader, limits, hook, hints);
     let result = p.run();
     let offset = p.op_off;
     // The depth check runs while the memo still holds its values, so every
@@ -702,37 +713,222 @@ enum Lowered {
     Pair((Value, Value)),
 }
 
-/// [`Hook::on_handle_list`]'s answers (the handle a traceback was lowered
-/// to) by the bytes of the memo gets that fetched its handles. A training
-/// step's tracebacks repeat the same ~40 gets entry after entry, so a hit
-/// replaces ~40 memo lookups, and hashing and comparing the handles, by
-/// hashing and comparing ~100 bytes that are already in the cache. Exact:
-/// equal bytes fetch equal handles as long as no memo slot holding a handle
-/// has changed since ([`Memo::handles_changed`]; the cache is emptied then).
+/// How a record's traceback — `MARK`, memo gets of frame handles, `APPENDS`
+/// — is lowered to the handle [`Hook::on_handle_list`] answers for it,
+/// without the ~40 memo lookups and the hashing of the handles each time.
+/// A training step's tracebacks repeat the same gets entry after entry, so
+/// answers are kept by the gets' bytes, or by the id of the run of bytes
+/// when [`GetRunFinder`] found it ahead of the parser (then the parser
+/// neither scans, hashes nor compares the bytes). Exact: equal bytes fetch
+/// equal handles as long as no memo slot holding a handle has changed since
+/// ([`Memo::handles_changed`]; answers from before are dropped then).
 #[derive(Default)]
-struct HandleListCache {
-    answers: FxHashMap<Box<[u8]>, u32>,
+struct TracebackLists {
+    by_bytes: FxHashMap<Box<[u8]>, u32>,
+    /// Runs found ahead, and answers by run id with their generation.
+    hints: Option<Rc<GetRunHints>>,
+    by_run: Vec<(u32, u64)>,
     generation: u64,
+    handles: Vec<u32>,
 }
 
-impl HandleListCache {
+impl TracebackLists {
     /// Past this many distinct lists (a file whose tracebacks never repeat)
-    /// the cache starts over rather than grow with the file.
+    /// the answers by bytes start over rather than grow with the file.
     const MAX_LISTS: usize = 1 << 16;
 
-    /// Empties the cache if the memo's handles changed since it was filled.
+    /// Drops the answers if the memo's handles changed since they were made.
     fn sync(&mut self, memo: &Memo) {
         if self.generation != memo.handles_changed {
-            self.answers.clear();
+            self.by_bytes.clear();
             self.generation = memo.handles_changed;
         }
     }
 
-    fn insert(&mut self, gets: &[u8], answer: u32) {
-        if self.answers.len() >= Self::MAX_LISTS {
-            self.answers.clear();
+    /// Lowers the memo gets at `buf[first..]` up to an `APPENDS` (`at` is
+    /// the offset of `buf[0]` in the stream): the index of the `APPENDS`
+    /// and the hook's handle, or `None` if they are no such run, a memo slot
+    /// holds no handle, or the hook does not lower them.
+    #[inline]
+    fn lower(
+        &mut self,
+        buf: &[u8],
+        first: usize,
+        at: u64,
+        memo: &Memo,
+        hook: &mut dyn Hook,
+    ) -> Option<(usize, u32)> {
+        if let Some(run) = self
+            .hints
+            .as_ref()
+            .and_then(|h| h.run_at(at + first as u64))
+        {
+            let end = first + run.len as usize;
+            if buf.get(end) == Some(&op::APPENDS) {
+                let id = run.id as usize;
+                if let Some(&(h, generation)) = self.by_run.get(id) {
+                    if generation == self.generation {
+                        return Some((end, h));
+                    }
+                }
+                let h = self.resolve(&buf[first..end], memo, hook)?;
+                if self.by_run.len() <= id {
+                    self.by_run.resize(id + 1, (0, u64::MAX));
+                }
+                self.by_run[id] = (h, self.generation);
+                return Some((end, h));
+            }
         }
-        self.answers.insert(gets.into(), answer);
+        let end = gets_end(buf, first)?;
+        let gets = &buf[first..end];
+        if let Some(&h) = self.by_bytes.get(gets) {
+            return Some((end, h));
+        }
+        let h = self.resolve(gets, memo, hook)?;
+        if self.by_bytes.len() >= Self::MAX_LISTS {
+            self.by_bytes.clear();
+        }
+        self.by_bytes.insert(gets.into(), h);
+        Some((end, h))
+    }
+
+    /// Fetches the handles of `gets` (only `BINGET`/`LONG_BINGET`s) from the
+    /// memo and offers them to the hook.
+    fn resolve(&mut self, gets: &[u8], memo: &Memo, hook: &mut dyn Hook) -> Option<u32> {
+        self.handles.clear();
+        let mut j = 0;
+        while j < gets.len() {
+            let idx = match gets[j] {
+                op::BINGET => u32::from(*gets.get(j + 1)?),
+                op::LONG_BINGET => u32::from_le_bytes(gets.get(j + 1..j + 5)?.try_into().ok()?),
+                _ => return None,
+            };
+            j += if gets[j] == op::BINGET { 2 } else { 5 };
+            match memo.get(idx)? {
+                Value::Handle(h) => self.handles.push(*h),
+                _ => return None,
+            }
+        }
+        match hook.on_handle_list(&self.handles) {
+            Ok(Some(Value::Handle(h))) => Some(h),
+            _ => None,
+        }
+    }
+}
+
+/// The index of the `APPENDS` ending the run of memo gets (at least one)
+/// that starts at `buf[first]`, or `None` if the bytes there are not one.
+#[inline]
+fn gets_end(buf: &[u8], first: usize) -> Option<usize> {
+    let mut i = first;
+    loop {
+        match *buf.get(i)? {
+            op::BINGET => i += 2,
+            op::LONG_BINGET => i += 5,
+            op::APPENDS if i > first => return Some(i),
+            _ => return None,
+        }
+    }
+}
+
+/// A run of memo gets between `EMPTY_LIST MEMOIZE MARK` and `APPENDS` —
+/// how `pickle.dump` writes a traceback of shared frame dicts — found in
+/// the stream ahead of the parser: its gets are the bytes `at..at + len`,
+/// and runs with equal bytes have equal ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GetRun {
+    pub at: u64,
+    pub len: u32,
+    pub id: u32,
+}
+
+/// Finds [`GetRun`]s in a pickle's bytes, chunk by chunk, on a thread of
+/// its own while the parser works (see `input::read_trace_ahead`): with
+/// the run's id the parser takes the answer for a repeated traceback
+/// without reading its bytes. Whether a run really is a traceback is for
+/// the parser to see: a run found inside a string or a number is a hint
+/// for an offset the parser never asks about.
+pub struct GetRunFinder {
+    ids: FxHashMap<Box<[u8]>, u32>,
+    opening: memchr::memmem::Finder<'static>,
+    offset: u64,
+}
+
+impl Default for GetRunFinder {
+    fn default() -> Self {
+        GetRunFinder {
+            ids: FxHashMap::default(),
+            opening: memchr::memmem::Finder::new(&[op::EMPTY_LIST, op::MEMOIZE, op::MARK])
+                .into_owned(),
+            offset: 0,
+        }
+    }
+}
+
+impl GetRunFinder {
+    /// Distinct runs named; later new ones get no hint (ids are never reused).
+    const MAX_RUNS: usize = 1 << 16;
+
+    /// The runs wholly inside `chunk`, the next bytes of the stream.
+    pub fn find(&mut self, chunk: &[u8]) -> Vec<GetRun> {
+        let mut runs = Vec::new();
+        for opening in self.opening.find_iter(chunk) {
+            let first = opening + 3;
+            let Some(end) = gets_end(chunk, first) else {
+                continue;
+            };
+            let gets = &chunk[first..end];
+            let id = match self.ids.get(gets) {
+                Some(&id) => id,
+                None if self.ids.len() < Self::MAX_RUNS => {
+                    let id = self.ids.len() as u32;
+                    self.ids.insert(gets.into(), id);
+                    id
+                }
+                None => continue,
+            };
+            runs.push(GetRun {
+                at: self.offset + first as u64,
+                len: gets.len() as u32,
+                id,
+            });
+        }
+        self.offset += chunk.len() as u64;
+        runs
+    }
+}
+
+/// The parser's end of a [`GetRunFinder`]: runs in stream order, added as
+/// their chunks arrive, dropped as the parser passes them.
+#[derive(Default)]
+pub struct GetRunHints {
+    runs: RefCell<std::collections::VecDeque<GetRun>>,
+    taken: std::cell::Cell<u64>,
+}
+
+impl GetRunHints {
+    pub fn add(&self, runs: Vec<GetRun>) {
+        self.runs.borrow_mut().extend(runs);
+    }
+
+    /// How many runs the parser has asked for and found.
+    pub fn taken(&self) -> u64 {
+        self.taken.get()
+    }
+
+    /// The run whose gets start at `at`, if one was found there.
+    #[inline]
+    fn run_at(&self, at: u64) -> Option<GetRun> {
+        let mut runs = self.runs.borrow_mut();
+        while let Some(run) = runs.front() {
+            if run.at >= at {
+                let found = run.at == at;
+                self.taken.set(self.taken.get() + u64::from(found));
+                return found.then_some(*run);
+            }
+            runs.pop_front();
+        }
+        None
     }
 }
 
@@ -757,10 +953,10 @@ struct RecordScan {
 #[allow(clippy::too_many_arguments)]
 fn scan_record<'b: 'x, 'm: 'x, 'x>(
     buf: &'b [u8],
+    at: u64,
     memo: &'m Memo,
     hook: &mut dyn Hook,
-    handles: &mut Vec<u32>,
-    lists_seen: &mut HandleListCache,
+    tracebacks: &mut TracebackLists,
     nested_ok: bool,
     items: &mut Slots<Item<'x>, MAX_RECORD_ITEMS>,
     pending: &mut Slots<Pending<'b>, MAX_RECORD_ITEMS>,
@@ -841,38 +1037,8 @@ fn scan_record<'b: 'x, 'm: 'x, 'x>(
                 if !nested_ok || buf.get(i) != Some(&op::MARK) {
                     return None;
                 }
-                i += 1;
-                let first = i;
-                loop {
-                    match *buf.get(i)? {
-                        op::BINGET => i += 2,
-                        op::LONG_BINGET => i += 5,
-                        op::APPENDS if i > first => break,
-                        _ => return None,
-                    }
-                }
-                let gets = &buf[first..i];
-                i += 1;
-                let h = match lists_seen.answers.get(gets) {
-                    Some(&h) => h,
-                    None => {
-                        handles.clear();
-                        let mut j = 0;
-                        while j < gets.len() {
-                            let code = gets[j];
-                            j += 1;
-                            match memo.get(index(gets, &mut j, code)?)? {
-                                Value::Handle(h) => handles.push(*h),
-                                _ => return None,
-                            }
-                        }
-                        let Ok(Some(Value::Handle(h))) = hook.on_handle_list(handles) else {
-                            return None;
-                        };
-                        lists_seen.insert(gets, h);
-                        h
-                    }
-                };
+                let (end, h) = tracebacks.lower(buf, i + 1, at, memo, hook)?;
+                i = end + 1;
                 if memoized {
                     pending.push(Pending::Handle(h))?;
                 }
@@ -982,7 +1148,7 @@ struct Parser<'a, R> {
     work: Vec<Value>,
     /// Scratch for [`Parser::handle_run`].
     handles: Vec<u32>,
-    lists_seen: HandleListCache,
+    tracebacks: TracebackLists,
     /// Whether the hook wants [`Hook::on_record`].
     records: bool,
 }
@@ -990,7 +1156,12 @@ struct Parser<'a, R> {
 type PResult<T> = Result<T, PickleError>;
 
 impl<'a, R: BufRead> Parser<'a, R> {
-    fn new(rd: R, limits: &'a Limits, hook: &'a mut dyn Hook) -> Self {
+    fn new(
+        rd: R,
+        limits: &'a Limits,
+        hook: &'a mut dyn Hook,
+        hints: Option<Rc<GetRunHints>>,
+    ) -> Self {
         let records = hook.wants_records();
         Parser {
             records,
@@ -1011,7 +1182,10 @@ impl<'a, R: BufRead> Parser<'a, R> {
             memo: Memo::default(),
             work: Vec::new(),
             handles: Vec::new(),
-            lists_seen: HandleListCache::default(),
+            tracebacks: TracebackLists {
+                hints,
+                ..TracebackLists::default()
+            },
         }
     }
 
@@ -1411,15 +1585,15 @@ impl<'a, R: BufRead> Parser<'a, R> {
             None => 0,
         };
         let nested_ok = self.marks.len() + 1 < self.limits.max_depth;
-        self.lists_seen.sync(&self.memo);
+        self.tracebacks.sync(&self.memo);
         let mut items = Slots::new();
         let mut pending = Slots::new();
         let Some(scan) = scan_record(
             &self.buf[self.pos + start..self.end],
+            self.base + (self.pos + start) as u64,
             &self.memo,
             &mut *self.hook,
-            &mut self.handles,
-            &mut self.lists_seen,
+            &mut self.tracebacks,
             nested_ok,
             &mut items,
             &mut pending,
@@ -2083,6 +2257,43 @@ mod tests {
     use super::*;
     use std::io::{BufReader, Read};
     use std::rc::Weak;
+
+    #[test]
+    fn get_run_finder_names_equal_runs_alike_within_chunks() {
+        let open = [op::EMPTY_LIST, op::MEMOIZE, op::MARK];
+        let run_a = [op::BINGET, 1, op::LONG_BINGET, 2, 0, 0, 0];
+        let run_b = [op::BINGET, 3];
+        let mut one = Vec::new();
+        for part in [&open[..], &run_a, &[op::APPENDS]] {
+            one.extend_from_slice(part);
+        }
+        // Not runs: a value that is no memo get, and no gets at all.
+        one.extend_from_slice(&open);
+        one.extend_from_slice(&[op::NONE, op::APPENDS]);
+        one.extend_from_slice(&open);
+        one.push(op::APPENDS);
+        for part in [&open[..], &run_b, &[op::APPENDS]] {
+            one.extend_from_slice(part);
+        }
+        let b_at = one.len() as u64 - 3;
+        // A run cut by the end of the chunk is found in neither chunk.
+        one.extend_from_slice(&open);
+        one.extend_from_slice(&run_a[..3]);
+        let mut two = run_a[3..].to_vec();
+        two.push(op::APPENDS);
+        let a_again = one.len() + two.len() + 3;
+        for part in [&open[..], &run_a, &[op::APPENDS]] {
+            two.extend_from_slice(part);
+        }
+        let mut finder = GetRunFinder::default();
+        let run = |at: u64, len: usize, id: u32| GetRun {
+            at,
+            len: len as u32,
+            id,
+        };
+        assert_eq!(finder.find(&one), [run(3, 7, 0), run(b_at, 2, 1)]);
+        assert_eq!(finder.find(&two), [run(a_again as u64, 7, 0)]);
+    }
 
     // `pickle.dumps(OBJ, protocol=N)` from CPython 3.11, where
     // s = [1, 'x']; OBJ = {'a': [1, 2.5, None, True, False, 'héllo ☃', (1, 2), (), (7,),

@@ -24,8 +24,18 @@ use crate::model::{
 
 /// Reads a pickled snapshot from a stream.
 pub fn parse_pickle<R: BufRead>(reader: R, limits: &Limits) -> Result<Trace> {
+    parse_pickle_hinted(reader, limits, None)
+}
+
+/// [`parse_pickle`] with hints found ahead in the same bytes (see
+/// [`pickle::unpickle_hinted`]).
+pub fn parse_pickle_hinted<R: BufRead>(
+    reader: R,
+    limits: &Limits,
+    hints: Option<std::rc::Rc<pickle::GetRunHints>>,
+) -> Result<Trace> {
     let mut lowering = EntryLowering::default();
-    let root = pickle::unpickle(reader, limits, &mut lowering)?;
+    let root = pickle::unpickle_hinted(reader, limits, &mut lowering, hints)?;
     build_trace(&root, lowering)
 }
 
@@ -815,7 +825,7 @@ mod sharing_tests {
 }
 
 #[cfg(test)]
-mod record_tests {
+pub(crate) mod record_tests {
     use super::*;
     use crate::test_support::{corpus_dir, read_maybe_gz};
 
@@ -873,12 +883,13 @@ mod record_tests {
         both_ways(sharing_tests::SHARED_FRAMES, "shared frames");
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let mut seen = 0;
-        for path in glob::glob(&format!("{}/sample_traces/*.pickle.gz", root.display())).unwrap() {
-            let path = path.unwrap();
+        let shared = root.join("tests/data/synthetic_shared_frames.pickle.gz");
+        let samples = glob::glob(&format!("{}/sample_traces/*.pickle.gz", root.display())).unwrap();
+        for path in samples.map(|p| p.unwrap()).chain([shared]) {
             both_ways(&read_maybe_gz(&path), &path.display().to_string());
             seen += 1;
         }
-        assert!(seen > 0);
+        assert!(seen > 1);
         if let Some(dir) = corpus_dir() {
             let pattern = format!("{}/**/*.pickle", dir.display());
             for path in glob::glob(&pattern).unwrap() {
@@ -922,7 +933,7 @@ mod record_tests {
     /// frame dict): `pickle.loads` gives frames a.py, b.py for addr 32 and
     /// c.py, b.py for addr 64. (Hand-assembled; `pickle.dump` never reuses a
     /// slot, but a crafted file may.)
-    const OVERWRITTEN_FRAME: &[u8] = &[
+    pub(crate) const OVERWRITTEN_FRAME: &[u8] = &[
         128, 4, 125, 148, 40, 140, 8, 115, 101, 103, 109, 101, 110, 116, 115, 148, 93, 148, 140,
         13, 100, 101, 118, 105, 99, 101, 95, 116, 114, 97, 99, 101, 115, 148, 93, 148, 40, 93, 148,
         40, 125, 148, 40, 140, 6, 97, 99, 116, 105, 111, 110, 148, 140, 5, 97, 108, 108, 111, 99,
@@ -960,6 +971,20 @@ mod record_tests {
         assert_eq!(files(32), ["a.py", "b.py"]);
         assert_eq!(files(48), ["c.py"]);
         assert_eq!(files(64), ["c.py", "b.py"]);
+    }
+
+    /// The parser takes the answers of hinted runs (a sample trace's
+    /// tracebacks repeat), and they are the answers it would have found.
+    #[test]
+    fn hinted_tracebacks_are_taken_and_lowered_alike() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let bytes = read_maybe_gz(&root.join("tests/data/synthetic_shared_frames.pickle.gz"));
+        let hints = std::rc::Rc::new(pickle::GetRunHints::default());
+        hints.add(pickle::GetRunFinder::default().find(&bytes));
+        let hinted = parse_pickle_hinted(&bytes[..], &Limits::default(), Some(hints.clone()));
+        let plain = parse_pickle(&bytes[..], &Limits::default());
+        assert_eq!(format!("{hinted:?}"), format!("{plain:?}"));
+        assert!(hints.taken() > 100, "{} runs taken", hints.taken());
     }
 
     #[test]
