@@ -131,6 +131,13 @@ impl Walk {
 /// allocation, except the baseline ones, which all start at 0. Ends are
 /// sorted by [`ends_by_position`].
 fn category_changes(replay: &Replay, classes: &[Classification]) -> (Vec<Change>, Vec<Change>) {
+    rayon::join(
+        || starts_by_position(replay, classes),
+        || ends_by_position(replay, classes),
+    )
+}
+
+fn starts_by_position(replay: &Replay, classes: &[Classification]) -> Vec<Change> {
     let pairs = || replay.intervals.iter().zip(classes);
     let mut starts = Vec::with_capacity(replay.intervals.len());
     starts.extend(
@@ -147,7 +154,7 @@ fn category_changes(replay: &Replay, classes: &[Classification]) -> (Vec<Change>
         // Not from `timeline::replay` (hand-built timelines in tests).
         starts.sort_by_key(|s| s.0);
     }
-    (starts, ends_by_position(replay, classes))
+    starts
 }
 
 /// The ends of intervals that end before the last position, sorted by
@@ -188,8 +195,12 @@ pub fn replay_and_classify(
     device: &DeviceTrace,
     user_rules: &[UserRule],
 ) -> DeviceTimeline {
-    let replay = timeline::replay(device);
-    let classes = classify::classify(trace, device, &replay, user_rules);
+    // What classification needs of the events is independent of the replay.
+    let (replay, context) = rayon::join(
+        || timeline::replay(device),
+        || classify::Context::new(trace, device),
+    );
+    let classes = classify::classify_in(&context, &replay, user_rules);
     DeviceTimeline::new(replay, classes)
 }
 
@@ -199,14 +210,39 @@ pub fn analyze(
     source: SourceInfo,
     options: &Options,
 ) -> (Report, Vec<DeviceTimeline>) {
+    let timelines = timelines(trace, options);
+    let report = report(trace, source, &timelines, options);
+    (report, timelines)
+}
+
+/// The devices the options select, in order.
+fn selected<'t>(trace: &'t Trace, options: &Options) -> impl Iterator<Item = &'t DeviceTrace> {
+    let wanted = options.device.clone();
+    trace
+        .devices
+        .iter()
+        .filter(move |d| wanted.as_ref().is_none_or(|w| w == &d.device))
+}
+
+/// Replays and classifies each device the options select (the first half
+/// of [`analyze`]; a caller may start on the timelines, e.g. a plan's
+/// demand, while [`report`] runs).
+pub fn timelines(trace: &Trace, options: &Options) -> Vec<DeviceTimeline> {
+    selected(trace, options)
+        .map(|device| replay_and_classify(trace, device, &options.user_rules))
+        .collect()
+}
+
+/// The report on `timelines`, made by [`timelines`] with the same options.
+pub fn report(
+    trace: &Trace,
+    source: SourceInfo,
+    timelines: &[DeviceTimeline],
+    options: &Options,
+) -> Report {
     let mut diagnostics = trace.diagnostics.clone();
     let mut devices = Vec::new();
-    let mut timelines = Vec::new();
-    for device in &trace.devices {
-        if options.device.as_ref().is_some_and(|d| d != &device.device) {
-            continue;
-        }
-        let tl = replay_and_classify(trace, device, &options.user_rules);
+    for (device, tl) in selected(trace, options).zip(timelines) {
         for d in &tl.replay.diagnostics {
             let mut d = d.clone();
             if trace.devices.len() > 1 {
@@ -214,8 +250,7 @@ pub fn analyze(
             }
             diagnostics.push(d);
         }
-        devices.push(device_report(trace, device, &tl, options));
-        timelines.push(tl);
+        devices.push(device_report(trace, device, tl, options));
     }
     if let Some(wanted) = &options.device {
         if devices.is_empty() {
@@ -249,14 +284,13 @@ pub fn analyze(
     }
     diagnostics.sort();
     diagnostics.dedup();
-    let report = Report {
+    Report {
         schema_version: SCHEMA_VERSION,
         tool: Tool::default(),
         source,
         devices,
         diagnostics,
-    };
-    (report, timelines)
+    }
 }
 
 /// The rule name of memory a Chrome trace's totals show but no event names.

@@ -230,8 +230,9 @@ impl UserRule {
     }
 }
 
-/// Everything the rules read, computed once per device.
-struct Context<'a> {
+/// Everything the rules read besides the intervals, computed once per
+/// device from its events alone (so it can be made while the replay runs).
+pub struct Context<'a> {
     sites: &'a Sites,
     facts: Vec<SiteFacts>,
     /// Phase at each position (after the latest allocation event).
@@ -253,19 +254,33 @@ pub fn classify(
     replay: &Replay,
     user_rules: &[UserRule],
 ) -> Vec<Classification> {
-    let ctx = Context::new(trace, device, replay);
+    classify_in(&Context::new(trace, device), replay, user_rules)
+}
+
+/// [`classify`] with the device's [`Context`] made already.
+pub fn classify_in(
+    ctx: &Context<'_>,
+    replay: &Replay,
+    user_rules: &[UserRule],
+) -> Vec<Classification> {
+    assert_eq!(
+        ctx.positions,
+        replay.positions(),
+        "context of another device"
+    );
     replay
         .intervals
         .par_iter()
-        .map(|interval| classify_one(&ctx, interval, user_rules))
+        .map(|interval| classify_one(ctx, interval, user_rules))
         .collect()
 }
 
 impl<'a> Context<'a> {
-    fn new(trace: &'a Trace, device: &DeviceTrace, replay: &Replay) -> Context<'a> {
+    pub fn new(trace: &'a Trace, device: &DeviceTrace) -> Context<'a> {
         let sites = &trace.sites;
         let facts = all_site_facts(sites);
-        let positions = replay.positions();
+        // As `Replay::positions`: the start, then after each event.
+        let positions = device.events.len() as u32 + 1;
         let mut phase_at = Vec::with_capacity(positions as usize);
         let mut allocs_before = Vec::with_capacity(positions as usize);
         let mut phase = Phase::Unknown;

@@ -44,8 +44,18 @@ pub fn analyze_trace(
     source: report::SourceInfo,
     options: &AnalyzeOptions,
 ) -> report::Report {
-    let (mut report, timelines) = analysis::analyze(trace, source, &options.analysis);
-    plan::attach_plans(trace, &mut report, &timelines, &options.plan);
+    let timelines = analysis::timelines(trace, &options.analysis);
+    // The planner's demand needs only the timelines: made meanwhile.
+    let (mut report, demands) = rayon::join(
+        || analysis::report(trace, source, &timelines, &options.analysis),
+        || {
+            timelines
+                .iter()
+                .map(plan::Demand::from_timeline)
+                .collect::<Vec<_>>()
+        },
+    );
+    plan::attach_plans_with(trace, &mut report, &demands, &options.plan);
     report
 }
 

@@ -1337,14 +1337,25 @@ pub fn attach_plans(
     timelines: &[DeviceTimeline],
     options: &PlanOptions,
 ) {
-    for (d, tl) in report.devices.iter_mut().zip(timelines) {
+    let demands: Vec<Demand> = timelines.iter().map(Demand::from_timeline).collect();
+    attach_plans_with(trace, report, &demands, options);
+}
+
+/// [`attach_plans`] with each timeline's [`Demand`] made already (in the
+/// order of `report.devices`), e.g. while the report was being made.
+pub fn attach_plans_with(
+    trace: &Trace,
+    report: &mut Report,
+    demands: &[Demand],
+    options: &PlanOptions,
+) {
+    for (d, demand) in report.devices.iter_mut().zip(demands) {
         let Some(budget) = budget_for(d, options) else {
             continue;
         };
         let Some(device) = trace.devices.iter().find(|t| t.device == d.device) else {
             continue;
         };
-        let demand = Demand::from_timeline(tl);
         let describe = |p: usize| match p {
             0 => "start of recording".to_owned(),
             _ => format!(
@@ -1353,7 +1364,7 @@ pub fn attach_plans(
                 crate::analysis::phase_at(trace, device, p as u32)
             ),
         };
-        let mut plan = plan_device(&demand, &budget, options, &describe);
+        let mut plan = plan_device(demand, &budget, options, &describe);
         if let Some(oom) = d.ooms.first() {
             plan.oom_plan = Some(plan_oom(oom, plan.target_bytes, options));
         }

@@ -112,7 +112,23 @@ struct Open {
 }
 
 /// Replays one device (formats.md A11, "Recommended memcut algorithm").
+/// The reserved curve, which needs only the events and the segments, is
+/// walked on another thread meanwhile.
 pub fn replay(device: &DeviceTrace) -> Replay {
+    let (mut replay, (reserved, notes)) = rayon::join(
+        || replay_allocations(device),
+        || {
+            let mut notes = Vec::new();
+            (reserved_curve(device, &mut notes), notes)
+        },
+    );
+    replay.reserved = reserved;
+    replay.diagnostics.extend(notes);
+    replay
+}
+
+/// Everything of [`replay`] but the reserved curve.
+fn replay_allocations(device: &DeviceTrace) -> Replay {
     let n = device.events.len() as u32;
     let end = n + 1;
     let mut intervals: Vec<Interval> = Vec::new();
@@ -334,7 +350,6 @@ pub fn replay(device: &DeviceTrace) -> Replay {
             given: None,
         });
     }
-    let reserved = reserved_curve(device, &mut diagnostics);
     let baseline_bytes = intervals
         .iter()
         .filter(|i| i.origin.is_baseline())
@@ -343,7 +358,7 @@ pub fn replay(device: &DeviceTrace) -> Replay {
         events: n,
         intervals,
         allocated,
-        reserved,
+        reserved: None,
         baseline_bytes,
         diagnostics,
         ooms,
