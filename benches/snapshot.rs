@@ -271,6 +271,15 @@ fn unpickle_replay(c: &mut Criterion) {
             memcut::timeline::replay(&trace.devices[0])
         })
     });
+    // As `memcut analyze FILE` reads: chunks read (and tracebacks' runs of
+    // memo gets found) on a second thread ahead of the parser.
+    g.bench_function("read ahead+replay", |b| {
+        b.iter(|| {
+            let trace = memcut::input::read_trace_ahead(black_box(&bytes[..]), &Limits::default())
+                .expect("the synthetic snapshot parses");
+            memcut::timeline::replay(&trace.devices[0])
+        })
+    });
     g.finish();
 }
 
