@@ -725,6 +725,8 @@ enum Lowered {
 #[derive(Default)]
 struct TracebackLists {
     by_bytes: FxHashMap<Box<[u8]>, u32>,
+    /// Bytes of the keys of `by_bytes`.
+    key_bytes: usize,
     /// Runs found ahead, and answers by run id with their generation.
     hints: Option<Rc<GetRunHints>>,
     by_run: Vec<(u32, u64)>,
@@ -733,16 +735,23 @@ struct TracebackLists {
 }
 
 impl TracebackLists {
-    /// Past this many distinct lists (a file whose tracebacks never repeat)
-    /// the answers by bytes start over rather than grow with the file.
+    /// Past this many distinct lists, or bytes of them (a file whose
+    /// tracebacks never repeat), the answers by bytes start over rather
+    /// than grow with the file.
     const MAX_LISTS: usize = 1 << 16;
+    const MAX_KEY_BYTES: usize = 16 << 20;
 
     /// Drops the answers if the memo's handles changed since they were made.
     fn sync(&mut self, memo: &Memo) {
         if self.generation != memo.handles_changed {
-            self.by_bytes.clear();
+            self.forget_bytes();
             self.generation = memo.handles_changed;
         }
+    }
+
+    fn forget_bytes(&mut self) {
+        self.by_bytes.clear();
+        self.key_bytes = 0;
     }
 
     /// Lowers the memo gets at `buf[first..]` up to an `APPENDS` (`at` is
@@ -785,9 +794,10 @@ impl TracebackLists {
             return Some((end, h));
         }
         let h = self.resolve(gets, memo, hook)?;
-        if self.by_bytes.len() >= Self::MAX_LISTS {
-            self.by_bytes.clear();
+        if self.by_bytes.len() >= Self::MAX_LISTS || self.key_bytes >= Self::MAX_KEY_BYTES {
+            self.forget_bytes();
         }
+        self.key_bytes += gets.len();
         self.by_bytes.insert(gets.into(), h);
         Some((end, h))
     }
@@ -850,6 +860,8 @@ pub struct GetRun {
 /// for an offset the parser never asks about.
 pub struct GetRunFinder {
     ids: FxHashMap<Box<[u8]>, u32>,
+    /// Bytes of the keys of `ids`.
+    id_bytes: usize,
     opening: memchr::memmem::Finder<'static>,
     offset: u64,
 }
@@ -858,6 +870,7 @@ impl Default for GetRunFinder {
     fn default() -> Self {
         GetRunFinder {
             ids: FxHashMap::default(),
+            id_bytes: 0,
             opening: memchr::memmem::Finder::new(&[op::EMPTY_LIST, op::MEMOIZE, op::MARK])
                 .into_owned(),
             offset: 0,
@@ -866,8 +879,11 @@ impl Default for GetRunFinder {
 }
 
 impl GetRunFinder {
-    /// Distinct runs named; later new ones get no hint (ids are never reused).
+    /// Distinct runs named, and bytes of them; past either, new runs get no
+    /// hint (ids are never reused), so the finder's memory stays bounded
+    /// whatever the file.
     const MAX_RUNS: usize = 1 << 16;
+    const MAX_RUN_BYTES: usize = 16 << 20;
 
     /// The runs wholly inside `chunk`, the next bytes of the stream.
     pub fn find(&mut self, chunk: &[u8]) -> Vec<GetRun> {
@@ -880,9 +896,12 @@ impl GetRunFinder {
             let gets = &chunk[first..end];
             let id = match self.ids.get(gets) {
                 Some(&id) => id,
-                None if self.ids.len() < Self::MAX_RUNS => {
+                None if self.ids.len() < Self::MAX_RUNS
+                    && self.id_bytes + gets.len() <= Self::MAX_RUN_BYTES =>
+                {
                     let id = self.ids.len() as u32;
                     self.ids.insert(gets.into(), id);
+                    self.id_bytes += gets.len();
                     id
                 }
                 None => continue,
@@ -2293,6 +2312,35 @@ mod tests {
         };
         assert_eq!(finder.find(&one), [run(3, 7, 0), run(b_at, 2, 1)]);
         assert_eq!(finder.find(&two), [run(a_again as u64, 7, 0)]);
+    }
+
+    #[test]
+    fn get_run_finder_memory_is_bounded() {
+        // Distinct runs of 1000 LONG_BINGETs (5000 bytes), 17 MiB of them.
+        let run = |k: u32| {
+            let mut bytes = vec![op::EMPTY_LIST, op::MEMOIZE, op::MARK];
+            for j in 0..1000u32 {
+                bytes.push(op::LONG_BINGET);
+                bytes.extend_from_slice(&(k * 1000 + j).to_le_bytes());
+            }
+            bytes.push(op::APPENDS);
+            bytes
+        };
+        let count = (17 << 20) / 5000;
+        let chunk: Vec<u8> = (0..count).flat_map(run).collect();
+        let mut finder = GetRunFinder::default();
+        let runs = finder.find(&chunk);
+        assert!(
+            runs.len() < count as usize,
+            "{} of {count} named",
+            runs.len()
+        );
+        assert!(runs.iter().map(|r| r.len as usize).sum::<usize>() <= GetRunFinder::MAX_RUN_BYTES);
+        assert!(finder.id_bytes <= GetRunFinder::MAX_RUN_BYTES);
+        // Runs named before keep their ids.
+        let again = finder.find(&run(0));
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].id, 0);
     }
 
     // `pickle.dumps(OBJ, protocol=N)` from CPython 3.11, where
