@@ -1128,6 +1128,9 @@ macro_rules! push {
     ($p:expr, $v:expr) => {{
         let st = &mut $p.stack;
         if st.len() == st.capacity() {
+            // Checked where the stack grows, not per push: the next opcode
+            // fails (see `Parser::run`), wherever the input's windows end.
+            $p.stack_full |= st.len() >= MAX_STACK;
             st.reserve(st.len().max(64));
         }
         let len = st.len();
@@ -1170,6 +1173,8 @@ struct Parser<'a, R> {
     tracebacks: TracebackLists,
     /// Whether the hook wants [`Hook::on_record`].
     records: bool,
+    /// The stack grew past [`MAX_STACK`] values.
+    stack_full: bool,
 }
 
 type PResult<T> = Result<T, PickleError>;
@@ -1184,6 +1189,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
         let records = hook.wants_records();
         Parser {
             records,
+            stack_full: false,
             rd,
             buf: vec![0; INITIAL_BUF],
             pos: 0,
@@ -1227,14 +1233,15 @@ impl<'a, R: BufRead> Parser<'a, R> {
 
     #[cold]
     #[inline(never)]
+    fn stack_full_error<T>(&self) -> PResult<T> {
+        self.err(format!(
+            "more than {MAX_STACK} values on the pickle stack (e.g. millions of nested lists); not a memory snapshot"
+        ))
+    }
+
+    #[cold]
+    #[inline(never)]
     fn fill(&mut self, n: usize) -> PResult<()> {
-        // Checked once per buffer window rather than per push: the stack can
-        // overshoot by at most one window of one-byte opcodes.
-        if self.stack.len() > MAX_STACK {
-            return self.err(format!(
-                "more than {MAX_STACK} values on the pickle stack (e.g. millions of nested lists); not a memory snapshot"
-            ));
-        }
         if self.pos > 0 {
             self.buf.copy_within(self.pos..self.end, 0);
             self.base += self.pos as u64;
@@ -1814,6 +1821,10 @@ impl<'a, R: BufRead> Parser<'a, R> {
 
     fn run(&mut self) -> PResult<Value> {
         loop {
+            if self.stack_full {
+                // At the opcode that pushed past the limit.
+                return self.stack_full_error();
+            }
             self.ensure(1)?;
             self.op_off = self.base + self.pos as u64;
             let code = self.buf[self.pos];
@@ -2081,7 +2092,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
                             self.tag_dict(top + 1, idx);
                         }
                     }
-                    self.stack.push(v);
+                    push!(self, v);
                 }
                 other => {
                     let hex = other;
@@ -3340,6 +3351,26 @@ mod tests {
             .unwrap()
             .join()
             .unwrap();
+    }
+
+    /// The stack limit fires at the opcode that pushes past it, whatever
+    /// pieces the input arrives in (it used to be checked once per buffer
+    /// window, so where it fired depended on the reader).
+    #[test]
+    fn stack_limit_fires_at_the_same_byte_however_the_input_arrives() {
+        const N: usize = MAX_STACK + 100;
+        let mut b = vec![op::PROTO, 2];
+        b.resize(2 + N, op::EMPTY_LIST);
+        b.resize(2 + 2 * N - 1, op::APPEND);
+        b.push(op::STOP);
+        let want = format!(
+            "bad pickle at byte {}: more than {MAX_STACK} values on the pickle stack (e.g. millions of nested lists); not a memory snapshot",
+            2 + MAX_STACK
+        );
+        assert_eq!(fail(&b).to_string(), want);
+        for n in [1000, 65536, 1 << 20] {
+            assert_eq!(trickle(&b, n).unwrap_err().to_string(), want, "pieces of {n}");
+        }
     }
 
     #[test]
