@@ -84,7 +84,6 @@ fn read_trace_ahead_in<R: Read + Send>(
 ) -> Result<Trace> {
     /// How many chunks may wait: 4 MiB in flight at most.
     const AHEAD: usize = 3;
-    let (limit, ratio) = (limits.max_inflated_bytes, limits.max_inflate_ratio);
     std::thread::scope(|scope| {
         let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<std::io::Result<Chunk>>(AHEAD);
         let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<u8>>();
@@ -103,17 +102,9 @@ fn read_trace_ahead_in<R: Read + Send>(
             if gzip {
                 let source = std::io::Cursor::new(first).chain(reader);
                 let mut compressed = BufReader::with_capacity(1 << 16, source);
-                let mut inflated = LimitedReader {
-                    inner: MultiGzDecoder::new(Counting {
-                        inner: &mut compressed,
-                        consumed: 0,
-                    }),
-                    inflated: 0,
-                    limit,
-                    ratio,
-                    failure: Rc::new(Cell::new(None)),
-                };
-                pump.pump(&mut inflated);
+                // Its errors reach the parser through the chunks.
+                let failure = Rc::new(Cell::new(None));
+                pump.pump(&mut LimitedReader::new(&mut compressed, limits, failure));
             } else if pump.send_read(first, result) {
                 pump.pump(&mut reader);
             }
@@ -288,16 +279,7 @@ fn read_sniffed(
             return Err(Error::UnknownFormat("gzip nested more than twice".into()));
         }
         let failure = Rc::new(Cell::new(None));
-        let inflated = LimitedReader {
-            inner: MultiGzDecoder::new(Counting {
-                inner: reader,
-                consumed: 0,
-            }),
-            inflated: 0,
-            limit: limits.max_inflated_bytes,
-            ratio: limits.max_inflate_ratio,
-            failure: Rc::clone(&failure),
-        };
+        let inflated = LimitedReader::new(reader, limits, Rc::clone(&failure));
         let mut inner = BufReader::with_capacity(1 << 16, inflated);
         return read_sniffed(&mut inner, limits, depth + 1, None)
             .map_err(|e| stream_error(failure.take(), e));
@@ -457,7 +439,26 @@ struct LimitedReader<'a> {
     failure: Rc<Cell<Option<std::io::Error>>>,
 }
 
-impl LimitedReader<'_> {
+impl<'a> LimitedReader<'a> {
+    /// Inflates `compressed` within `limits`; the first error of the
+    /// stream is also kept in `failure`.
+    fn new(
+        compressed: &'a mut dyn BufRead,
+        limits: &Limits,
+        failure: Rc<Cell<Option<std::io::Error>>>,
+    ) -> Self {
+        LimitedReader {
+            inner: MultiGzDecoder::new(Counting {
+                inner: compressed,
+                consumed: 0,
+            }),
+            inflated: 0,
+            limit: limits.max_inflated_bytes,
+            ratio: limits.max_inflate_ratio,
+            failure,
+        }
+    }
+
     fn bomb(&self, why: String) -> std::io::Error {
         std::io::Error::new(
             std::io::ErrorKind::FileTooLarge,

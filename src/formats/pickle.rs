@@ -3369,7 +3369,11 @@ mod tests {
         );
         assert_eq!(fail(&b).to_string(), want);
         for n in [1000, 65536, 1 << 20] {
-            assert_eq!(trickle(&b, n).unwrap_err().to_string(), want, "pieces of {n}");
+            assert_eq!(
+                trickle(&b, n).unwrap_err().to_string(),
+                want,
+                "pieces of {n}"
+            );
         }
     }
 
