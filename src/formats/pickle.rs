@@ -1999,19 +1999,21 @@ impl<'a, R: BufRead> Parser<'a, R> {
                         None if self.handle_items(k - 1, k)? => continue,
                         None => self.dict_at(k - 1, "SETITEMS")?,
                     };
-                    let mut d = dict.borrow_mut();
-                    if d.is_empty() {
+                    // Not borrowed while the hook runs: the items may hold
+                    // the dict itself (through the memo), and the hook reads
+                    // them.
+                    if dict.borrow().is_empty() {
                         match self.hook.on_dict_items(&self.stack[k..]) {
                             Ok(None) => {}
                             Ok(Some(pair)) => {
-                                d.push(pair);
+                                dict.borrow_mut().push(pair);
                                 dismantle_all(self.stack.drain(k..), &mut self.work);
                                 continue;
                             }
                             Err(m) => return self.err(m),
                         }
                     }
-                    d.extend(pairs(&mut self.stack[k..]));
+                    dict.borrow_mut().extend(pairs(&mut self.stack[k..]));
                     self.stack.truncate(k);
                 }
                 op::SETITEM => {

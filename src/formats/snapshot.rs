@@ -987,6 +987,24 @@ pub(crate) mod record_tests {
         assert!(hints.taken() > 100, "{} runs taken", hints.taken());
     }
 
+    /// A trace entry whose frames list holds the entry itself (through the
+    /// memo), set by SETITEMS: `pickle.loads` gives `e['frames'][0] is e`.
+    /// (Found by the fuzzer: the dict was borrowed while the hook read it.)
+    const SELF_FRAMED_ENTRY: &[u8] = &[
+        128, 4, 125, 148, 40, 140, 13, 100, 101, 118, 105, 99, 101, 95, 116, 114, 97, 99, 101, 115,
+        148, 93, 148, 40, 93, 148, 40, 125, 148, 40, 140, 6, 97, 99, 116, 105, 111, 110, 148, 140,
+        5, 97, 108, 108, 111, 99, 148, 140, 4, 97, 100, 100, 114, 148, 75, 16, 140, 4, 115, 105,
+        122, 101, 148, 75, 32, 140, 6, 102, 114, 97, 109, 101, 115, 148, 93, 148, 104, 4, 97, 117,
+        101, 101, 117, 46,
+    ];
+
+    #[test]
+    fn an_entry_in_its_own_frames_is_no_panic() {
+        both_ways(SELF_FRAMED_ENTRY, "self-framed entry");
+        let trace = parse_pickle(SELF_FRAMED_ENTRY, &Limits::default()).unwrap();
+        assert_eq!(trace.devices[0].events[0].size, 32);
+    }
+
     #[test]
     fn truncated_records_fail_alike() {
         let bytes = sharing_tests::SHARED_FRAMES;
