@@ -1,5 +1,5 @@
-//! Helpers shared by the unit tests (the integration tests have
-//! `tests/common`).
+//! Helpers shared by the unit tests, and by the integration tests
+//! (`tests/common` compiles this file in).
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +21,7 @@ pub fn corpus_dir() -> Option<PathBuf> {
 }
 
 /// A file's bytes, inflated if they are gzip.
+#[allow(dead_code)] // not every integration test crate reads gzip
 pub fn read_maybe_gz(path: &Path) -> Vec<u8> {
     use std::io::Read;
     let raw = std::fs::read(path).unwrap();

@@ -2,10 +2,9 @@
 //! committed here). Each test skips with a message when the folder is absent.
 
 mod common;
-use common::corpus;
+use common::{corpus, read_maybe_gz};
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use memcut::{AnalyzeOptions, Error};
@@ -100,20 +99,7 @@ fn every_snapshot_pickle_matches_the_python_replay_peak() {
 
 /// Max `Total Allocated` per device, read independently of memcut's reader.
 fn max_total_allocated(path: &Path) -> BTreeMap<String, u64> {
-    let mut raw = Vec::new();
-    std::fs::File::open(path)
-        .unwrap()
-        .read_to_end(&mut raw)
-        .unwrap();
-    let text = if raw.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(&raw[..])
-            .read_to_end(&mut out)
-            .unwrap();
-        out
-    } else {
-        raw
-    };
+    let text = read_maybe_gz(path);
     let json: serde_json::Value = serde_json::from_slice(&text).unwrap();
     let events = json
         .get("traceEvents")

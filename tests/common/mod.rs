@@ -1,20 +1,8 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests: the unit tests' own
+//! (`src/test_support.rs`), compiled in here too rather than written twice.
 
-use std::path::{Path, PathBuf};
+#[path = "../../src/test_support.rs"]
+mod test_support;
 
-/// The real-trace corpus (`$MEMCUT_CORPUS`, else `../shared/corpus`), or
-/// `None` with a message saying the test is skipped.
-pub fn corpus() -> Option<PathBuf> {
-    let dir = std::env::var_os("MEMCUT_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus"));
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "skipping: corpus not found at {} (set MEMCUT_CORPUS)",
-            dir.display()
-        );
-        None
-    }
-}
+#[allow(unused_imports)] // each test crate uses some of them
+pub use test_support::{corpus_dir as corpus, read_maybe_gz};
