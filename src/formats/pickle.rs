@@ -548,7 +548,7 @@ struct Memo {
     count: usize,
     /// Bumped whenever a slot that held a [`Value::Handle`] is overwritten
     /// (never, in a pickle that `pickle.dump` wrote): answers cached by the
-    /// bytes of memo gets ([`HandleListCache`]) hold only while it is unchanged.
+    /// bytes of memo gets ([`TracebackLists`]) hold only while it is unchanged.
     handles_changed: u64,
 }
 
@@ -802,19 +802,14 @@ impl TracebackLists {
         Some((end, h))
     }
 
-    /// Fetches the handles of `gets` (only `BINGET`/`LONG_BINGET`s) from the
-    /// memo and offers them to the hook.
+    /// Fetches the handles of `gets` (only `BINGET`/`LONG_BINGET`s, as
+    /// [`gets_end`] found them) from the memo and offers them to the hook.
     fn resolve(&mut self, gets: &[u8], memo: &Memo, hook: &mut dyn Hook) -> Option<u32> {
         self.handles.clear();
         let mut j = 0;
-        while j < gets.len() {
-            let idx = match gets[j] {
-                op::BINGET => u32::from(*gets.get(j + 1)?),
-                op::LONG_BINGET => u32::from_le_bytes(gets.get(j + 1..j + 5)?.try_into().ok()?),
-                _ => return None,
-            };
-            j += if gets[j] == op::BINGET { 2 } else { 5 };
-            match memo.get(idx)? {
+        while let Some(&code) = gets.get(j) {
+            j += 1;
+            match memo.get(get_index(gets, &mut j, code)?)? {
                 Value::Handle(h) => self.handles.push(*h),
                 _ => return None,
             }
@@ -823,6 +818,21 @@ impl TracebackLists {
             Ok(Some(Value::Handle(h))) => Some(h),
             _ => None,
         }
+    }
+}
+
+/// The memo index of the `BINGET` (else `LONG_BINGET`) whose argument
+/// starts at `buf[*i]`; moves `*i` past it.
+#[inline(always)]
+fn get_index(buf: &[u8], i: &mut usize, code: u8) -> Option<u32> {
+    if code == op::BINGET {
+        let b = *buf.get(*i)?;
+        *i += 1;
+        Some(b as u32)
+    } else {
+        let b = buf.get(*i..*i + 4)?;
+        *i += 4;
+        Some(u32::from_le_bytes(b.try_into().ok()?))
     }
 }
 
@@ -981,18 +991,6 @@ fn scan_record<'b: 'x, 'm: 'x, 'x>(
     pending: &mut Slots<Pending<'b>, MAX_RECORD_ITEMS>,
 ) -> Option<RecordScan> {
     #[inline(always)]
-    fn index(buf: &[u8], i: &mut usize, code: u8) -> Option<u32> {
-        if code == op::BINGET {
-            let b = *buf.get(*i)?;
-            *i += 1;
-            Some(b as u32)
-        } else {
-            let b = buf.get(*i..*i + 4)?;
-            *i += 4;
-            Some(u32::from_le_bytes(b.try_into().ok()?))
-        }
-    }
-    #[inline(always)]
     fn bytes<const N: usize>(buf: &[u8], i: &mut usize) -> Option<[u8; N]> {
         let b = buf.get(*i..*i + N)?;
         *i += N;
@@ -1011,7 +1009,7 @@ fn scan_record<'b: 'x, 'm: 'x, 'x>(
         }
         let key = items.len % 2 == 0;
         let item = match code {
-            op::BINGET | op::LONG_BINGET => match memo.get(index(buf, &mut i, code)?)? {
+            op::BINGET | op::LONG_BINGET => match memo.get(get_index(buf, &mut i, code)?)? {
                 Value::Str(s) => Item::Str(s),
                 _ if key => return None,
                 Value::Int(v) => Item::Int(*v),
@@ -1168,8 +1166,6 @@ struct Parser<'a, R> {
     marks: Vec<usize>,
     memo: Memo,
     work: Vec<Value>,
-    /// Scratch for [`Parser::handle_run`].
-    handles: Vec<u32>,
     tracebacks: TracebackLists,
     /// Whether the hook wants [`Hook::on_record`].
     records: bool,
@@ -1206,7 +1202,6 @@ impl<'a, R: BufRead> Parser<'a, R> {
             marks: Vec::with_capacity(16),
             memo: Memo::default(),
             work: Vec::new(),
-            handles: Vec::new(),
             tracebacks: TracebackLists {
                 hints,
                 ..TracebackLists::default()
@@ -1499,11 +1494,13 @@ impl<'a, R: BufRead> Parser<'a, R> {
 
     /// Called at a `MARK`: if the buffered input continues with memo gets of
     /// handles only, then `APPENDS`, and the stack's top is an empty list,
-    /// offers the handles to [`Hook::on_handle_list`]. When the hook lowers
-    /// them, stores its value in the list, consumes the input through the
-    /// `APPENDS` and returns `true`; otherwise nothing has changed and the
-    /// opcodes run normally. (A traceback of ~40 memoized frames costs one
-    /// scan instead of ~40 pushes, a scan by each hook and a drain.)
+    /// lowers them as a record's traceback is ([`TracebackLists::lower`]).
+    /// When the hook lowers them to a handle, stores it in the list,
+    /// consumes the input through the `APPENDS` and returns `true`;
+    /// otherwise nothing has changed and the opcodes run normally (which
+    /// offer the items to [`Hook::on_list_items`]). (A traceback of ~40
+    /// memoized frames costs one scan instead of ~40 pushes, a scan by each
+    /// hook and a drain.)
     #[inline]
     fn handle_run(&mut self) -> PResult<bool> {
         let list = match self.stack.last() {
@@ -1513,47 +1510,20 @@ impl<'a, R: BufRead> Parser<'a, R> {
         if !list.borrow().is_empty() {
             return Ok(false);
         }
-        let buf = &self.buf[self.pos..self.end];
-        self.handles.clear();
-        let mut i = 0;
-        loop {
-            let idx = match buf.get(i) {
-                Some(&op::BINGET) => match buf.get(i + 1) {
-                    Some(&b) => {
-                        i += 2;
-                        b as u32
-                    }
-                    None => return Ok(false),
-                },
-                Some(&op::LONG_BINGET) => match buf.get(i + 1..i + 5) {
-                    Some(b) => {
-                        i += 5;
-                        u32::from_le_bytes(b.try_into().expect("4 bytes"))
-                    }
-                    None => return Ok(false),
-                },
-                Some(&op::APPENDS) if !self.handles.is_empty() => break,
-                // Anything else, including the end of the buffered input.
-                _ => return Ok(false),
-            };
-            match self.memo.get(idx) {
-                Some(Value::Handle(h)) => self.handles.push(*h),
-                _ => return Ok(false),
-            }
-        }
-        match self.hook.on_handle_list(&self.handles) {
-            Ok(None) => Ok(false),
-            Ok(Some(v)) => {
-                let list = Rc::clone(list);
-                self.lowered(&list, self.stack.len() - 1, v);
-                self.pos += i + 1;
-                Ok(true)
-            }
-            Err(m) => {
-                self.op_off = self.base + (self.pos + i) as u64;
-                self.err(m)
-            }
-        }
+        let list = Rc::clone(list);
+        self.tracebacks.sync(&self.memo);
+        let Some((end, h)) = self.tracebacks.lower(
+            &self.buf[self.pos..self.end],
+            0,
+            self.base + self.pos as u64,
+            &self.memo,
+            &mut *self.hook,
+        ) else {
+            return Ok(false);
+        };
+        self.lowered(&list, self.stack.len() - 1, Value::Handle(h));
+        self.pos += end + 1;
+        Ok(true)
     }
 
     /// Called at a `MARK`: if the stack's top is an empty dict, the hook
