@@ -484,14 +484,20 @@ fn reserved_curve(device: &DeviceTrace, diagnostics: &mut Vec<Diagnostic>) -> Op
     let mut out = vec![0u64; n + 1];
     let mut value = final_reserved;
     let mut went_negative = false;
+    let mut segment_events = false;
     out[n] = value.clamp(0, u64::MAX as i128) as u64;
     for k in (0..n).rev() {
         let e = &device.events[k];
-        match e.action {
-            Action::SegmentAlloc | Action::SegmentMap => value -= e.size as i128,
-            Action::SegmentFree | Action::SegmentUnmap => value += e.size as i128,
-            _ => {}
-        }
+        let delta = match e.action {
+            Action::SegmentAlloc | Action::SegmentMap => -(e.size as i128),
+            Action::SegmentFree | Action::SegmentUnmap => e.size as i128,
+            _ => {
+                out[k] = out[k + 1];
+                continue;
+            }
+        };
+        segment_events = true;
+        value += delta;
         went_negative |= value < 0;
         out[k] = value.clamp(0, u64::MAX as i128) as u64;
     }
@@ -500,12 +506,6 @@ fn reserved_curve(device: &DeviceTrace, diagnostics: &mut Vec<Diagnostic>) -> Op
             "segment events do not add up to the dumped segments (history incomplete): early reserved values are clamped at 0",
         ));
     }
-    let segment_events = device.events.iter().any(|e| {
-        matches!(
-            e.action,
-            Action::SegmentAlloc | Action::SegmentFree | Action::SegmentMap | Action::SegmentUnmap
-        )
-    });
     if n > 0 && !segment_events {
         diagnostics.push(Diagnostic::info(
             "the history has no segment events: reserved memory is known at dump time only and shown flat",

@@ -164,9 +164,7 @@ impl Hook for EntryLowering {
         if handle & TAG_MASK != 0 || handle as usize >= self.events.len() {
             return Ok(false);
         }
-        let mut event = self.events[handle as usize];
-        self.apply_fields(&mut event, items.chunks_exact(2).map(|c| (&c[0], &c[1])));
-        self.events[handle as usize] = event;
+        self.patch_event(handle, items.chunks_exact(2).map(|c| (&c[0], &c[1])));
         Ok(true)
     }
 
@@ -223,9 +221,7 @@ impl EntryLowering {
         if let [(Value::Handle(index), Value::Bool(has_frames)), rest @ ..] = dict {
             if !rest.is_empty() {
                 // More pairs arrived in a later SETITEM(S): they overwrite.
-                let mut event = self.events[*index as usize];
-                let more_frames = self.apply_fields(&mut event, rest.iter().map(|(k, v)| (k, v)));
-                self.events[*index as usize] = event;
+                let more_frames = self.patch_event(*index, rest.iter().map(|(k, v)| (k, v)));
                 self.count_frames(*has_frames || more_frames);
             } else {
                 self.count_frames(*has_frames);
@@ -264,6 +260,20 @@ impl EntryLowering {
             return Ok(None);
         };
         self.push_event(action, pairs()).map(Some)
+    }
+
+    /// Sets fields of the lowered event `index` from pairs that arrived
+    /// after it was lowered (they overwrite); returns whether there were
+    /// `frames`.
+    fn patch_event<'a>(
+        &mut self,
+        index: u32,
+        pairs: impl Iterator<Item = (&'a Value, &'a Value)>,
+    ) -> bool {
+        let mut event = self.events[index as usize];
+        let frames = self.apply_fields(&mut event, pairs);
+        self.events[index as usize] = event;
+        frames
     }
 
     fn count_frames(&mut self, has_frames: bool) {
