@@ -235,11 +235,7 @@ impl BufRead for Chunks {
     fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
         if self.pos == self.current.len() {
             if let Ok(next) = self.full.recv() {
-                let next = next.map_err(|e| {
-                    let copy = std::io::Error::new(e.kind(), e.to_string());
-                    self.failure.set(Some(e));
-                    copy
-                })?;
+                let next = next.map_err(|e| keep_failure(&self.failure, e))?;
                 self.hints.add(next.runs);
                 let used = std::mem::replace(&mut self.current, next.bytes);
                 let _ = self.empty.send(used);
@@ -310,6 +306,14 @@ fn stream_error(failure: Option<std::io::Error>, e: Error) -> Error {
         (Some(io), _) | (None, Error::Io(io)) => gzip_error(io),
         (None, other) => other,
     }
+}
+
+/// Keeps a stream's error in `failure` (for [`stream_error`]) and returns
+/// a copy of it (same kind and message) for the reader's caller.
+fn keep_failure(failure: &Cell<Option<std::io::Error>>, e: std::io::Error) -> std::io::Error {
+    let copy = std::io::Error::new(e.kind(), e.to_string());
+    failure.set(Some(e));
+    copy
 }
 
 /// Turns inflate errors into one-line reasons.
@@ -469,11 +473,8 @@ impl<'a> LimitedReader<'a> {
 
 impl Read for LimitedReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.read_limited(buf).map_err(|e| {
-            let copy = std::io::Error::new(e.kind(), e.to_string());
-            self.failure.set(Some(e));
-            copy
-        })
+        self.read_limited(buf)
+            .map_err(|e| keep_failure(&self.failure, e))
     }
 }
 
