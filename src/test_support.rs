@@ -3,21 +3,21 @@
 
 use std::path::{Path, PathBuf};
 
-/// The real-trace corpus (`$MEMCUT_CORPUS`, else `../shared/corpus`), or
-/// `None` with a message saying the test is skipped.
-pub fn corpus_dir() -> Option<PathBuf> {
+/// The real-trace corpus (`$MEMCUT_CORPUS`, else `../shared/corpus`).
+/// Tests that call this are `#[ignore = "needs ../shared/corpus (or
+/// MEMCUT_CORPUS)"]`: a plain `cargo test` lists them as ignored with that
+/// reason, and CI runs them (`-- --include-ignored`) with `../shared` beside
+/// the checkout, where a missing corpus fails loudly instead of passing.
+pub fn corpus_dir() -> PathBuf {
     let dir = std::env::var_os("MEMCUT_CORPUS")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus"));
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "corpus not found at {} (set MEMCUT_CORPUS); skipping",
-            dir.display()
-        );
-        None
-    }
+    assert!(
+        dir.is_dir(),
+        "corpus not found at {}: put ../shared beside the checkout or set MEMCUT_CORPUS",
+        dir.display()
+    );
+    dir
 }
 
 /// A file's bytes, inflated if they are gzip.

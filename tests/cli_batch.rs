@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 
+mod common;
+
 fn sample(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("sample_traces")
@@ -335,17 +337,9 @@ fn missing_paths_and_empty_globs_are_failed_rows() {
 /// The whole corpus in one command: every file is analysed or skipped with
 /// its reason; nothing fails.
 #[test]
+#[ignore = "needs ../shared/corpus (or MEMCUT_CORPUS)"]
 fn the_corpus_runs_in_one_batch() {
-    let dir = std::env::var_os("MEMCUT_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus"));
-    if !dir.is_dir() {
-        eprintln!(
-            "skipped: corpus not found at {} (set MEMCUT_CORPUS)",
-            dir.display()
-        );
-        return;
-    }
+    let dir = common::corpus();
     let out = tempfile::tempdir().unwrap();
     let summary = out.path().join("s.jsonl");
     let assert = memcut()

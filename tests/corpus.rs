@@ -74,8 +74,9 @@ const PYTHON_PEAKS: &[(&str, u64)] = &[
 ];
 
 #[test]
+#[ignore = "needs ../shared/corpus (or MEMCUT_CORPUS)"]
 fn every_snapshot_pickle_matches_the_python_replay_peak() {
-    let Some(dir) = corpus() else { return };
+    let dir = corpus();
     let found = files(&dir, &|p| p.ends_with(".pickle"));
     assert_eq!(found.len(), PYTHON_PEAKS.len(), "corpus pickles changed");
     for (name, expected) in PYTHON_PEAKS {
@@ -133,8 +134,9 @@ fn max_total_allocated(path: &Path) -> BTreeMap<String, u64> {
 }
 
 #[test]
+#[ignore = "needs ../shared/corpus (or MEMCUT_CORPUS)"]
 fn chrome_traces_with_memory_peak_at_the_allocator_total() {
-    let Some(dir) = corpus() else { return };
+    let dir = corpus();
     let mut with_memory = 0;
     let mut without = 0;
     for path in files(&dir, &|p| p.contains(".json")) {
@@ -169,8 +171,9 @@ fn chrome_traces_with_memory_peak_at_the_allocator_total() {
 }
 
 #[test]
+#[ignore = "needs ../shared/corpus (or MEMCUT_CORPUS)"]
 fn memory_timeline_export_is_categorised() {
-    let Some(dir) = corpus() else { return };
+    let dir = corpus();
     let path = dir.join("hta/tests/data/memory_analysis/memory_timeline.raw.gz");
     let report = memcut::analyze_path(&path, &AnalyzeOptions::new()).unwrap();
     assert_eq!(report.source.format, "memory_timeline");

@@ -900,13 +900,20 @@ pub(crate) mod record_tests {
             seen += 1;
         }
         assert!(seen > 1);
-        if let Some(dir) = corpus_dir() {
-            let pattern = format!("{}/**/*.pickle", dir.display());
-            for path in glob::glob(&pattern).unwrap() {
-                let path = path.unwrap();
-                both_ways(&std::fs::read(&path).unwrap(), &path.display().to_string());
-            }
+    }
+
+    #[test]
+    #[ignore = "needs ../shared/corpus (or MEMCUT_CORPUS)"]
+    fn records_lowered_in_place_match_the_opcode_path_on_corpus_pickles() {
+        let dir = corpus_dir();
+        let pattern = format!("{}/**/*.pickle", dir.display());
+        let mut seen = 0;
+        for path in glob::glob(&pattern).unwrap() {
+            let path = path.unwrap();
+            both_ways(&std::fs::read(&path).unwrap(), &path.display().to_string());
+            seen += 1;
         }
+        assert!(seen > 0, "no pickles in {}", dir.display());
     }
 
     /// `{"device_traces": [[{"action": "alloc", "addr": 16, "size": 32}]]}`,
