@@ -9,10 +9,11 @@
 //!    streaming: operator intervals (`cpu_op`, `python_function`,
 //!    `user_annotation`, legacy `Operator`/`User`), `B`/`E` pairs, and
 //!    `[memory]`/`[OutOfMemory]` instants are kept; the rest is dropped.
-//! 2. **Token repair.** When that fails, a byte scanner rewrites what Kineto is
-//!    known to emit but JSON forbids (bare `NaN`/`inf`/`Infinity`/`N/A`, raw
-//!    control characters in strings, trailing NUL padding) and the fast path is
-//!    retried. Error positions are mapped back to the original bytes.
+//! 2. **Token repair** ([`crate::formats::json_repair`], shared with the
+//!    memory-timeline reader). When that fails, what Kineto is known to emit
+//!    but JSON forbids (bare `NaN`/`inf`/`Infinity`/`N/A`, raw control
+//!    characters in strings, trailing NUL padding) is rewritten and the fast
+//!    path retried. Error positions are those of the original bytes.
 //! 3. **Recovery.** When the buffer still does not parse (truncated file,
 //!    trailing comma, a broken event), a string-aware scanner walks the
 //!    top-level structure and parses every event on its own: complete events are
@@ -31,6 +32,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
+use crate::formats::json_repair::{parse_or_repair, sanitize, JsonErrorAt, Repairs};
 use crate::model::{
     Action, Annotation, DeviceTrace, Diagnostic, Event, Format, Frame, ReportedTotals, Sites, Trace,
 };
@@ -46,23 +48,14 @@ const MAX_BROKEN_EVENTS: usize = 10_000;
 /// Returns [`Error::NoMemoryEvents`] when the trace holds no `[memory]` or
 /// `[OutOfMemory]` event and [`Error::Json`] when nothing usable can be read.
 pub fn parse_chrome_trace(bytes: &[u8]) -> Result<Trace> {
-    let mut diagnostics = Vec::new();
-    let (first_err, at_eof) = match parse_strict(bytes) {
-        Ok(col) => return build_trace(col, diagnostics),
-        Err(e) => (
-            JsonErrorAt::new(&e, bytes, 0),
-            e.classify() == serde_json::error::Category::Eof,
-        ),
+    let unparsed = match parse_or_repair(bytes, |buf, repairs| {
+        parse_strict(buf).map(|col| build_trace(col, repairs.diagnostics()))
+    }) {
+        Ok(built) => return built,
+        Err(unparsed) => unparsed,
     };
-    // A file cut short stays cut short after token repair: go straight to
-    // recovery, which repairs events one at a time.
-    let clean = if at_eof { None } else { Some(sanitize(bytes)) };
-    if let Some(clean) = clean.filter(|c| c.changed()) {
-        if let Ok(col) = parse_strict(&clean.bytes) {
-            diagnostics.extend(clean.diagnostics());
-            return build_trace(col, diagnostics);
-        }
-    }
+    let first_err = unparsed.error;
+    let mut diagnostics = Vec::new();
     // Recovery works on the original bytes and repairs events one at a time,
     // so an unescaped quote cannot invert the string state of the whole file.
     let col = recover(bytes, &first_err, &mut diagnostics)?;
@@ -80,201 +73,6 @@ pub fn parse_chrome_trace(bytes: &[u8]) -> Result<Trace> {
         ))),
         other => other,
     }
-}
-
-// ---------------------------------------------------------------------------
-// Lenient pre-pass
-// ---------------------------------------------------------------------------
-
-/// Output of [`sanitize`]: the input, rewritten only where needed.
-pub(crate) struct Sanitized<'a> {
-    pub(crate) bytes: Cow<'a, [u8]>,
-    /// Bare non-JSON tokens (`NaN`, `Infinity`, `N/A`, …) replaced by `null`.
-    pub(crate) tokens: usize,
-    /// Raw control characters inside strings that were escaped.
-    pub(crate) control_chars: usize,
-    /// Trailing NUL bytes dropped.
-    pub(crate) nul_padding: usize,
-}
-
-impl Sanitized<'_> {
-    pub(crate) fn changed(&self) -> bool {
-        matches!(self.bytes, Cow::Owned(_))
-    }
-
-    pub(crate) fn diagnostics(&self) -> Vec<Diagnostic> {
-        repair_diagnostics(self.tokens, self.control_chars, self.nul_padding)
-    }
-}
-
-fn repair_diagnostics(tokens: usize, control_chars: usize, nul_padding: usize) -> Vec<Diagnostic> {
-    let mut out = Vec::new();
-    if tokens > 0 {
-        out.push(Diagnostic::info(format!(
-            "replaced {tokens} non-JSON number token(s) (NaN/Infinity/N/A) with null"
-        )));
-    }
-    if control_chars > 0 {
-        out.push(Diagnostic::info(format!(
-            "escaped {control_chars} raw control character(s) inside strings"
-        )));
-    }
-    if nul_padding > 0 {
-        out.push(Diagnostic::info(format!(
-            "ignored {nul_padding} trailing NUL byte(s)"
-        )));
-    }
-    out
-}
-
-/// Bytes that end a plain run inside a string: quote, backslash, control chars.
-const STRING_STOP: [bool; 256] = {
-    let mut t = [false; 256];
-    let mut i = 0;
-    while i < 0x20 {
-        t[i] = true;
-        i += 1;
-    }
-    t[b'"' as usize] = true;
-    t[b'\\' as usize] = true;
-    t
-};
-
-fn is_bad_token(tok: &[u8]) -> bool {
-    let body = match tok.first() {
-        Some(b'-' | b'+') => &tok[1..],
-        _ => tok,
-    };
-    ["nan", "inf", "infinity", "n/a", "undefined"]
-        .iter()
-        .any(|w| body.eq_ignore_ascii_case(w.as_bytes()))
-}
-
-/// Rewrites bare `NaN`/`nan`/`Infinity`/`-Infinity`/`inf`/`N/A` tokens outside
-/// strings into `null`, escapes raw control characters inside strings and drops
-/// trailing NUL padding. Copies only when something must change.
-///
-/// Offsets in the output differ from the input after an edit: report error
-/// positions from a parse of the original bytes.
-pub(crate) fn sanitize(input: &[u8]) -> Sanitized<'_> {
-    let mut end = input.len();
-    while end > 0 && matches!(input[end - 1], 0 | b' ' | b'\t' | b'\r' | b'\n') {
-        end -= 1;
-    }
-    let nul_padding = input[end..].iter().filter(|&&b| b == 0).count();
-    let src = if nul_padding > 0 {
-        &input[..end]
-    } else {
-        input
-    };
-
-    let n = src.len();
-    let mut out: Option<Vec<u8>> = None;
-    let mut copied = 0usize;
-    let (mut tokens, mut control_chars) = (0usize, 0usize);
-    let mut in_str = false;
-    let mut i = 0usize;
-    while i < n {
-        let c = src[i];
-        if in_str {
-            if !STRING_STOP[c as usize] {
-                i += 1;
-                continue;
-            }
-            match c {
-                b'"' => {
-                    in_str = false;
-                    i += 1;
-                }
-                b'\\' => i += 2,
-                _ => {
-                    let o = out.get_or_insert_with(|| Vec::with_capacity(n + 64));
-                    o.extend_from_slice(&src[copied..i]);
-                    match c {
-                        b'\n' => o.extend_from_slice(b"\\n"),
-                        b'\r' => o.extend_from_slice(b"\\r"),
-                        b'\t' => o.extend_from_slice(b"\\t"),
-                        _ => o.extend_from_slice(format!("\\u{c:04x}").as_bytes()),
-                    }
-                    copied = i + 1;
-                    control_chars += 1;
-                    i += 1;
-                }
-            }
-        } else {
-            match c {
-                b'"' => {
-                    in_str = true;
-                    i += 1;
-                }
-                b'a'..=b'z' | b'A'..=b'Z' | b'-' | b'+' => {
-                    let mut j = i + 1;
-                    while j < n && (src[j].is_ascii_alphanumeric() || src[j] == b'/') {
-                        j += 1;
-                    }
-                    if is_bad_token(&src[i..j]) {
-                        let o = out.get_or_insert_with(|| Vec::with_capacity(n + 64));
-                        o.extend_from_slice(&src[copied..i]);
-                        o.extend_from_slice(b"null");
-                        copied = j;
-                        tokens += 1;
-                    }
-                    i = j;
-                }
-                _ => i += 1,
-            }
-        }
-    }
-    let bytes = match out {
-        Some(mut o) => {
-            o.extend_from_slice(&src[copied..]);
-            Cow::Owned(o)
-        }
-        None if nul_padding > 0 => Cow::Owned(src.to_vec()),
-        None => Cow::Borrowed(input),
-    };
-    Sanitized {
-        bytes,
-        tokens,
-        control_chars,
-        nul_padding,
-    }
-}
-
-/// A serde_json error as a one-line message with a byte offset in the input.
-#[derive(Debug, Clone)]
-pub(crate) struct JsonErrorAt {
-    pub(crate) message: String,
-    pub(crate) offset: usize,
-}
-
-impl JsonErrorAt {
-    /// `err` came from parsing `buf`, which starts at `base` in the input.
-    pub(crate) fn new(err: &serde_json::Error, buf: &[u8], base: usize) -> JsonErrorAt {
-        let mut message = err.to_string();
-        if let Some(p) = message.rfind(" at line ") {
-            message.truncate(p);
-        }
-        let offset = base + line_col_to_offset(buf, err.line(), err.column());
-        JsonErrorAt { message, offset }
-    }
-}
-
-impl fmt::Display for JsonErrorAt {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} at byte {}", self.message, self.offset)
-    }
-}
-
-fn line_col_to_offset(buf: &[u8], line: usize, column: usize) -> usize {
-    let mut start = 0usize;
-    for _ in 1..line.max(1) {
-        match buf[start..].iter().position(|&b| b == b'\n') {
-            Some(p) => start += p + 1,
-            None => return buf.len(),
-        }
-    }
-    (start + column.saturating_sub(1)).min(buf.len())
 }
 
 // ---------------------------------------------------------------------------
@@ -1177,8 +975,8 @@ struct RecoveryStats {
     complete: usize,
     broken: usize,
     first_broken: Option<String>,
-    tokens: usize,
-    control_chars: usize,
+    /// Repairs made inside single events.
+    repairs: Repairs,
     /// Bytes scanned looking for event ends.
     scanned: usize,
 }
@@ -1208,8 +1006,7 @@ fn parse_one_event<'a>(
     if fixed.changed() {
         let mut de = serde_json::Deserializer::from_slice(&fixed.bytes);
         if let Ok(ev) = EventSeed.deserialize(&mut de) {
-            stats.tokens += fixed.tokens;
-            stats.control_chars += fixed.control_chars;
+            stats.repairs.add(fixed.repairs);
             return Ok(ev.map(RawEvent::into_owned));
         }
     }
@@ -1389,7 +1186,7 @@ fn recover<'a>(
         _ => return fail(),
     }
 
-    diagnostics.extend(repair_diagnostics(stats.tokens, stats.control_chars, 0));
+    diagnostics.extend(stats.repairs.diagnostics());
     match array_end {
         Some((_, ArrayEnd::Closed { trailing_comma })) => {
             if trailing_comma {
@@ -2386,18 +2183,6 @@ pub(crate) mod tests {
         let t = parse_chrome_trace(&padded).unwrap();
         assert_eq!(t.devices[0].events.len(), 2);
         assert!(t.diagnostics.iter().any(|d| d.message.contains("NUL")));
-    }
-
-    #[test]
-    fn sanitize_rewrites_only_outside_strings() {
-        let s = sanitize(b"[NaN, \"a\tb\", inf, -Infinity, N/A, \"N/A\", 1]\0\0");
-        assert_eq!(
-            &*s.bytes,
-            b"[null, \"a\\tb\", null, null, null, \"N/A\", 1]".as_slice()
-        );
-        assert_eq!((s.tokens, s.control_chars, s.nul_padding), (4, 1, 2));
-        let same = sanitize(b"[1, \"NaN\", true, -2.5e-3]");
-        assert!(!same.changed());
     }
 
     use crate::test_support::{corpus_dir, read_maybe_gz};

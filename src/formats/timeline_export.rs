@@ -21,7 +21,7 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
-use crate::formats::chrome::{sanitize, JsonErrorAt};
+use crate::formats::json_repair::parse_or_repair;
 use crate::model::{Action, Category, DeviceTrace, Diagnostic, Event, Format, Trace};
 
 /// `_CATEGORY_TO_INDEX` in `torch/profiler/_memory_profiler.py`.
@@ -229,19 +229,10 @@ fn parse_nodes(bytes: &[u8]) -> Result<Node> {
     if bytes.iter().all(|b| b.is_ascii_whitespace()) {
         return Err(Error::Json("empty input at byte 0".to_string()));
     }
-    match serde_json::from_slice::<Node>(bytes) {
-        Ok(n) => Ok(n),
-        Err(e) => {
-            let at = JsonErrorAt::new(&e, bytes, 0);
-            let clean = sanitize(bytes);
-            if clean.changed() {
-                if let Ok(n) = serde_json::from_slice::<Node>(&clean.bytes) {
-                    return Ok(n);
-                }
-            }
-            Err(Error::Json(at.to_string()))
-        }
-    }
+    // This reader has never reported what the repair changed (the Chrome
+    // reader does); kept as it was so its reports do not change.
+    parse_or_repair(bytes, |buf, _repairs| serde_json::from_slice::<Node>(buf))
+        .map_err(|unparsed| Error::Json(unparsed.error.to_string()))
 }
 
 /// `[times, sizes]`: two lists, the first of numbers, the second of lists.
