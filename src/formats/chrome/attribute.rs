@@ -1,0 +1,342 @@
+//! Operator attribution: which operators were open on a memory event's
+//! thread at its instant (formats.md B6).
+//!
+//! - **Input:** operator intervals per thread ([`OpRec`]: thread, `[start,
+//!   end)` in ns, [`OpKind`], name), from `X` events and from `B`/`E` pairs
+//!   ([`pair_begin_end`]); and the [`Instant`] (thread, ts, file order) of
+//!   each memory event.
+//! - **Sweep:** [`Operators`] sorts the intervals once by (thread, start,
+//!   −end); [`sweep`] visits the instants in (thread, ts, order) order with
+//!   a stack per thread and hands each one its [`OpenOps`]: the operators
+//!   open at that instant, innermost first, each named by its [`OpId`].
+//! - **Output today:** [`operator_sites`] turns the open stack into an
+//!   interned site (kind as the frame's file, name as its function; at most
+//!   [`MAX_FRAMES`]), which is all the classifier reads from a Chrome trace.
+//!
+//! ## Extending it
+//!
+//! An [`OpId`] names one operator *call* (one interval), so later work adds
+//! consumers of [`sweep`] rather than rewriting it:
+//!
+//! - *Allocated and freed within one operator call* (issue 11.2, 11.3): keep
+//!   the innermost open `cpu_op`'s `OpId` per memory event (a second output
+//!   next to the site); a block is temporary when its free's instant is
+//!   still inside the alloc's call (`ops.get(id).end > free_ts`) on the same
+//!   thread.
+//! - *Annotations* (`ProfilerStep#N`, `Optimizer.step#…`,
+//!   `Optimizer.zero_grad#…`, `## forward ##`): they are intervals of kind
+//!   [`OpKind::UserAnnotation`] (or named `ProfilerStep#…`), so they are
+//!   already in every open stack; a phase classifier walks
+//!   [`OpenOps::innermost_first`] for the nearest one instead of reading
+//!   Python frames. Annotations on another thread than the memory event's
+//!   (the optimizer step on the main thread, autograd on its own) need a
+//!   second, per-process pass over the same sorted [`Operators`].
+//! - *`record_shapes` inputs* (`Input Dims`/`Input type` of `aten::linear`,
+//!   convolutions, `aten::embedding`, foreach ops): add an optional field to
+//!   [`OpRec`], filled in `collect.rs` from a skeleton args visitor that reads
+//!   those two keys only for `cpu_op` events (the rest stays `IgnoredAny`),
+//!   and read it through the `OpId` the sweep hands out.
+//! - *Streaming* (issue 16): a scanner that never holds the file produces the
+//!   same two inputs: memory events and operator intervals (with owned or
+//!   interned names instead of borrowed ones). Nothing here reads the input
+//!   bytes.
+
+use std::borrow::Cow;
+use std::cmp::Reverse;
+
+use crate::model::{Frame, SiteId, Sites};
+
+/// Innermost operator frames kept per memory event.
+pub(super) const MAX_FRAMES: usize = 64;
+/// A thread's open stack is pruned of buried closed intervals beyond this
+/// depth (badly nested intervals could otherwise grow it without bound).
+const PRUNE_DEPTH: usize = 4 * MAX_FRAMES;
+
+/// The host categories that open an operator frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OpKind {
+    CpuOp = 0,
+    PythonFunction = 1,
+    UserAnnotation = 2,
+}
+
+impl OpKind {
+    /// Indexed by discriminant, in the order their names are interned (site
+    /// string ids depend on it).
+    const ALL: [OpKind; 3] = [
+        OpKind::CpuOp,
+        OpKind::PythonFunction,
+        OpKind::UserAnnotation,
+    ];
+
+    /// The category as a frame shows it (legacy names mapped to current ones).
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            OpKind::CpuOp => "cpu_op",
+            OpKind::PythonFunction => "python_function",
+            OpKind::UserAnnotation => "user_annotation",
+        }
+    }
+
+    /// Reads `cat` (case-insensitive; may be a comma-separated list). Legacy
+    /// `Operator`/`User` map to the current names.
+    #[inline]
+    pub(super) fn of_category(cat: Option<&str>) -> Option<OpKind> {
+        let cat = cat?;
+        cat.split(',').find_map(|part| {
+            let part = part.trim();
+            if part.eq_ignore_ascii_case("cpu_op") || part.eq_ignore_ascii_case("operator") {
+                Some(OpKind::CpuOp)
+            } else if part.eq_ignore_ascii_case("python_function") {
+                Some(OpKind::PythonFunction)
+            } else if part.eq_ignore_ascii_case("user_annotation")
+                || part.eq_ignore_ascii_case("user")
+            {
+                Some(OpKind::UserAnnotation)
+            } else {
+                None
+            }
+        })
+    }
+}
+
+/// An operator interval `[start, end)` in integer nanoseconds; `end` is
+/// `i64::MAX` for a `B` without its `E`.
+#[derive(Debug, Clone)]
+pub(super) struct OpRec<'a> {
+    pub(super) thread: u32,
+    pub(super) start: i64,
+    pub(super) end: i64,
+    pub(super) kind: OpKind,
+    pub(super) name: Cow<'a, str>,
+}
+
+/// A `B` or `E` event, before pairing. `kind` is `None` for categories
+/// that open no frame: they still take part in the pairing.
+#[derive(Debug, Clone)]
+pub(super) struct BeRec<'a> {
+    pub(super) thread: u32,
+    pub(super) ts: i64,
+    /// Position in the file: orders events with equal `ts`.
+    pub(super) order: u32,
+    pub(super) begin: bool,
+    pub(super) kind: Option<OpKind>,
+    pub(super) name: Cow<'a, str>,
+}
+
+/// Turns `B`/`E` pairs into operator intervals appended to `ops` (per
+/// thread, in time order: an `E` closes the latest open `B`). Returns how
+/// many `B` that open a frame have no `E`; they stay open to the end.
+pub(super) fn pair_begin_end<'a>(mut be: Vec<BeRec<'a>>, ops: &mut Vec<OpRec<'a>>) -> usize {
+    if be.is_empty() {
+        return 0;
+    }
+    be.sort_by_key(|r| (r.thread, r.ts, r.order));
+    let mut unclosed = 0;
+    let mut stack: Vec<BeRec<'a>> = Vec::new();
+    let mut thread = u32::MAX;
+    let flush = |stack: &mut Vec<BeRec<'a>>, ops: &mut Vec<OpRec<'a>>, unclosed: &mut usize| {
+        for b in stack.drain(..) {
+            if let Some(kind) = b.kind {
+                *unclosed += 1;
+                ops.push(OpRec {
+                    thread: b.thread,
+                    start: b.ts,
+                    end: i64::MAX,
+                    kind,
+                    name: b.name,
+                });
+            }
+        }
+    };
+    for r in be {
+        if r.thread != thread {
+            flush(&mut stack, ops, &mut unclosed);
+            thread = r.thread;
+        }
+        if r.begin {
+            stack.push(r);
+        } else if let Some(b) = stack.pop() {
+            if let Some(kind) = b.kind {
+                ops.push(OpRec {
+                    thread: b.thread,
+                    start: b.ts,
+                    end: r.ts.max(b.ts),
+                    kind,
+                    name: b.name,
+                });
+            }
+        }
+    }
+    flush(&mut stack, ops, &mut unclosed);
+    unclosed
+}
+
+/// One operator call: an index into [`Operators`].
+pub(super) type OpId = usize;
+
+/// Where a memory event happened: its thread, time (ns) and position in the
+/// file (which orders events with equal times).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Instant {
+    pub(super) thread: u32,
+    pub(super) ts: i64,
+    pub(super) order: u32,
+}
+
+/// The operator intervals of a trace, sorted for the sweep by (thread,
+/// start, −end): on one thread an enclosing interval comes before the ones
+/// it contains.
+pub(super) struct Operators<'a> {
+    ops: Vec<OpRec<'a>>,
+}
+
+impl<'a> Operators<'a> {
+    pub(super) fn new(mut ops: Vec<OpRec<'a>>) -> Operators<'a> {
+        ops.sort_by_key(|o| (o.thread, o.start, Reverse(o.end)));
+        Operators { ops }
+    }
+
+    pub(super) fn get(&self, id: OpId) -> &OpRec<'a> {
+        &self.ops[id]
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.ops.len()
+    }
+}
+
+/// The operators open at one instant on its thread.
+pub(super) struct OpenOps<'s, 'a> {
+    ops: &'s [OpRec<'a>],
+    stack: &'s [OpId],
+    at: i64,
+    /// The instant's thread has operators at all (else it is outside any by
+    /// construction, e.g. an allocator thread).
+    pub(super) thread_has_ops: bool,
+}
+
+impl OpenOps<'_, '_> {
+    /// The open operators, innermost first.
+    pub(super) fn innermost_first(&self) -> impl Iterator<Item = OpId> + '_ {
+        // The stack may hold closed intervals under open ones (bad nesting);
+        // they are skipped here rather than searched for on every push.
+        self.stack
+            .iter()
+            .rev()
+            .copied()
+            .filter(|&k| self.ops[k].end > self.at)
+    }
+}
+
+/// Visits every event with the operators open at its instant: one sort of
+/// the events by (thread, ts, order) and one pass over the sorted operators
+/// with a stack. `visit` gets the event's index in `events`.
+pub(super) fn sweep<M>(
+    ops: &Operators<'_>,
+    events: &[M],
+    instant: impl Fn(&M) -> Instant,
+    mut visit: impl FnMut(usize, OpenOps<'_, '_>),
+) {
+    let ops = &ops.ops;
+    let mut order: Vec<u32> = (0..events.len() as u32).collect();
+    order.sort_by_key(|&i| {
+        let at = instant(&events[i as usize]);
+        (at.thread, at.ts, at.order)
+    });
+
+    let mut next_op = 0usize;
+    let mut stack: Vec<OpId> = Vec::new();
+    let mut thread = u32::MAX;
+    let mut thread_has_ops = false;
+    for &i in &order {
+        let Instant {
+            thread: th, ts: t, ..
+        } = instant(&events[i as usize]);
+        if th != thread {
+            thread = th;
+            stack.clear();
+            while next_op < ops.len() && ops[next_op].thread < thread {
+                next_op += 1;
+            }
+            thread_has_ops = next_op < ops.len() && ops[next_op].thread == thread;
+        }
+        while next_op < ops.len() && ops[next_op].thread == thread && ops[next_op].start <= t {
+            let s = ops[next_op].start;
+            while stack.last().is_some_and(|&k| ops[k].end <= s) {
+                stack.pop();
+            }
+            stack.push(next_op);
+            next_op += 1;
+        }
+        while stack.last().is_some_and(|&k| ops[k].end <= t) {
+            stack.pop();
+        }
+        if stack.len() > PRUNE_DEPTH {
+            stack.retain(|&k| ops[k].end > t);
+        }
+        visit(
+            i as usize,
+            OpenOps {
+                ops,
+                stack: &stack,
+                at: t,
+                thread_has_ops,
+            },
+        );
+    }
+}
+
+/// Memory events that no operator was open around.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Unattributed {
+    pub(super) outside: usize,
+    /// Of `outside`, those on threads that have no operator at all.
+    pub(super) on_threads_without_ops: usize,
+}
+
+/// The site of every event: its open operators, innermost first, as frames
+/// (`kind` as the file, name as the function; consecutive equal frames
+/// once; at most [`MAX_FRAMES`]). Site 0 (no frames) when none is open.
+pub(super) fn operator_sites<M>(
+    ops: &Operators<'_>,
+    events: &[M],
+    instant: impl Fn(&M) -> Instant,
+    sites: &mut Sites,
+) -> (Vec<SiteId>, Unattributed) {
+    let kind_ids = OpKind::ALL.map(|k| sites.intern_str(k.name()));
+    let mut name_ids = vec![u32::MAX; ops.len()];
+    let mut site_of = vec![0; events.len()];
+    let mut unattributed = Unattributed::default();
+    let mut frames: Vec<Frame> = Vec::with_capacity(MAX_FRAMES);
+    sweep(ops, events, instant, |i, open| {
+        frames.clear();
+        for k in open.innermost_first() {
+            if frames.len() == MAX_FRAMES {
+                break;
+            }
+            let op = ops.get(k);
+            if name_ids[k] == u32::MAX {
+                name_ids[k] = sites.intern_str(&op.name);
+            }
+            let f = Frame {
+                filename: kind_ids[op.kind as usize],
+                line: 0,
+                name: name_ids[k],
+            };
+            if frames.last() != Some(&f) {
+                frames.push(f);
+            }
+        }
+        site_of[i] = if frames.is_empty() {
+            unattributed.outside += 1;
+            if !open.thread_has_ops {
+                unattributed.on_threads_without_ops += 1;
+            }
+            0
+        } else {
+            sites.intern_site(&frames)
+        };
+    });
+    (site_of, unattributed)
+}

@@ -1,0 +1,304 @@
+//! Trace building: from what collection kept ([`Collected`]) to the
+//! [`Trace`] the analysis reads.
+//!
+//! Pairs `B`/`E` events, lifts annotations (`user_annotation` ranges and
+//! `ProfilerStep#N`) out of the operator intervals, gives every memory event
+//! its operator site (`attribute.rs`), names and orders the devices
+//! (formats.md B4), turns memory events into per-device events with the
+//! allocator's reported totals, and says in diagnostics what the trace
+//! lacks (addresses, totals, operators) or what was dropped.
+
+use std::collections::HashMap;
+
+use super::attribute::{operator_sites, pair_begin_end, OpKind, OpRec, Operators};
+use super::collect::{Collected, DeviceInfo, MemRec};
+use super::ReadError;
+use crate::model::{
+    Action, Annotation, DeviceTrace, Diagnostic, Event, Format, ReportedTotals, SiteId, Trace,
+};
+
+/// `c10::DeviceType` names as PyTorch prints them (formats.md B4).
+const DEVICE_TYPES: [&str; 21] = [
+    "cpu",
+    "cuda",
+    "mkldnn",
+    "opengl",
+    "opencl",
+    "ideep",
+    "hip",
+    "fpga",
+    "maia",
+    "xla",
+    "vulkan",
+    "metal",
+    "xpu",
+    "mps",
+    "meta",
+    "hpu",
+    "ve",
+    "lazy",
+    "ipu",
+    "mtia",
+    "privateuseone",
+];
+
+/// Device name and sort key: GPUs (cuda, hip) first by index, then other
+/// accelerators, then the CPU.
+fn device_label(device_type: Option<i64>, device_id: Option<i64>) -> (String, (u8, i64, i64)) {
+    let index = device_id.unwrap_or(0);
+    match device_type {
+        Some(0) => ("cpu".to_string(), (2, 0, 0)),
+        Some(t) => {
+            let base = usize::try_from(t)
+                .ok()
+                .and_then(|i| DEVICE_TYPES.get(i))
+                .map_or_else(|| format!("type{t}"), |s| s.to_string());
+            let sort = if t == 1 || t == 6 {
+                (0, index, t)
+            } else {
+                (1, t, index)
+            };
+            (format!("{base}:{index}"), sort)
+        }
+        None => (format!("unknown:{index}"), (1, i64::MAX, index)),
+    }
+}
+
+fn looks_amd(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    ["amd", "instinct", "radeon"]
+        .iter()
+        .any(|w| lower.contains(w))
+}
+
+/// (`Device Type`, `Device Id`) of a memory event.
+type DeviceKey = (Option<i64>, Option<i64>);
+
+/// Builds the trace; `diagnostics` holds what the reading pass found.
+pub(super) fn build_trace(
+    col: Collected<'_>,
+    mut diagnostics: Vec<Diagnostic>,
+) -> Result<Trace, ReadError> {
+    let Collected {
+        mut ops,
+        be,
+        mems,
+        devices: device_info,
+        base_time_ns,
+        amd_hint,
+        dropped,
+    } = col;
+    if mems.is_empty() {
+        return Err(ReadError::NoMemoryEvents);
+    }
+    let mut trace = Trace::new(Format::ChromeTrace);
+    let unclosed = pair_begin_end(be, &mut ops);
+    if unclosed > 0 {
+        diagnostics.push(Diagnostic::warning(format!(
+            "{unclosed} `B` event(s) have no matching `E`; they are treated as open to the end of the trace"
+        )));
+    }
+    trace.annotations = annotations(&ops, &mems);
+
+    let total_mem = mems.len();
+    let ops = Operators::new(ops);
+    let (site_of, unattributed) = operator_sites(&ops, &mems, MemRec::instant, &mut trace.sites);
+    drop(ops);
+
+    let (by_device, keys) = add_devices(&mut trace, &mems, &device_info);
+    let without_addr = add_events(&mut trace, mems, site_of, &by_device);
+    let devices_without_totals = drop_missing_totals(&mut trace);
+
+    let amd_names = device_info.iter().any(|d| looks_amd(&d.name));
+    if keys.iter().any(|k| k.0 == Some(1)) && (amd_hint || amd_names) {
+        diagnostics.push(Diagnostic::info(
+            "ROCm device (PyTorch reports HIP as cuda): `cuda:N` devices here are AMD GPUs",
+        ));
+    }
+    if keys.iter().any(|k| k.0.is_none()) {
+        diagnostics.push(Diagnostic::info(
+            "some memory events carry no `Device Type`; their device is shown as `unknown:N`",
+        ));
+    }
+    if without_addr > 0 {
+        diagnostics.push(Diagnostic::warning(format!(
+            "{without_addr} of {total_mem} memory events carry no `Addr` (trace schema before PyTorch 1.10): \
+             frees cannot be matched to their allocations, so per-allocation attribution is limited"
+        )));
+    }
+    if !devices_without_totals.is_empty() {
+        diagnostics.push(Diagnostic::info(format!(
+            "no `Total Allocated`/`Total Reserved` on memory events of {}: the allocator's own totals cannot be cross-checked",
+            devices_without_totals.join(", ")
+        )));
+    }
+    if dropped.duplicates > 0 {
+        diagnostics.push(Diagnostic::warning(format!(
+            "removed {} duplicate memory event(s) (same pid, tid, ts, Addr, Bytes, Ev Idx)",
+            dropped.duplicates
+        )));
+    }
+    if unattributed.outside > 0 {
+        let (outside, no_ops) = (unattributed.outside, unattributed.on_threads_without_ops);
+        let detail = if no_ops > 0 {
+            format!(", {no_ops} of them on threads without operators")
+        } else {
+            String::new()
+        };
+        diagnostics.push(Diagnostic::info(format!(
+            "{outside} of {total_mem} memory events happen outside any operator{detail}; they have no operator stack"
+        )));
+    }
+    if dropped.without_ts > 0 {
+        diagnostics.push(Diagnostic::warning(format!(
+            "ignored {} memory event(s) without a usable `ts`",
+            dropped.without_ts
+        )));
+    }
+    if dropped.without_bytes > 0 {
+        diagnostics.push(Diagnostic::info(format!(
+            "ignored {} memory event(s) with zero or missing `Bytes`",
+            dropped.without_bytes
+        )));
+    }
+    if let Some(base) = base_time_ns {
+        diagnostics.push(Diagnostic::info(format!(
+            "timestamps are relative to baseTimeNanoseconds = {base} (epoch ns)"
+        )));
+    }
+    trace.diagnostics = diagnostics;
+    Ok(trace)
+}
+
+/// `user_annotation` ranges and `ProfilerStep#N` under any category, sorted
+/// by start, longest first; an unclosed one ends with the trace.
+fn annotations(ops: &[OpRec<'_>], mems: &[MemRec]) -> Vec<Annotation> {
+    let last_ts = mems.iter().map(|m| m.ts_ns).max().unwrap_or(0);
+    let last_op = ops
+        .iter()
+        .map(|o| if o.end == i64::MAX { o.start } else { o.end })
+        .max()
+        .unwrap_or(0);
+    let trace_end = last_ts.max(last_op);
+    let mut annotations: Vec<Annotation> = ops
+        .iter()
+        .filter(|o| o.kind == OpKind::UserAnnotation || o.name.starts_with("ProfilerStep#"))
+        .map(|o| Annotation {
+            name: o.name.to_string(),
+            device: None,
+            start_us: o.start as f64 / 1000.0,
+            end_us: if o.end == i64::MAX { trace_end } else { o.end } as f64 / 1000.0,
+        })
+        .collect();
+    annotations.sort_by(|a, b| {
+        a.start_us
+            .total_cmp(&b.start_us)
+            .then(b.end_us.total_cmp(&a.end_us))
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    annotations.dedup();
+    annotations
+}
+
+/// Adds one device per name the memory events' keys map to, in display
+/// order, with its capacity from `deviceProperties`. Returns each key's
+/// device index, and the keys seen.
+fn add_devices(
+    trace: &mut Trace,
+    mems: &[MemRec],
+    info: &[DeviceInfo],
+) -> (HashMap<DeviceKey, usize>, Vec<DeviceKey>) {
+    let mut keys: Vec<DeviceKey> = mems.iter().map(|m| m.device).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut labelled: Vec<_> = keys
+        .iter()
+        .map(|&k| {
+            let (name, sort) = device_label(k.0, k.1);
+            (sort, name, k)
+        })
+        .collect();
+    labelled.sort();
+    let mut by_device: HashMap<DeviceKey, usize> = HashMap::new();
+    // Keys that name the same device (the CPU under any `Device Id`, or a
+    // missing id read as 0) share one device: two devices may not share a name.
+    let mut by_name: HashMap<&str, usize> = HashMap::new();
+    for (_, name, key) in labelled.iter() {
+        if let Some(&i) = by_name.get(name.as_str()) {
+            by_device.insert(*key, i);
+            continue;
+        }
+        let i = trace.devices.len();
+        by_name.insert(name, i);
+        by_device.insert(*key, i);
+        let capacity = match key.0 {
+            Some(0) => None,
+            _ => key.1.and_then(|id| {
+                info.iter()
+                    .find(|d| d.id == Some(id))
+                    .and_then(|d| d.total_memory)
+            }),
+        };
+        trace.devices.push(DeviceTrace {
+            device: name.clone(),
+            capacity_bytes: capacity,
+            ..DeviceTrace::default()
+        });
+    }
+    (by_device, keys)
+}
+
+/// Appends every memory event to its device, in (time, file) order, with
+/// its site and reported totals. Returns how many carry no `Addr`.
+fn add_events(
+    trace: &mut Trace,
+    mems: Vec<MemRec>,
+    site_of: Vec<SiteId>,
+    by_device: &HashMap<DeviceKey, usize>,
+) -> usize {
+    let mut mems: Vec<(MemRec, SiteId)> = mems.into_iter().zip(site_of).collect();
+    mems.sort_by_key(|(m, _)| (by_device[&m.device], m.ts_ns, m.order));
+    let mut without_addr = 0usize;
+    for (m, site) in &mems {
+        let d = &mut trace.devices[by_device[&m.device]];
+        let (action, size) = if m.oom {
+            (Action::Oom, m.bytes.unsigned_abs())
+        } else if m.bytes > 0 {
+            (Action::Alloc, m.bytes as u64)
+        } else {
+            (Action::FreeCompleted, m.bytes.unsigned_abs())
+        };
+        if m.addr.is_none() && !m.oom {
+            without_addr += 1;
+        }
+        d.events.push(Event {
+            action,
+            given: None,
+            site: *site,
+            addr: m.addr.unwrap_or(0),
+            size,
+            ts_us: m.ts_us,
+        });
+        d.reported.push(ReportedTotals {
+            allocated: m.allocated,
+            reserved: m.reserved,
+        });
+    }
+    without_addr
+}
+
+/// Clears the reported totals of devices whose events carry none; returns
+/// their names.
+fn drop_missing_totals(trace: &mut Trace) -> Vec<String> {
+    let mut names = Vec::new();
+    for d in &mut trace.devices {
+        if d.reported
+            .iter()
+            .all(|r| r.allocated.is_none() && r.reserved.is_none())
+        {
+            d.reported.clear();
+            names.push(d.device.clone());
+        }
+    }
+    names
+}

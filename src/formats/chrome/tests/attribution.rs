@@ -1,0 +1,178 @@
+//! Operator attribution seen from the reader: which frames a memory
+//! event gets.
+
+use super::{mem, obj, op, parse, site_names};
+use crate::formats::chrome::attribute::MAX_FRAMES;
+
+#[test]
+fn begin_end_pairs() {
+    let s = r###"[
+      {"ph":"B","cat":"user_annotation","name":"## forward ##","pid":1,"tid":1,"ts":0},
+      {"ph":"B","cat":"cpu_op","name":"aten::relu","pid":1,"tid":1,"ts":10},
+      {"ph":"i","name":"[memory]","pid":1,"tid":1,"ts":15,"args":{"Device Type":1,"Device Id":0,"Bytes":512,"Addr":1}},
+      {"ph":"E","pid":1,"tid":1,"ts":20},
+      {"ph":"i","name":"[memory]","pid":1,"tid":1,"ts":20,"args":{"Device Type":1,"Device Id":0,"Bytes":512,"Addr":2}},
+      {"ph":"B","cat":"gpu_user_annotation","name":"gpu","pid":1,"tid":1,"ts":21},
+      {"ph":"i","name":"[memory]","pid":1,"tid":1,"ts":22,"args":{"Device Type":1,"Device Id":0,"Bytes":512,"Addr":3}},
+      {"ph":"E","pid":1,"tid":1,"ts":23},
+      {"ph":"E","pid":1,"tid":1,"ts":30}
+    ]"###;
+    let t = parse(s);
+    let ev = &t.devices[0].events;
+    assert_eq!(
+        site_names(&t, ev[0].site),
+        ["cpu_op:aten::relu", "user_annotation:## forward ##"]
+    );
+    assert_eq!(
+        site_names(&t, ev[1].site),
+        ["user_annotation:## forward ##"]
+    );
+    // The gpu_user_annotation B/E pair is matched but opens no frame.
+    assert_eq!(
+        site_names(&t, ev[2].site),
+        ["user_annotation:## forward ##"]
+    );
+    assert_eq!(t.annotations.len(), 1);
+    assert_eq!(t.annotations[0].end_us, 30.0);
+}
+
+#[test]
+fn attribution_is_per_thread_and_deepest() {
+    // thread 1: |---- nn.Module: Linear_0 (python) [0,100) ----|
+    //             |-- aten::linear [10,50) --|
+    //                |- aten::mm [20,30) -|
+    // thread 2:   |-------- aten::other [0,1000) --------|
+    let events = vec![
+        op(2, "cpu_op", "aten::other", 0.0, 1000.0),
+        op(1, "cpu_op", "aten::mm", 20.0, 10.0),
+        op(1, "python_function", "nn.Module: Linear_0", 0.0, 100.0),
+        op(1, "cpu_op", "aten::linear", 10.0, 40.0),
+        op(1, "kernel", "volta_sgemm", 0.0, 1000.0),
+        mem(1, 25.0, 512, 1, 1, 0),
+        mem(1, 30.0, 512, 2, 1, 0), // end of aten::mm is exclusive
+        mem(1, 50.0, 512, 3, 1, 0), // end of aten::linear is exclusive
+        mem(1, 100.0, 512, 4, 1, 0),
+        mem(2, 25.0, 512, 5, 1, 0),
+        mem(3, 25.0, 512, 6, 1, 0),
+    ];
+    let t = parse(&obj(&events));
+    let ev = &t.devices[0].events;
+    let by_addr = |a: u64| ev.iter().find(|e| e.addr == a).unwrap().site;
+    assert_eq!(
+        site_names(&t, by_addr(1)),
+        [
+            "cpu_op:aten::mm",
+            "cpu_op:aten::linear",
+            "python_function:nn.Module: Linear_0"
+        ]
+    );
+    assert_eq!(
+        site_names(&t, by_addr(2)),
+        ["cpu_op:aten::linear", "python_function:nn.Module: Linear_0"]
+    );
+    assert_eq!(
+        site_names(&t, by_addr(3)),
+        ["python_function:nn.Module: Linear_0"]
+    );
+    assert_eq!(by_addr(4), 0);
+    assert_eq!(site_names(&t, by_addr(5)), ["cpu_op:aten::other"]);
+    assert_eq!(by_addr(6), 0);
+    let d = t
+        .diagnostics
+        .iter()
+        .find(|d| d.message.contains("outside any operator"))
+        .unwrap();
+    assert!(d.message.starts_with("2 of 6"), "{}", d.message);
+    assert!(d.message.contains("1 of them on threads without operators"));
+}
+
+#[test]
+fn consecutive_duplicate_frames_are_dropped() {
+    let events = vec![
+        op(1, "cpu_op", "aten::to", 0.0, 100.0),
+        op(1, "cpu_op", "aten::to", 0.0, 50.0),
+        op(1, "cpu_op", "aten::copy_", 5.0, 10.0),
+        mem(1, 6.0, 512, 1, 1, 0),
+    ];
+    let t = parse(&obj(&events));
+    assert_eq!(
+        site_names(&t, t.devices[0].events[0].site),
+        ["cpu_op:aten::copy_", "cpu_op:aten::to"]
+    );
+}
+
+#[test]
+fn deep_stacks_are_capped() {
+    let mut events: Vec<String> = (0..100)
+        .map(|i| {
+            op(
+                1,
+                "python_function",
+                &format!("f{i}"),
+                i as f64,
+                1000.0 - 2.0 * i as f64,
+            )
+        })
+        .collect();
+    events.push(mem(1, 500.0, 512, 1, 1, 0));
+    let t = parse(&obj(&events));
+    let frames = site_names(&t, t.devices[0].events[0].site);
+    assert_eq!(frames.len(), MAX_FRAMES);
+    assert_eq!(frames[0], "python_function:f99");
+}
+
+/// The sweep's contract, which later attribution work builds on: every
+/// instant gets the calls open on its thread, innermost first, each named
+/// by its own `OpId` (two calls of one operator are two ids).
+#[test]
+fn sweep_hands_out_open_calls_innermost_first() {
+    use crate::formats::chrome::attribute::{sweep, Instant, OpKind, OpRec, Operators};
+    // thread 0: |------------- ProfilerStep#1 [0,100) -------------|
+    //             |------- aten::linear [10,50) -------|
+    //                |- aten::mm [20,30) -|  |- aten::mm [40,45) -|
+    // thread 1: no operators
+    let op = |start, end, kind, name: &'static str| OpRec {
+        thread: 0,
+        start,
+        end,
+        kind,
+        name: name.into(),
+    };
+    let ops = Operators::new(vec![
+        op(40, 45, OpKind::CpuOp, "aten::mm"),
+        op(20, 30, OpKind::CpuOp, "aten::mm"),
+        op(10, 50, OpKind::CpuOp, "aten::linear"),
+        op(0, 100, OpKind::UserAnnotation, "ProfilerStep#1"),
+    ]);
+    let at = |thread, ts, order| Instant { thread, ts, order };
+    let instants = [at(0, 42, 0), at(1, 25, 1), at(0, 25, 2), at(0, 60, 3)];
+    let mut seen = vec![None; instants.len()];
+    sweep(
+        &ops,
+        &instants,
+        |i| *i,
+        |i, open| {
+            let calls: Vec<_> = open.innermost_first().collect();
+            seen[i] = Some((calls, open.thread_has_ops));
+        },
+    );
+    let names = |i: usize| -> Vec<(usize, &str)> {
+        seen[i]
+            .as_ref()
+            .unwrap()
+            .0
+            .iter()
+            .map(|&k| (k, ops.get(k).name.as_ref()))
+            .collect()
+    };
+    let (mm_first, mm_second) = (names(2)[0].0, names(0)[0].0);
+    assert_ne!(mm_first, mm_second, "two calls of aten::mm are two OpIds");
+    assert_eq!(
+        names(2).iter().map(|c| c.1).collect::<Vec<_>>(),
+        ["aten::mm", "aten::linear", "ProfilerStep#1"]
+    );
+    assert_eq!(names(0)[1..], names(2)[1..], "same enclosing calls");
+    assert_eq!(names(3), [(names(2)[2].0, "ProfilerStep#1")]);
+    assert_eq!(seen[1], Some((vec![], false)));
+    assert!(seen[3].as_ref().unwrap().1);
+}
