@@ -8,7 +8,7 @@
 //!    strings, only the fields memcut reads, everything else skipped as
 //!    `IgnoredAny`), filtered while streaming: operator intervals, `B`/`E`
 //!    pairs and `[memory]`/`[OutOfMemory]` instants are kept.
-//! 2. **Token repair** ([`crate::formats::json_repair`], shared with the
+//! 2. **Token repair** (`formats/json_repair.rs`, shared with the
 //!    memory-timeline reader). What Kineto is known to emit but JSON forbids
 //!    (bare `NaN`/`inf`/`N/A`, raw control characters in strings, NUL
 //!    padding) is rewritten and the fast path retried; errors keep their
@@ -40,7 +40,7 @@ use crate::model::Trace;
 /// Why a Chrome trace could not be read. Converts into [`Error`]: every
 /// variant but `NoMemoryEvents` is [`Error::Json`] with this message.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ReadError {
+enum ReadError {
     #[error("no memory events")]
     NoMemoryEvents,
     /// Not JSON, even after repair, and nothing recoverable: the strict

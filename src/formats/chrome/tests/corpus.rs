@@ -1,6 +1,8 @@
 //! Every trace of the corpus reads (or fails with "no memory events"),
-//! with the table it prints as evidence.
+//! the recovery pass reads the valid ones as the fast path does, and the
+//! table it prints is the evidence.
 
+use super::recovered;
 use crate::error::Error;
 use crate::formats::chrome::collect::parse_strict;
 use crate::formats::chrome::parse_chrome_trace;
@@ -50,6 +52,13 @@ fn corpus_traces() {
         match result {
             Ok(t) => {
                 with_mem += 1;
+                if path_taken == "strict" {
+                    assert_eq!(
+                        recovered(&bytes),
+                        t,
+                        "{rel}: recovery differs from the fast path"
+                    );
+                }
                 let n: usize = t.devices.iter().map(|d| d.events.len()).sum();
                 assert!(n >= 1, "{rel}");
                 let mut peaks = Vec::new();

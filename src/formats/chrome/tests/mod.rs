@@ -5,7 +5,10 @@ mod attribution;
 mod corpus;
 mod recovery;
 
+use super::build::build_trace;
 use super::parse_chrome_trace;
+use super::recover::recover;
+use crate::formats::json_repair::JsonErrorAt;
 use crate::model::{Action, Format, Level, ReportedTotals, Trace};
 
 pub(super) fn mem(tid: i64, ts: f64, bytes: i64, addr: u64, dtype: i64, did: i64) -> String {
@@ -58,6 +61,18 @@ pub(super) fn basic_events() -> Vec<String> {
         mem(10, 25.0, -512, 0x1000, 1, 0),
         mem(10, 50.0, 64, 0x2000, 0, -1),
     ]
+}
+
+/// The trace the recovery pass reads from `bytes` (as if the fast path had
+/// failed).
+pub(super) fn recovered(bytes: &[u8]) -> Trace {
+    let unused = JsonErrorAt {
+        message: "unused".into(),
+        offset: 0,
+    };
+    let mut diagnostics = Vec::new();
+    let col = recover(bytes, &unused, &mut diagnostics).unwrap();
+    build_trace(col, diagnostics).unwrap()
 }
 
 #[test]

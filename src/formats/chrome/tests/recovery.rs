@@ -1,7 +1,7 @@
 //! Damaged input: token repair, truncation, broken events, and inputs
 //! that must fail cleanly.
 
-use super::{basic_events, has_warning, obj, parse, site_names};
+use super::{basic_events, has_warning, obj, parse, recovered, site_names};
 use crate::error::Error;
 use crate::formats::chrome::parse_chrome_trace;
 use crate::model::Level;
@@ -203,4 +203,17 @@ fn truncated_and_repaired_events_combined() {
     let t = parse_chrome_trace(&padded).unwrap();
     assert_eq!(t.devices[0].events.len(), 2);
     assert!(t.diagnostics.iter().any(|d| d.message.contains("NUL")));
+}
+
+/// The fast path and the recovery pass feed the same collector: on a valid
+/// trace they must give the same `Trace` (the oracle for any further
+/// reader, such as a streaming scanner).
+#[test]
+fn recovery_reads_a_valid_trace_like_the_fast_path() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("sample_traces/train_adamw.trace.json.gz");
+    let bytes = crate::test_support::read_maybe_gz(&path);
+    let fast = parse_chrome_trace(&bytes).unwrap();
+    assert!(fast.devices[0].events.len() > 1000);
+    assert_eq!(recovered(&bytes), fast);
 }
