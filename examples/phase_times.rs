@@ -21,11 +21,7 @@ fn main() {
         eprintln!("classify: {:?} ({})", t.elapsed(), classes.len());
     }
     let t = Instant::now();
-    let source = memcut::report::SourceInfo {
-        path: path.clone(),
-        format: "x".into(),
-        size_bytes: 0,
-    };
+    let source = memcut::report::SourceInfo::new(path.clone(), "x", 0);
     let (mut report, timelines) =
         memcut::analysis::analyze(&trace, source, &memcut::analysis::Options::new());
     eprintln!("analyze (replay+classify+report): {:?}", t.elapsed());

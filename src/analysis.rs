@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::classify::{self, site_facts, Classification, Phase, UserRule};
 use crate::model::{Action, BlockState, Category, DeviceTrace, Sites, Trace};
-use crate::report::{
+use crate::schema::{
     DeviceReport, LiveAllocation, OomFinding, Peak, Report, SourceInfo, TimelineSeries, Tool,
     TopSite, SCHEMA_VERSION,
 };
@@ -278,7 +278,7 @@ pub fn report(
             diagnostics.push(crate::model::Diagnostic::info(format!(
                 "{}: {} of the peak was allocated before profiling started and no event names it (weights, caches, …); start the profiler before the model is built, or record a memory snapshot, to categorise it",
                 d.device,
-                crate::report::human_bytes(before)
+                crate::units::human_bytes(before)
             )));
         }
     }
@@ -528,7 +528,7 @@ fn oom_verdict(
     reserved: Option<u64>,
     largest_free: Option<u64>,
 ) -> String {
-    use crate::report::human_bytes as h;
+    use crate::units::human_bytes as h;
     let cached = reserved.map(|r| r.saturating_sub(allocated)).unwrap_or(0);
     let free = device_free.unwrap_or(0);
     match largest_free {

@@ -6,6 +6,26 @@ use clap::{Args, Parser, Subcommand};
 
 use memcut::report::OutputFormat;
 
+/// A report format on the command line (the library's [`OutputFormat`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FormatArg {
+    Text,
+    Md,
+    Json,
+    Html,
+}
+
+impl From<FormatArg> for OutputFormat {
+    fn from(f: FormatArg) -> OutputFormat {
+        match f {
+            FormatArg::Text => OutputFormat::Text,
+            FormatArg::Md => OutputFormat::Md,
+            FormatArg::Json => OutputFormat::Json,
+            FormatArg::Html => OutputFormat::Html,
+        }
+    }
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "memcut",
@@ -35,7 +55,7 @@ pub struct AnalyzeArgs {
     pub files: Vec<PathBuf>,
     /// Output format [default: text on a terminal, md otherwise].
     #[arg(long, short = 'f', value_enum)]
-    pub format: Option<OutputFormat>,
+    pub format: Option<FormatArg>,
     /// Write the report here instead of stdout (one input only).
     #[arg(long, short = 'o')]
     pub output: Option<PathBuf>,
@@ -119,7 +139,7 @@ pub struct BatchArgs {
         value_delimiter = ',',
         default_value = "md"
     )]
-    pub format: Vec<OutputFormat>,
+    pub format: Vec<FormatArg>,
     /// Files analysed at once [default: one per core].
     #[arg(long, short = 'j', default_value_t = 0)]
     pub jobs: usize,

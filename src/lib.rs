@@ -15,9 +15,11 @@ pub mod input;
 pub mod model;
 pub mod plan;
 pub mod report;
+pub mod schema;
 #[cfg(test)]
 mod test_support;
 pub mod timeline;
+pub mod units;
 
 use std::path::Path;
 

@@ -62,11 +62,14 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
             return Exit::Usage;
         }
     }
-    let format = args.format.unwrap_or(if std::io::stdout().is_terminal() {
-        OutputFormat::Text
-    } else {
-        OutputFormat::Md
-    });
+    let format = args.format.map_or(
+        if std::io::stdout().is_terminal() {
+            OutputFormat::Text
+        } else {
+            OutputFormat::Md
+        },
+        OutputFormat::from,
+    );
     if format != OutputFormat::Html {
         options.analysis.plot_points = 0;
     }
@@ -202,9 +205,9 @@ fn batch(args: &BatchArgs) -> Exit {
         }
     }
     let mut formats = Vec::new();
-    for f in &args.format {
-        if !formats.contains(f) {
-            formats.push(*f);
+    for f in args.format.iter().map(|f| OutputFormat::from(*f)) {
+        if !formats.contains(&f) {
+            formats.push(f);
         }
     }
     let mut analyze = AnalyzeOptions::new();

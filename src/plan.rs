@@ -20,96 +20,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::{DeviceTimeline, Walk};
 use crate::model::{Category, Trace};
-use crate::report::{human_bytes as h, DeviceReport, OomFinding, Report};
+use crate::schema::{DeviceReport, OomFinding, Report};
+pub use crate::schema::{OomPlan, Plan, PlanStep, Verdict};
+pub use crate::units::parse_size;
+use crate::units::{human_bytes as h, SizeError};
 
 const NCAT: usize = Category::ALL.len();
-
-// ---------------------------------------------------------------------------
-// Report types
-// ---------------------------------------------------------------------------
-
-/// A device's cut plan against a memory budget.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Plan {
-    pub budget_bytes: u64,
-    pub headroom_bytes: u64,
-    pub target_bytes: u64,
-    /// Peak of the demand (allocated + allocator cache) before any cut.
-    pub peak_before_bytes: u64,
-    pub steps: Vec<PlanStep>,
-    pub estimated_peak_bytes: u64,
-    pub verdict: Verdict,
-    pub reason: String,
-    /// Where the budget came from (`--budget`, device capacity, OOM).
-    #[serde(default)]
-    pub budget_source: String,
-    /// Where the demand peaks before any cut (`event N (phase)`).
-    #[serde(default)]
-    pub peak_before_at: String,
-    /// `estimated_peak_bytes − target_bytes` when the verdict is `does_not_fit`, else 0.
-    #[serde(default)]
-    pub gap_bytes: u64,
-    /// The same levers planned for the instant of the (first) failed allocation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub oom_plan: Option<OomPlan>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PlanStep {
-    pub lever: String,
-    pub action: String,
-    pub cost: String,
-    pub categories: Vec<Category>,
-    /// How much the peak went down with this step (old peak − new peak).
-    pub saved_bytes: u64,
-    pub peak_after_bytes: u64,
-    /// Where the peak is after this step: `event N (phase)`.
-    pub peak_moved_to: String,
-    /// The factor applied to each category by this step.
-    #[serde(default)]
-    pub scales: BTreeMap<Category, f64>,
-    /// Event index of the peak after this step.
-    #[serde(default)]
-    pub peak_event_index: u64,
-    /// Whether this step moved the peak to another instant.
-    #[serde(default)]
-    pub peak_moved: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    Fits,
-    FitsAfterCuts,
-    DoesNotFit,
-}
-
-impl Verdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Fits => "fits",
-            Verdict::FitsAfterCuts => "fits_after_cuts",
-            Verdict::DoesNotFit => "does_not_fit",
-        }
-    }
-}
-
-/// The plan for the instant an allocation failed: demand = bytes allocated
-/// just before the failure (by category) + the failed request (counted as
-/// `unknown`: no lever is assumed to shrink it). The allocator cache is left
-/// out: what failed is the request, and the question is whether the live
-/// tensors plus the request fit the target at all.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OomPlan {
-    pub event_index: u64,
-    pub requested_bytes: u64,
-    pub demand_bytes: u64,
-    pub steps: Vec<PlanStep>,
-    pub estimated_peak_bytes: u64,
-    pub verdict: Verdict,
-    pub gap_bytes: u64,
-    pub reason: String,
-}
 
 // ---------------------------------------------------------------------------
 // Component-list mode (the seed)
@@ -417,51 +333,6 @@ impl ComponentReport {
 // Sizes
 // ---------------------------------------------------------------------------
 
-/// Parses `80GiB`, `79.6GB`, `512MiB`, `1.5TB`, `4096` (bytes). Decimal units
-/// (KB, MB, GB, TB) are powers of 10, binary ones (KiB … TiB) powers of 2.
-/// Units are case-insensitive; a bare `G` or `M` is refused as ambiguous.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = (&t[..split], t[split..].trim());
-    if number.is_empty() {
-        return Err(format!(
-            "`{s}` is not a size (try 80GiB, 79.6GB, 512MiB or bytes)"
-        ));
-    }
-    let multiplier: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        "tb" => 1_000_000_000_000,
-        "kib" => 1 << 10,
-        "mib" => 1 << 20,
-        "gib" => 1 << 30,
-        "tib" => 1 << 40,
-        _ => {
-            return Err(format!(
-                "unknown unit `{unit}` in `{s}` (use B, KB, MB, GB, TB or KiB, MiB, GiB, TiB)"
-            ))
-        }
-    };
-    let bytes = if number.contains('.') {
-        let n: f64 = number.parse().map_err(|_| format!("`{s}` is not a size"))?;
-        let b = (n * multiplier as f64).round();
-        if !b.is_finite() || b >= u64::MAX as f64 {
-            return Err(format!("`{s}` is too large"));
-        }
-        b as u64
-    } else {
-        let n: u64 = number.parse().map_err(|_| format!("`{s}` is not a size"))?;
-        n.checked_mul(multiplier)
-            .ok_or_else(|| format!("`{s}` is too large"))?
-    };
-    Ok(bytes)
-}
-
 /// Room kept free below the budget: a size or a percentage of the budget.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Headroom {
@@ -480,15 +351,15 @@ impl Default for Headroom {
 
 impl Headroom {
     /// Parses `10%` or a size (see [`parse_size`]).
-    pub fn parse(s: &str) -> Result<Headroom, String> {
+    pub fn parse(s: &str) -> Result<Headroom, SizeError> {
         let t = s.trim();
         if let Some(p) = t.strip_suffix('%') {
             let p: f64 = p
                 .trim()
                 .parse()
-                .map_err(|_| format!("`{s}` is not a percentage"))?;
+                .map_err(|_| SizeError::BadPercentage(s.to_owned()))?;
             if !(0.0..100.0).contains(&p) {
-                return Err(format!("headroom `{s}` must be in [0%, 100%)"));
+                return Err(SizeError::PercentageOutOfRange(s.to_owned()));
             }
             return Ok(Headroom::Percent(p));
         }
@@ -1464,17 +1335,7 @@ mod tests {
     }
 
     #[test]
-    fn sizes() {
-        assert_eq!(parse_size("80GiB"), Ok(80 << 30));
-        assert_eq!(parse_size("79.6GB"), Ok(79_600_000_000));
-        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("2 gib"), Ok(2 << 30));
-        assert_eq!(parse_size("1.5KiB"), Ok(1536));
-        assert!(parse_size("80G").is_err());
-        assert!(parse_size("-1GB").is_err());
-        assert!(parse_size("GB").is_err());
-        assert!(parse_size("99999999999999999999TB").is_err());
+    fn headroom() {
         assert_eq!(Headroom::parse("10%"), Ok(Headroom::Percent(10.0)));
         assert_eq!(Headroom::parse("2GiB"), Ok(Headroom::Bytes(2 << 30)));
         assert!(Headroom::parse("100%").is_err());

@@ -282,7 +282,7 @@ fn analyze_json_has_the_plan_contract() {
     }
     assert_eq!(plan["verdict"], "fits_after_cuts");
     // The report still round-trips.
-    let report = memcut::report::json::parse(&v.to_string()).unwrap();
+    let report = memcut::report::Report::from_json(&v.to_string()).unwrap();
     assert!(report.devices[0].plan.is_some());
 }
 
@@ -381,11 +381,7 @@ fn synthetic_oom_trace() -> Trace {
 #[test]
 fn oom_budget_and_oom_plan() {
     let trace = synthetic_oom_trace();
-    let source = memcut::report::SourceInfo {
-        path: "synthetic".into(),
-        format: "torch_snapshot".into(),
-        size_bytes: 0,
-    };
+    let source = memcut::report::SourceInfo::new("synthetic", "torch_snapshot", 0);
     let report = memcut::analyze_trace(&trace, source, &memcut::AnalyzeOptions::new());
     let d = &report.devices[0];
     let plan = d.plan.as_ref().expect("an OOM gives a budget");
