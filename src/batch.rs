@@ -21,10 +21,10 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
+use crate::pipeline::{analyze_path, AnalyzeOptions};
 use crate::report::{self, OutputFormat};
 use crate::schema::{DeviceReport, Report, Verdict};
 use crate::units::human_bytes;
-use crate::AnalyzeOptions;
 
 /// What `memcut batch` was asked to do.
 #[derive(Debug, Clone)]
@@ -330,7 +330,7 @@ pub fn run(
 
 /// One input: analyse, write its reports, return its rows.
 pub fn process(input: &Input, options: &BatchOptions) -> Vec<Row> {
-    let report = match crate::analyze_path(&input.path, &options.analyze) {
+    let report = match analyze_path(&input.path, &options.analyze) {
         Ok(r) => r,
         Err(e) => {
             let (status, reason) = match skip_reason(&e) {

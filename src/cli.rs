@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use memcut::report::OutputFormat;
+use memcut::{Headroom, Order, OutputFormat};
 
 /// A report format on the command line (the library's [`OutputFormat`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -80,11 +80,11 @@ pub struct AnalyzeArgs {
 pub struct BudgetArgs {
     /// Memory budget per device: 80GiB, 79.6GB, 512MiB or bytes (GB = 10^9, GiB = 2^30)
     /// [default: the device's memory if the trace says, else free + reserved at an OOM].
-    #[arg(long, value_name = "SIZE", value_parser = memcut::plan::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = memcut::parse_size)]
     pub budget: Option<u64>,
     /// Room kept free below the budget: a size or a percentage of the budget.
-    #[arg(long, value_name = "SIZE|PCT", default_value = "10%", value_parser = memcut::plan::Headroom::parse)]
-    pub headroom: memcut::plan::Headroom,
+    #[arg(long, value_name = "SIZE|PCT", default_value = "10%", value_parser = Headroom::parse)]
+    pub headroom: Headroom,
     /// Data-parallel ranks the sharding levers may shard over (1: no sharding levers).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub dp_ranks: u32,
@@ -94,7 +94,26 @@ pub struct BudgetArgs {
     pub levers: Option<PathBuf>,
     /// Lever order: cheapest cost class first, or largest contribution at the peak first.
     #[arg(long, value_enum, default_value = "cheapest")]
-    pub order: memcut::plan::Order,
+    pub order: OrderArg,
+}
+
+/// In what order the planner tries levers (the library's [`Order`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OrderArg {
+    /// Cheapest cost class first, then the largest saving at the current peak.
+    Cheapest,
+    /// The largest cuttable contribution at the current peak first (the
+    /// seed's method), whatever it costs.
+    Largest,
+}
+
+impl From<OrderArg> for Order {
+    fn from(o: OrderArg) -> Order {
+        match o {
+            OrderArg::Cheapest => Order::Cheapest,
+            OrderArg::Largest => Order::Largest,
+        }
+    }
 }
 
 #[derive(Debug, Args)]

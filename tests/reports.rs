@@ -8,8 +8,8 @@ use common::corpus;
 
 use std::path::{Path, PathBuf};
 
-use memcut::report::{self, OutputFormat, Report};
 use memcut::AnalyzeOptions;
+use memcut::{render, OutputFormat, Report};
 
 fn manifest() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -87,7 +87,7 @@ fn sample_reports_match_their_golden_files() {
             .to_owned();
         for format in [OutputFormat::Md, OutputFormat::Json] {
             let name = format!("{stem}.{}", format.extension());
-            if let Err(e) = check_golden(&name, &report::render(&report, format)) {
+            if let Err(e) = check_golden(&name, &render(&report, format)) {
                 failures.push(e);
             }
         }
@@ -108,7 +108,7 @@ fn reports_are_the_same_bytes_at_1_and_4_threads() {
                 .flat_map(|p| {
                     let r = analyze_sample(p);
                     [OutputFormat::Md, OutputFormat::Json, OutputFormat::Html]
-                        .map(|f| report::render(&r, f))
+                        .map(|f| render(&r, f))
                 })
                 .collect()
         })
@@ -124,9 +124,9 @@ fn reports_are_the_same_bytes_at_1_and_4_threads() {
 #[test]
 fn json_report_round_trips() {
     let report = analyze_sample(&sample_snapshots()[0]);
-    let text = report::render(&report, OutputFormat::Json);
-    let back = memcut::report::Report::from_json(&text).unwrap();
-    assert_eq!(report::render(&back, OutputFormat::Json), text);
+    let text = render(&report, OutputFormat::Json);
+    let back = memcut::Report::from_json(&text).unwrap();
+    assert_eq!(render(&back, OutputFormat::Json), text);
 }
 
 /// A snapshot (JSON form) whose frame strings try to break out of the HTML.
@@ -149,7 +149,7 @@ fn hostile_report() -> Report {
 
 #[test]
 fn html_escapes_every_trace_string() {
-    let html = report::render(&hostile_report(), OutputFormat::Html);
+    let html = render(&hostile_report(), OutputFormat::Html);
     for raw in [
         "<script",
         "<img",
@@ -168,7 +168,7 @@ fn html_escapes_every_trace_string() {
 
 #[test]
 fn markdown_keeps_trace_strings_inert() {
-    let md = report::render(&hostile_report(), OutputFormat::Md);
+    let md = render(&hostile_report(), OutputFormat::Md);
     // Sites are code spans (literal on every renderer); no raw tags outside them.
     for line in md.lines() {
         let outside_code: String = line.split('`').step_by(2).collect();
@@ -186,7 +186,7 @@ fn markdown_keeps_trace_strings_inert() {
 
 #[test]
 fn html_is_self_contained() {
-    let html = report::render(&analyze_sample(&sample_snapshots()[0]), OutputFormat::Html);
+    let html = render(&analyze_sample(&sample_snapshots()[0]), OutputFormat::Html);
     for forbidden in [
         "http:", "https:", "<script", "<link", "@import", "url(", "src=", "href=",
     ] {
@@ -222,7 +222,7 @@ fn markdown_stays_under_200_lines_on_the_corpus() {
             continue;
         };
         analysed += 1;
-        let lines = report::render(&report, OutputFormat::Md).lines().count();
+        let lines = render(&report, OutputFormat::Md).lines().count();
         assert!(lines < 200, "{}: {lines} lines", path.display());
     }
     assert!(analysed > 0, "no corpus file could be analysed");
@@ -251,7 +251,7 @@ fn html_loads_in_headless_chromium_without_errors() {
     ];
     for (name, report) in pages {
         let page = dir.path().join(name);
-        std::fs::write(&page, report::render(&report, OutputFormat::Html)).unwrap();
+        std::fs::write(&page, render(&report, OutputFormat::Html)).unwrap();
         let profile = tempfile::tempdir().unwrap();
         let out = std::process::Command::new("timeout")
             .arg("120")
