@@ -69,7 +69,9 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
         },
         OutputFormat::from,
     );
-    if format != OutputFormat::Html {
+    // Only HTML draws the series, and JSON carries them for a later
+    // rendering; text and Markdown skip the walk that makes them.
+    if matches!(format, OutputFormat::Text | OutputFormat::Md) {
         options.analysis.plot_points = 0;
     }
     let mut exit = Exit::Ok;

@@ -91,7 +91,7 @@ pub struct DeviceReport {
     pub plan: Option<Plan>,
     /// Memory by category over time, downsampled for plots. Empty series
     /// when the report was made without plots (`plot_points` 0).
-    #[serde(skip)]
+    #[serde(default)]
     pub timeline: TimelineSeries,
 }
 

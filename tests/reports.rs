@@ -121,12 +121,41 @@ fn reports_are_the_same_bytes_at_1_and_4_threads() {
     }
 }
 
+/// Every sample trace (`sample_traces/*.gz`), sorted.
+fn samples() -> Vec<PathBuf> {
+    let mut runs: Vec<PathBuf> = std::fs::read_dir(manifest().join("sample_traces"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "gz"))
+        .collect();
+    runs.sort();
+    assert!(runs.len() >= 14, "sample traces missing: {runs:?}");
+    runs
+}
+
+/// Renderers read only the report: the Markdown and HTML rendered from a
+/// saved JSON report equal the ones rendered from the analysis, chart
+/// included, and the JSON itself reads back to the same report.
 #[test]
-fn json_report_round_trips() {
-    let report = analyze_sample(&sample_snapshots()[0]);
-    let text = render(&report, OutputFormat::Json);
-    let back = memcut::Report::from_json(&text).unwrap();
-    assert_eq!(render(&back, OutputFormat::Json), text);
+fn saved_json_renders_the_same_pages() {
+    for path in samples() {
+        let report = analyze_sample(&path);
+        let json = render(&report, OutputFormat::Json);
+        let back = Report::from_json(&json).unwrap();
+        assert_eq!(back, report, "{}", path.display());
+        for format in [OutputFormat::Md, OutputFormat::Html, OutputFormat::Text] {
+            assert!(
+                render(&back, format) == render(&report, format),
+                "{}: {format:?} from the saved JSON differs",
+                path.display()
+            );
+        }
+        assert!(
+            report.devices.iter().all(|d| !d.timeline.x.is_empty()),
+            "{}: no plotted series",
+            path.display()
+        );
+    }
 }
 
 /// A snapshot (JSON form) whose frame strings try to break out of the HTML.

@@ -6,5 +6,5 @@
 mod replay;
 mod walk;
 
-pub use replay::{argmax, curve, replay, Interval, Origin, Replay, MAX_BYTES};
+pub use replay::{argmax, curve, replay, Interval, Origin, Replay, MAX_BYTES, MAX_TS_US};
 pub use walk::{Change, DeviceTimeline, Walk};
