@@ -74,7 +74,7 @@ pub fn analyze_bytes(bytes: &[u8], display_path: &str, options: &AnalyzeOptions)
 /// Reads, parses and analyses one file.
 pub fn analyze_path(path: &Path, options: &AnalyzeOptions) -> Result<Report> {
     if path.is_dir() {
-        return Err(Error::Usage("is a directory, not a trace file".into()));
+        return Err(Error::IsDirectory);
     }
     let file = std::fs::File::open(path)?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);

@@ -7,11 +7,7 @@ pub mod json;
 pub mod markdown;
 pub mod text;
 
-use crate::schema::PlanStep;
-pub use crate::schema::{
-    DeviceReport, LiveAllocation, OomFinding, Peak, Report, SourceInfo, TimelineSeries, Tool,
-    TopSite, SCHEMA_VERSION,
-};
+use crate::schema::{DeviceReport, PlanStep, Report};
 use crate::units::{human_bytes, human_duration_us};
 
 /// Output formats of a report.
