@@ -309,7 +309,7 @@ mod tests {
     fn markdown_stays_under_200_lines_for_a_crowded_report() {
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/tests/golden/checkpointing.json"
+            "/tests/golden/checkpointing.snapshot.json"
         );
         let mut report = Report::from_json(&std::fs::read_to_string(path).unwrap()).unwrap();
         let mut device = report.devices[0].clone();
