@@ -34,22 +34,31 @@
 //! # Inside: the pipeline (DESIGN.md §1)
 //!
 //! Each stage is a private module that takes only the previous stage's
-//! value, and data flows one way (`tests/module_graph.rs` proves the
-//! module graph acyclic):
+//! value: `input` (sniff, gunzip) → `formats` (parse into a `model::Trace`)
+//! → `timeline` (replay; bytes by category per position) → `classify`
+//! (category and rule per allocation) → `analysis` (peak, live set, OOMs,
+//! plotted series: the [`Report`]); beside the report, `plan` (demand,
+//! levers, search) makes each device's [`Plan`], which `pipeline` puts into
+//! the report. `report` renders a [`Report`] and reads nothing else.
+//! `schema` (the report's types) and `units` are leaves. Data flows one
+//! way; `tests/module_graph.rs` fails on an import cycle. The graph (`+`:
+//! test code only):
 //!
 //! ```text
-//! bytes ─► input ─► formats ─► Trace ─► timeline ─► classify ─► analysis ─► Report
-//!         (sniff,  (pickle,    (model)  (replay,    (rules,     (peak,        ▲
-//!          gunzip)  snapshot,            walk)       evidence)   OOMs,         │ plans put
-//!                   chrome, …)                                   series)       │ in by
-//!                                          timeline ─► plan (demand, levers,   │ pipeline
-//!                                                            search) ──────────┘
-//! Report ─► report (text | md | json | html)
+//! batch    -> error, pipeline, report, schema, units
+//! pipeline -> analysis, error, input, model, plan, schema, +report
+//! analysis -> classify, model, schema, timeline, units
+//! plan     -> model, schema, timeline, units
+//! report   -> model, schema, units
+//! input    -> error, formats, model
+//! classify -> model, timeline, +input
+//! formats  -> error, model
+//! timeline -> model
+//! schema   -> model, units
+//! model, units, error -> (nothing)
 //! ```
 //!
-//! `schema` (the report's types) and `units` (sizes, shares, durations) are
-//! leaves every stage may use. `pipeline` assembles the stages; only
-//! `main.rs` and [`batch`] touch files, threads and exit codes (the
+//! Only `main.rs` and [`batch`] touch files, threads and exit codes (the
 //! read-ahead thread of [`analyze_path`] only reads bytes).
 
 mod analysis;
