@@ -81,7 +81,7 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
         let result = if name == "-" {
             let mut bytes = Vec::new();
             match std::io::stdin().read_to_end(&mut bytes) {
-                Ok(_) => memcut::analyze_reader(&bytes[..], "-", bytes.len() as u64, &options),
+                Ok(_) => memcut::analyze_bytes(&bytes, "-", &options),
                 Err(e) => Err(Error::Io(e)),
             }
         } else {
