@@ -599,8 +599,14 @@ pub enum SummaryFormat {
     Md,
 }
 
+/// A summary file whose extension names no summary format.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--summary {}: name it .csv, .jsonl or .md to choose its format", .0.display())]
+pub struct UnknownSummaryFormat(pub PathBuf);
+
 impl SummaryFormat {
-    pub fn from_path(path: &Path) -> Result<SummaryFormat, String> {
+    /// The format a summary file's extension names.
+    pub fn from_path(path: &Path) -> Result<SummaryFormat, UnknownSummaryFormat> {
         match path
             .extension()
             .map(|e| e.to_string_lossy().to_ascii_lowercase())
@@ -609,10 +615,7 @@ impl SummaryFormat {
             Some("csv") => Ok(SummaryFormat::Csv),
             Some("jsonl") | Some("ndjson") => Ok(SummaryFormat::Jsonl),
             Some("md") => Ok(SummaryFormat::Md),
-            _ => Err(format!(
-                "--summary {}: name it .csv, .jsonl or .md to choose its format",
-                path.display()
-            )),
+            _ => Err(UnknownSummaryFormat(path.to_owned())),
         }
     }
 

@@ -10,11 +10,14 @@ use crate::model::Trace;
 use crate::schema::{Report, SourceInfo};
 use crate::{analysis, input, plan};
 
-/// Everything `memcut analyze` can be told.
+/// Everything `memcut analyze` can be told (`AnalyzeOptions::default()`,
+/// then set what differs).
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct AnalyzeOptions {
+    /// Device filter, top sites, user rules, plot points.
     pub analysis: analysis::Options,
+    /// Bounds on what an input may make memcut do (gzip, pickle).
     pub limits: input::Limits,
     /// Budget, headroom and levers for the cut plan.
     pub plan: plan::PlanOptions,
