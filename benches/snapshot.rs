@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use memcut::input::{parse_bytes, Limits};
-use memcut::model::Trace;
+use memcut::internals::{classify, parse_bytes, read_trace_ahead, replay, Trace};
+use memcut::Limits;
 
 /// ~20 MB of pickle (147 bytes per entry, like the 1M-entry benchmark file):
 /// large enough to leave the parser's first buffer window far behind, small
@@ -268,16 +268,16 @@ fn unpickle_replay(c: &mut Criterion) {
     g.bench_function("unpickle+replay", |b| {
         b.iter(|| {
             let trace = parse(black_box(&bytes));
-            memcut::timeline::replay(&trace.devices[0])
+            replay(&trace.devices[0])
         })
     });
     // As `memcut analyze FILE` reads: chunks read (and tracebacks' runs of
     // memo gets found) on a second thread ahead of the parser.
     g.bench_function("read ahead+replay", |b| {
         b.iter(|| {
-            let trace = memcut::input::read_trace_ahead(black_box(&bytes[..]), &Limits::default())
+            let trace = read_trace_ahead(black_box(&bytes[..]), &Limits::default())
                 .expect("the synthetic snapshot parses");
-            memcut::timeline::replay(&trace.devices[0])
+            replay(&trace.devices[0])
         })
     });
     g.finish();
@@ -286,7 +286,7 @@ fn unpickle_replay(c: &mut Criterion) {
 fn classify_threads(c: &mut Criterion) {
     let trace = parse(&synthetic_snapshot(ENTRIES));
     let device = &trace.devices[0];
-    let replay = memcut::timeline::replay(device);
+    let replay = replay(device);
     let all = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut g = c.benchmark_group("classify");
     g.sample_size(20);
@@ -297,7 +297,7 @@ fn classify_threads(c: &mut Criterion) {
             .build()
             .expect("a thread pool");
         g.bench_function(format!("{threads} threads"), |b| {
-            b.iter(|| pool.install(|| memcut::classify::classify(&trace, device, &replay, &[])))
+            b.iter(|| pool.install(|| classify(&trace, device, &replay, &[])))
         });
         if all == 1 {
             break;

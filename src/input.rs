@@ -23,13 +23,15 @@ use crate::model::Trace;
 
 /// Bounds on what an input may make memcut do.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Limits {
     /// Most bytes a gzip stream may inflate to.
     pub max_inflated_bytes: u64,
     /// Most bytes a gzip layer may inflate to per compressed byte, checked
-    /// once it has inflated [`RATIO_CHECK_AFTER`] bytes. Deflate tops out near
+    /// once it has inflated 64 MiB (`RATIO_CHECK_AFTER`). Deflate tops out near
     /// 1032:1 and real traces compress 5–50:1, so only bombs come close.
     pub max_inflate_ratio: u64,
+    /// Bounds of the pickle reader.
     pub pickle: pickle::Limits,
 }
 
@@ -319,12 +321,10 @@ fn keep_failure(failure: &Cell<Option<std::io::Error>>, e: std::io::Error) -> st
 /// Turns inflate errors into one-line reasons.
 fn gzip_error(e: std::io::Error) -> Error {
     match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => Error::UnknownFormat("truncated gzip stream".into()),
-        _ if e.to_string().contains("incomplete deflate") => {
-            Error::UnknownFormat("truncated gzip stream".into())
-        }
+        std::io::ErrorKind::UnexpectedEof => Error::TruncatedGzip,
+        _ if e.to_string().contains("incomplete deflate") => Error::TruncatedGzip,
         std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput => {
-            Error::UnknownFormat(format!("corrupt gzip stream: {e}"))
+            Error::CorruptGzip(e.to_string())
         }
         std::io::ErrorKind::FileTooLarge => Error::Limit(e.to_string()),
         _ => Error::Io(e),

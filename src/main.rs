@@ -8,10 +8,10 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use cli::{AnalyzeArgs, BatchArgs, BudgetArgs, Cli, Command, PlanArgs, PlanFormat};
-use memcut::report::{self, OutputFormat};
-use memcut::{AnalyzeOptions, Error};
+use memcut::{AnalyzeOptions, Error, OutputFormat, Report};
 
 /// Exit codes (DESIGN.md §8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,12 +62,17 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
             return Exit::Usage;
         }
     }
-    let format = args.format.unwrap_or(if std::io::stdout().is_terminal() {
-        OutputFormat::Text
-    } else {
-        OutputFormat::Md
-    });
-    if format != OutputFormat::Html {
+    let format = args.format.map_or(
+        if std::io::stdout().is_terminal() {
+            OutputFormat::Text
+        } else {
+            OutputFormat::Md
+        },
+        OutputFormat::from,
+    );
+    // Only HTML draws the series, and JSON carries them for a later
+    // rendering; text and Markdown skip the walk that makes them.
+    if matches!(format, OutputFormat::Text | OutputFormat::Md) {
         options.analysis.plot_points = 0;
     }
     let mut exit = Exit::Ok;
@@ -76,7 +81,7 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
         let result = if name == "-" {
             let mut bytes = Vec::new();
             match std::io::stdin().read_to_end(&mut bytes) {
-                Ok(_) => memcut::analyze_reader(&bytes[..], "-", bytes.len() as u64, &options),
+                Ok(_) => memcut::analyze_bytes(&bytes, "-", &options),
                 Err(e) => Err(Error::Io(e)),
             }
         } else {
@@ -85,7 +90,7 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
         match result {
             Ok(report) => {
                 let damaged = warn_if_damaged(&name, &report);
-                let text = report::render(&report, format);
+                let text = memcut::render(&report, format);
                 if let Err(e) = emit(&text, args.output.as_deref()) {
                     if e.kind() == std::io::ErrorKind::BrokenPipe {
                         return exit;
@@ -107,7 +112,7 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
 }
 
 /// Prints a one-line warning for inputs that were read only in part.
-fn warn_if_damaged(name: &str, report: &memcut::report::Report) -> bool {
+fn warn_if_damaged(name: &str, report: &Report) -> bool {
     let damaged: Vec<_> = report
         .diagnostics
         .iter()
@@ -130,30 +135,30 @@ fn emit(text: &str, output: Option<&Path>) -> std::io::Result<()> {
     }
 }
 
-fn load_rules(path: &Path) -> Result<Vec<memcut::classify::UserRule>, String> {
+fn load_rules(path: &Path) -> Result<Vec<memcut::UserRule>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
     serde_json::from_str(&text).map_err(|e| format!("bad rules file: {e}"))
 }
 
 /// The planner's options from the command line (`--levers` is read here).
-fn plan_options(args: &BudgetArgs) -> Result<memcut::plan::PlanOptions, String> {
+fn plan_options(args: &BudgetArgs) -> Result<memcut::PlanOptions, String> {
     let levers = match &args.levers {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-            let levers = memcut::plan::parse_levers(&text)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let levers =
+                memcut::parse_levers(&text).map_err(|e| format!("{}: {e}", path.display()))?;
             Some(levers)
         }
         None => None,
     };
-    Ok(memcut::plan::PlanOptions {
-        budget: args.budget,
-        headroom: args.headroom,
-        dp_ranks: args.dp_ranks,
-        levers,
-        order: args.order,
-    })
+    let mut options = memcut::PlanOptions::default();
+    options.budget = args.budget;
+    options.headroom = args.headroom;
+    options.dp_ranks = args.dp_ranks;
+    options.levers = levers;
+    options.order = args.order.into();
+    Ok(options)
 }
 
 /// `memcut plan COMPONENTS.json --target-gb N`: the seed's component mode.
@@ -161,7 +166,7 @@ fn plan_components(args: &PlanArgs) -> Exit {
     let name = args.file.display().to_string();
     let parsed = std::fs::read_to_string(&args.file)
         .map_err(|e| format!("cannot read: {e}"))
-        .and_then(|text| memcut::plan::parse_components(&text));
+        .and_then(|text| memcut::parse_components(&text).map_err(|e| e.to_string()));
     let components = match parsed {
         Ok(c) => c,
         Err(msg) => {
@@ -169,7 +174,7 @@ fn plan_components(args: &PlanArgs) -> Exit {
             return Exit::InputFailed;
         }
     };
-    let report = memcut::plan::ComponentReport::new(&components, args.target_gb);
+    let report = memcut::plan_components(&components, args.target_gb);
     let text = match args.format {
         PlanFormat::Text => report.to_text(),
         PlanFormat::Md => report.to_markdown(),
@@ -202,9 +207,9 @@ fn batch(args: &BatchArgs) -> Exit {
         }
     }
     let mut formats = Vec::new();
-    for f in &args.format {
-        if !formats.contains(f) {
-            formats.push(*f);
+    for f in args.format.iter().map(|f| OutputFormat::from(*f)) {
+        if !formats.contains(&f) {
+            formats.push(f);
         }
     }
     let mut analyze = AnalyzeOptions::new();
@@ -215,15 +220,27 @@ fn batch(args: &BatchArgs) -> Exit {
             return Exit::Usage;
         }
     }
-    let options = batch::BatchOptions {
-        analyze,
-        formats,
-        out_dir: args.out_dir.clone(),
-        jobs: args.jobs,
-    };
+    let mut options = batch::BatchOptions::default();
+    options.analyze = analyze;
+    options.formats = formats;
+    options.out_dir = args.out_dir.clone();
+    options.jobs = args.jobs;
+    // A panic becomes its file's failed row (the batch goes on); one line
+    // here says where, instead of a backtrace per worker.
+    std::panic::set_hook(Box::new(|info| {
+        let at = info
+            .location()
+            .map_or(String::new(), |l| format!(" at {}:{}", l.file(), l.line()));
+        eprintln!("memcut: internal error{at}; the summary names the file");
+    }));
     let (inputs, mut rows) = batch::discover(&args.paths);
-    let bar = batch::progress_bar(&inputs, std::io::stderr().is_terminal());
-    match batch::run(&inputs, &options, &bar) {
+    let bar = progress_bar(&inputs, std::io::stderr().is_terminal());
+    let ran = batch::run(&inputs, &options, &|input, done| {
+        bar.set_message(format!("{done}/{}", inputs.len()));
+        bar.inc(input.size_bytes);
+    });
+    bar.finish_and_clear();
+    match ran {
         Ok(more) => rows.extend(more),
         Err(e) => {
             eprintln!("memcut: error: {e}");
@@ -255,4 +272,26 @@ fn batch(args: &BatchArgs) -> Exit {
         }
     }
     exit
+}
+
+/// A progress bar over the inputs' bytes (files done/total as its message);
+/// drawn on stderr only when `visible` (stderr is a terminal).
+fn progress_bar(inputs: &[memcut::batch::Input], visible: bool) -> ProgressBar {
+    let total: u64 = inputs.iter().map(|i| i.size_bytes).sum();
+    let bar = ProgressBar::with_draw_target(
+        Some(total),
+        if visible {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        },
+    );
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed}] {wide_bar} {msg} files · {binary_bytes_per_sec} · ETA {eta}",
+        )
+        .expect("valid template"),
+    );
+    bar.set_message(format!("0/{}", inputs.len()));
+    bar
 }

@@ -45,6 +45,7 @@ impl Format {
 /// The declaration order is the display order of every table and legend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Category {
     Parameter,
     Gradient,
@@ -284,8 +285,10 @@ pub struct Annotation {
     pub end_us: f64,
 }
 
+/// How much a [`Diagnostic`] matters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Level {
     Info,
     Warning,
@@ -293,6 +296,7 @@ pub enum Level {
 
 /// Something a reader of the report should know about the input.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Diagnostic {
     pub level: Level,
     pub message: String,

@@ -252,7 +252,7 @@ fn fuzz_cycle_inputs() {
         "fuzz_pickle_memo_cycle_leak.pkl",
     ] {
         let bytes = std::fs::read(Path::new(DIR).join(f)).unwrap();
-        let _ = memcut::formats::pickle::unpickle_slice(&bytes);
+        let _ = memcut::internals::pickle::unpickle_slice(&bytes);
     }
 }
 

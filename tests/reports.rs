@@ -1,15 +1,17 @@
-//! Reports: golden Markdown/JSON of the sample snapshots (bless with
-//! `MEMCUT_BLESS=1 cargo test`), the same bytes at 1 and 4 threads, HTML
-//! that escapes trace strings and fetches nothing, Markdown under 200 lines
-//! for any input, and the HTML loading cleanly in headless Chromium.
+//! Reports: golden text, Markdown, JSON and HTML of every sample trace
+//! (bless with `MEMCUT_BLESS=1 cargo test --release --test reports`), the
+//! same pages rendered from a saved JSON, the same bytes at 1 and 4
+//! threads, HTML that escapes trace strings and fetches nothing, Markdown
+//! under 200 lines for any input, and the HTML loading cleanly in headless
+//! Chromium.
 
 mod common;
 use common::corpus;
 
 use std::path::{Path, PathBuf};
 
-use memcut::report::{self, OutputFormat, Report};
 use memcut::AnalyzeOptions;
+use memcut::{render, OutputFormat, Report};
 
 fn manifest() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -74,22 +76,43 @@ fn check_golden(name: &str, actual: &str) -> Result<(), String> {
     Err(diff)
 }
 
+const FORMATS: [OutputFormat; 4] = [
+    OutputFormat::Text,
+    OutputFormat::Md,
+    OutputFormat::Json,
+    OutputFormat::Html,
+];
+
+/// A sample's golden files are named by its file name without the
+/// compression and container extensions: `train_adamw.snapshot.pickle.gz`
+/// → `train_adamw.snapshot.{txt,md,json,html}`.
+fn golden_stem(sample: &Path) -> String {
+    let name = sample.file_name().unwrap().to_string_lossy();
+    let name = name.trim_end_matches(".gz");
+    name.rsplit_once('.')
+        .map_or(name, |(stem, _)| stem)
+        .to_owned()
+}
+
 #[test]
 fn sample_reports_match_their_golden_files() {
     let mut failures = Vec::new();
-    for path in sample_snapshots() {
+    let mut expected = std::collections::BTreeSet::new();
+    for path in samples() {
         let report = analyze_sample(&path);
-        let stem = path
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .trim_end_matches(".snapshot.pickle.gz")
-            .to_owned();
-        for format in [OutputFormat::Md, OutputFormat::Json] {
-            let name = format!("{stem}.{}", format.extension());
-            if let Err(e) = check_golden(&name, &report::render(&report, format)) {
+        for format in FORMATS {
+            let name = format!("{}.{}", golden_stem(&path), format.extension());
+            if let Err(e) = check_golden(&name, &render(&report, format)) {
                 failures.push(e);
             }
+            expected.insert(name);
+        }
+    }
+    // Every golden file belongs to a sample (none left behind by a rename).
+    for entry in std::fs::read_dir(manifest().join("tests/golden")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if !expected.contains(&name) {
+            failures.push(format!("tests/golden/{name} belongs to no sample trace"));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -103,12 +126,11 @@ fn reports_are_the_same_bytes_at_1_and_4_threads() {
             .build()
             .unwrap();
         pool.install(|| {
-            sample_snapshots()
+            samples()
                 .iter()
                 .flat_map(|p| {
                     let r = analyze_sample(p);
-                    [OutputFormat::Md, OutputFormat::Json, OutputFormat::Html]
-                        .map(|f| report::render(&r, f))
+                    FORMATS.map(|f| render(&r, f))
                 })
                 .collect()
         })
@@ -121,12 +143,41 @@ fn reports_are_the_same_bytes_at_1_and_4_threads() {
     }
 }
 
+/// Every sample trace (`sample_traces/*.gz`), sorted.
+fn samples() -> Vec<PathBuf> {
+    let mut runs: Vec<PathBuf> = std::fs::read_dir(manifest().join("sample_traces"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "gz"))
+        .collect();
+    runs.sort();
+    assert!(runs.len() >= 14, "sample traces missing: {runs:?}");
+    runs
+}
+
+/// Renderers read only the report: the Markdown and HTML rendered from a
+/// saved JSON report equal the ones rendered from the analysis, chart
+/// included, and the JSON itself reads back to the same report.
 #[test]
-fn json_report_round_trips() {
-    let report = analyze_sample(&sample_snapshots()[0]);
-    let text = report::render(&report, OutputFormat::Json);
-    let back = memcut::report::json::parse(&text).unwrap();
-    assert_eq!(report::render(&back, OutputFormat::Json), text);
+fn saved_json_renders_the_same_pages() {
+    for path in samples() {
+        let report = analyze_sample(&path);
+        let json = render(&report, OutputFormat::Json);
+        let back = Report::from_json(&json).unwrap();
+        assert_eq!(back, report, "{}", path.display());
+        for format in [OutputFormat::Md, OutputFormat::Html, OutputFormat::Text] {
+            assert!(
+                render(&back, format) == render(&report, format),
+                "{}: {format:?} from the saved JSON differs",
+                path.display()
+            );
+        }
+        assert!(
+            report.devices.iter().all(|d| !d.timeline.x.is_empty()),
+            "{}: no plotted series",
+            path.display()
+        );
+    }
 }
 
 /// A snapshot (JSON form) whose frame strings try to break out of the HTML.
@@ -149,7 +200,7 @@ fn hostile_report() -> Report {
 
 #[test]
 fn html_escapes_every_trace_string() {
-    let html = report::render(&hostile_report(), OutputFormat::Html);
+    let html = render(&hostile_report(), OutputFormat::Html);
     for raw in [
         "<script",
         "<img",
@@ -168,7 +219,7 @@ fn html_escapes_every_trace_string() {
 
 #[test]
 fn markdown_keeps_trace_strings_inert() {
-    let md = report::render(&hostile_report(), OutputFormat::Md);
+    let md = render(&hostile_report(), OutputFormat::Md);
     // Sites are code spans (literal on every renderer); no raw tags outside them.
     for line in md.lines() {
         let outside_code: String = line.split('`').step_by(2).collect();
@@ -186,7 +237,7 @@ fn markdown_keeps_trace_strings_inert() {
 
 #[test]
 fn html_is_self_contained() {
-    let html = report::render(&analyze_sample(&sample_snapshots()[0]), OutputFormat::Html);
+    let html = render(&analyze_sample(&sample_snapshots()[0]), OutputFormat::Html);
     for forbidden in [
         "http:", "https:", "<script", "<link", "@import", "url(", "src=", "href=",
     ] {
@@ -197,69 +248,6 @@ fn html_is_self_contained() {
     assert!(html.contains("<table"), "tables are HTML tables");
     assert!(!html.contains("<pre"), "no Markdown dumped as text");
     assert!(html.contains("class=\"peak\""));
-}
-
-/// The worst case for length: many devices, OOMs, plan steps, diagnostics.
-#[test]
-fn markdown_stays_under_200_lines_for_a_crowded_report() {
-    use memcut::model::{Category, Diagnostic};
-    use memcut::plan::{Plan, PlanStep, Verdict};
-    use memcut::report::OomFinding;
-    let mut report = analyze_sample(&sample_snapshots()[0]);
-    let mut device = report.devices[0].clone();
-    device.ooms = (0..40)
-        .map(|k| OomFinding {
-            event_index: k,
-            ts_us: None,
-            requested_bytes: 1 << 30,
-            device_free_bytes: Some(1),
-            allocated_bytes: 2 << 30,
-            reserved_bytes: Some(3 << 30),
-            by_category: [(Category::Activation, 2 << 30)].into(),
-            largest_free_block_bytes: Some(1 << 20),
-            verdict: "genuine shortage".into(),
-        })
-        .collect();
-    device.plan = Some(Plan {
-        budget_bytes: 1 << 30,
-        headroom_bytes: 1 << 28,
-        target_bytes: 3 << 28,
-        peak_before_bytes: device.peak.allocated_bytes,
-        steps: (0..30)
-            .map(|k| PlanStep {
-                lever: format!("lever {k}"),
-                action: "do it".into(),
-                cost: "some".into(),
-                categories: vec![Category::Activation],
-                saved_bytes: 1 << 20,
-                peak_after_bytes: 1 << 29,
-                peak_moved_to: "backward".into(),
-                scales: [(Category::Activation, 0.5)].into(),
-                peak_event_index: 7,
-                peak_moved: k % 2 == 0,
-            })
-            .collect(),
-        estimated_peak_bytes: 1 << 29,
-        verdict: Verdict::DoesNotFit,
-        reason: "too big".into(),
-        budget_source: "--budget".into(),
-        peak_before_at: "event 7 (backward)".into(),
-        gap_bytes: 1 << 28,
-        oom_plan: None,
-    });
-    report.devices = (0..64)
-        .map(|k| {
-            let mut d = device.clone();
-            d.device = format!("cuda:{k}");
-            d
-        })
-        .collect();
-    report.diagnostics = (0..100)
-        .map(|k| Diagnostic::warning(format!("warning {k}")))
-        .collect();
-    let md = report::render(&report, OutputFormat::Md);
-    let lines = md.lines().count();
-    assert!(lines < 200, "{lines} lines:\n{md}");
 }
 
 #[test]
@@ -285,7 +273,7 @@ fn markdown_stays_under_200_lines_on_the_corpus() {
             continue;
         };
         analysed += 1;
-        let lines = report::render(&report, OutputFormat::Md).lines().count();
+        let lines = render(&report, OutputFormat::Md).lines().count();
         assert!(lines < 200, "{}: {lines} lines", path.display());
     }
     assert!(analysed > 0, "no corpus file could be analysed");
@@ -314,7 +302,7 @@ fn html_loads_in_headless_chromium_without_errors() {
     ];
     for (name, report) in pages {
         let page = dir.path().join(name);
-        std::fs::write(&page, report::render(&report, OutputFormat::Html)).unwrap();
+        std::fs::write(&page, render(&report, OutputFormat::Html)).unwrap();
         let profile = tempfile::tempdir().unwrap();
         let out = std::process::Command::new("timeout")
             .arg("120")

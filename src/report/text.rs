@@ -2,7 +2,8 @@
 
 use std::fmt::Write;
 
-use super::{human_bytes as h, percent, Report};
+use crate::schema::Report;
+use crate::units::human_bytes as h;
 
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
@@ -32,16 +33,24 @@ pub fn render(report: &Report) -> String {
                 h(d.baseline_bytes)
             );
         }
-        let mut cats: Vec<_> = p.by_category.iter().collect();
-        cats.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        let whole: u64 = p.by_category.values().sum();
-        for (c, b) in cats.iter().take(6) {
+        // Shares of the allocated peak, as every report shows them; the
+        // cache is reserved on top of it, so it gets a line but no share.
+        let cats = p.categories();
+        for (c, b) in cats.rows.iter().take(6) {
             let _ = writeln!(
                 out,
                 "  {:<16} {:>11}  {:>6}",
                 c.as_str(),
-                h(**b),
-                percent(**b, whole)
+                h(*b),
+                p.share_text(*b)
+            );
+        }
+        if let Some(cache) = cats.allocator_cache {
+            let _ = writeln!(
+                out,
+                "  {:<16} {:>11}  (reserved, not allocated)",
+                "allocator_cache",
+                h(cache)
             );
         }
         for s in p.top_sites.iter().take(3) {

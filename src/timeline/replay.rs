@@ -17,6 +17,11 @@ use crate::model::{Action, BlockState, Category, DeviceTrace, Diagnostic, SiteId
 /// Largest allocation replay believes (256 TiB); larger sizes are clamped.
 pub const MAX_BYTES: u64 = 1 << 48;
 
+/// Largest timestamp magnitude used for the time axis, in microseconds
+/// (2^60 µs, 36,000 years): a larger (or infinite) one is a damaged file,
+/// and the axis falls back to event indices.
+pub const MAX_TS_US: f64 = (1u64 << 60) as f64;
+
 /// Where an interval's memory came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -73,7 +78,9 @@ pub struct Replay {
     pub diagnostics: Vec<Diagnostic>,
     /// Event indices of the `oom` entries, in order.
     pub ooms: Vec<u32>,
-    /// Whether there are events and every one has a timestamp.
+    /// Whether there are events and every one has a usable timestamp
+    /// (within ±[`MAX_TS_US`]), so that times since the first event are
+    /// finite and can be plotted and written.
     pub timestamped: bool,
 }
 
@@ -290,7 +297,7 @@ fn replay_allocations(device: &DeviceTrace) -> Replay {
     for ts in device.events.iter().filter_map(|e| e.ts()) {
         backwards += u64::from(ts < last_ts);
         last_ts = last_ts.max(ts);
-        timestamped += 1;
+        timestamped += usize::from(ts.abs() <= MAX_TS_US);
     }
     if backwards > 0 {
         diagnostics.push(Diagnostic::info(format!(

@@ -1,0 +1,12 @@
+//! The timeline of one device: the replay of its events into allocation
+//! intervals and memory curves ([`replay`]), and the walk over its positions
+//! that gives bytes by category at each one ([`walk`]), which the plots and
+//! the planner both read.
+
+mod replay;
+mod walk;
+
+#[cfg(test)]
+pub use replay::curve;
+pub use replay::{replay, Interval, Origin, Replay};
+pub use walk::{DeviceTimeline, Walk};
