@@ -73,6 +73,10 @@ pub struct AnalyzeArgs {
     pub strict: bool,
     #[command(flatten)]
     pub budget: BudgetArgs,
+    /// Report this instant instead of the peak: an event index (1234), a time since the
+    /// first event (1.5s, 300ms, 20us), oom:N (the N-th OOM, from 0), peak or end.
+    #[arg(long, value_name = "EVENT|TIME|oom:N", value_parser = memcut::At::parse)]
+    pub at: Option<memcut::At>,
 }
 
 /// What the cut plan is planned against (shared by every command that plans).

@@ -67,11 +67,13 @@ mod classify;
 mod error;
 mod formats;
 mod input;
+mod instant;
 mod model;
 mod pipeline;
 mod plan;
 mod report;
 mod schema;
+mod segments;
 #[cfg(test)]
 mod test_support;
 mod timeline;
@@ -82,6 +84,7 @@ pub use classify::UserRule;
 pub use error::{Error, Result};
 pub use formats::pickle::Limits as PickleLimits;
 pub use input::Limits;
+pub use instant::At;
 pub use model::{Category, Diagnostic, Level};
 pub use pipeline::{analyze_bytes, analyze_path, analyze_reader, AnalyzeOptions};
 pub use plan::components::{
@@ -93,8 +96,9 @@ pub use plan::search::Order;
 pub use plan::{Headroom, PlanOptions};
 pub use report::{render, OutputFormat};
 pub use schema::{
-    DeviceReport, LiveAllocation, OomFinding, OomPlan, Peak, PeakCategories, Plan, PlanStep,
-    Report, SourceInfo, TimelineSeries, Tool, TopSite, Verdict, SCHEMA_VERSION,
+    BlockSpan, BlockUse, DeviceReport, EventRef, LiveAllocation, OomFinding, OomPlan, Peak,
+    PeakCategories, Plan, PlanStep, Report, ReportedInstant, SegmentMap, SegmentState,
+    SegmentsView, SourceInfo, StackTable, TimelineSeries, Tool, TopSite, Verdict, SCHEMA_VERSION,
 };
 pub use units::{parse_size, SizeError};
 

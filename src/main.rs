@@ -46,6 +46,7 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
     let mut options = AnalyzeOptions::new();
     options.analysis.device = args.device.clone();
     options.analysis.top = args.top;
+    options.analysis.at = args.at.clone();
     if let Some(path) = &args.rules {
         match load_rules(path) {
             Ok(rules) => options.analysis.user_rules = rules,

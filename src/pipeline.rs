@@ -59,19 +59,14 @@ pub fn analyze_reader<R: std::io::Read>(
     options: &AnalyzeOptions,
 ) -> Result<Report> {
     let trace = input::read_trace(reader, &options.limits)?;
-    Ok(analyze_parsed(&trace, display_path, size_bytes, options))
+    analyze_parsed(&trace, display_path, size_bytes, options)
 }
 
 /// Analyses a trace held in memory (e.g. bytes handed over from Python);
 /// `display_path` is what the report names as its source.
 pub fn analyze_bytes(bytes: &[u8], display_path: &str, options: &AnalyzeOptions) -> Result<Report> {
     let trace = input::parse_bytes(bytes, &options.limits)?;
-    Ok(analyze_parsed(
-        &trace,
-        display_path,
-        bytes.len() as u64,
-        options,
-    ))
+    analyze_parsed(&trace, display_path, bytes.len() as u64, options)
 }
 
 /// Reads, parses and analyses one file.
@@ -82,12 +77,7 @@ pub fn analyze_path(path: &Path, options: &AnalyzeOptions) -> Result<Report> {
     let file = std::fs::File::open(path)?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let trace = input::read_trace_ahead(file, &options.limits)?;
-    Ok(analyze_parsed(
-        &trace,
-        &path.display().to_string(),
-        size,
-        options,
-    ))
+    analyze_parsed(&trace, &path.display().to_string(), size, options)
 }
 
 fn analyze_parsed(
@@ -95,9 +85,13 @@ fn analyze_parsed(
     display_path: &str,
     size_bytes: u64,
     options: &AnalyzeOptions,
-) -> Report {
+) -> Result<Report> {
+    // `--at` that names no instant of any device is the caller's mistake.
+    if let Some(why) = analysis::unresolved_at(trace, &options.analysis) {
+        return Err(Error::Usage(why));
+    }
     let source = SourceInfo::new(display_path, trace.format.as_str(), size_bytes);
-    analyze_trace(trace, source, options)
+    Ok(analyze_trace(trace, source, options))
 }
 
 #[cfg(test)]

@@ -133,6 +133,9 @@ fn device(out: &mut String, d: &DeviceReport) {
         );
     }
     let _ = writeln!(out, "| Events | {} |\n", d.events);
+    if let Some(note) = super::at_note(d) {
+        let _ = writeln!(out, "> **{}**\n", cell(&note));
+    }
 
     let cats = p.categories();
     let _ = writeln!(out, "### Memory at the peak by category\n");
@@ -172,6 +175,7 @@ fn device(out: &mut String, d: &DeviceReport) {
             );
         }
         let _ = writeln!(out);
+        super::stacks::markdown(out, d);
     }
 
     if !d.ooms.is_empty() {
@@ -204,6 +208,7 @@ fn device(out: &mut String, d: &DeviceReport) {
         let _ = writeln!(out);
     }
 
+    super::allocator::markdown(out, d);
     let _ = writeln!(out, "### Cut plan\n");
     match &d.plan {
         Some(plan) => {

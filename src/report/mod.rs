@@ -2,9 +2,11 @@
 //! the report (so a saved JSON renders the same pages) and share the few
 //! cells that two of them show alike.
 
+pub mod allocator;
 pub mod html;
 pub mod json;
 pub mod markdown;
+pub mod stacks;
 pub mod text;
 
 use crate::schema::{DeviceReport, PlanStep, Report};
@@ -122,4 +124,17 @@ pub(crate) fn peak_instant(device: &DeviceReport) -> String {
     } else {
         format!("event {}", device.peak.event_index)
     }
+}
+
+/// When the report shows another instant than the peak (`--at`): one
+/// sentence that says so, and where the peak is.
+pub(crate) fn at_note(device: &DeviceReport) -> Option<String> {
+    let at = device.at.as_ref()?;
+    Some(format!(
+        "This report shows the state after event {} (--at {}), not the peak: the peak is {} at event {}. \"Peak\" below means the instant shown.",
+        at.event_index,
+        at.spec,
+        human_bytes(at.peak_allocated_bytes),
+        at.peak_event_index
+    ))
 }

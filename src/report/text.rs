@@ -26,6 +26,9 @@ pub fn render(report: &Report) -> String {
             let _ = write!(out, ", {} reserved", h(r));
         }
         let _ = writeln!(out);
+        if let Some(note) = super::at_note(d) {
+            let _ = writeln!(out, "  {note}");
+        }
         if d.baseline_bytes > 0 {
             let _ = writeln!(
                 out,
@@ -66,6 +69,7 @@ pub fn render(report: &Report) -> String {
         for o in &d.ooms {
             let _ = writeln!(out, "  OOM at event {}: {}", o.event_index, o.verdict);
         }
+        super::allocator::text(&mut out, d);
         match &d.plan {
             Some(plan) => {
                 let _ = writeln!(
