@@ -497,3 +497,17 @@ fn fuzz_snapshot_self_keyed_entry() {
     assert_eq!(r["devices"][0]["device"], "cuda:0");
     has(&r, "info", "1 trace entries with action `oK\u{0}` skipped");
 }
+
+#[test]
+fn trace_entry_in_a_frames_list_is_refused_not_a_panic() {
+    // Issue 12: the skipped entry's handle was once read as site 2^30 - 1.
+    for file in [
+        "snapshot_entry_in_frames.pkl",
+        "snapshot_entry_in_frames_after_a_frame.pkl",
+    ] {
+        fails_with(
+            file,
+            "not a PyTorch memory snapshot: a `frames` list holds a trace entry (a dict with an `action`), not a frame",
+        );
+    }
+}

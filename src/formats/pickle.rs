@@ -50,7 +50,64 @@ pub enum Value {
     /// Pairs in insertion order (keys may be any value).
     Dict(Rc<RefCell<Vec<(Value, Value)>>>),
     /// A value the caller's hook substituted for a completed dict (see [`Hook`]).
-    Handle(u32),
+    Handle(Handle),
+}
+
+/// What a [`Hook`] put in place of a container: one of the compact records
+/// the snapshot lowering (`formats::snapshot`) makes, by kind and index.
+/// The unpickler only stores, copies and compares handles. The kind is an
+/// `enum` beside the index, never bits of it, so no index can pass for
+/// another kind; the constructors check that an index fits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Handle(Lowered);
+
+/// The kinds of [`Handle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Lowered {
+    /// A trace entry with a known action: its index among the events.
+    Event(u32),
+    /// The key of the pair a trace entry's dict keeps once its fields are
+    /// lowered (its value says whether the entry had frames). Only the
+    /// lowering makes one, so no pickle can forge it through the memo.
+    Marker(u32),
+    /// A trace entry whose action memcut skips.
+    Skipped,
+    /// A frame dict: its index among the frames.
+    Frame(u32),
+    /// A traceback: its site.
+    Site(u32),
+}
+
+impl Handle {
+    pub const SKIPPED: Handle = Handle(Lowered::Skipped);
+
+    pub fn event(index: usize) -> Result<Handle, String> {
+        Ok(Handle(Lowered::Event(fits(index, "trace entries")?)))
+    }
+
+    pub fn marker(event: Handle) -> Option<Handle> {
+        match event.0 {
+            Lowered::Event(i) => Some(Handle(Lowered::Marker(i))),
+            _ => None,
+        }
+    }
+
+    pub fn frame(index: usize) -> Result<Handle, String> {
+        Ok(Handle(Lowered::Frame(fits(index, "distinct frames")?)))
+    }
+
+    pub fn site(site: u32) -> Handle {
+        Handle(Lowered::Site(site))
+    }
+
+    pub fn lowered(self) -> Lowered {
+        self.0
+    }
+}
+
+/// `index` as a `u32`, or an error naming the `what` that overflowed.
+fn fits(index: usize, what: &str) -> Result<u32, String> {
+    u32::try_from(index).map_err(|_| format!("more than 2^32 {what}"))
 }
 
 impl Value {
@@ -213,7 +270,7 @@ pub trait Hook {
     /// default) makes the parser run the opcodes normally, which then calls
     /// `on_list_items`. A handle it answers must stand for any later list of
     /// the same handles too: the parser may reuse the answer without a call.
-    fn on_handle_list(&mut self, handles: &[u32]) -> Result<Option<Value>, String> {
+    fn on_handle_list(&mut self, handles: &[Handle]) -> Result<Option<Value>, String> {
         let _ = handles;
         Ok(None)
     }
@@ -254,7 +311,7 @@ pub trait Hook {
     /// (e.g. by [`Hook::on_whole_record`]) that the pickle goes on to add
     /// keys to through the memo. Return `Ok(true)` if the hook applied them;
     /// `Ok(false)` (the default) makes it an error.
-    fn on_handle_items(&mut self, handle: u32, items: &[Value]) -> Result<bool, String> {
+    fn on_handle_items(&mut self, handle: Handle, items: &[Value]) -> Result<bool, String> {
         let _ = (handle, items);
         Ok(false)
     }
@@ -269,7 +326,7 @@ pub enum Item<'a> {
     Int(i64),
     Float(f64),
     Str(&'a str),
-    Handle(u32),
+    Handle(Handle),
 }
 
 /// A hook that keeps every dict.
@@ -708,7 +765,7 @@ impl<T: Copy, const N: usize> Slots<T, N> {
 /// What the hook made of a record: the value standing for its whole dict
 /// ([`Hook::on_whole_record`]), or the one pair its dict keeps
 /// ([`Hook::on_record`]).
-enum Lowered {
+enum RecordAnswer {
     Whole(Value),
     Pair((Value, Value)),
 }
@@ -724,14 +781,14 @@ enum Lowered {
 /// ([`Memo::handles_changed`]; answers from before are dropped then).
 #[derive(Default)]
 struct TracebackLists {
-    by_bytes: FxHashMap<Box<[u8]>, u32>,
+    by_bytes: FxHashMap<Box<[u8]>, Handle>,
     /// Bytes of the keys of `by_bytes`.
     key_bytes: usize,
     /// Runs found ahead, and answers by run id with their generation.
     hints: Option<Rc<GetRunHints>>,
-    by_run: Vec<(u32, u64)>,
+    by_run: Vec<(Handle, u64)>,
     generation: u64,
-    handles: Vec<u32>,
+    handles: Vec<Handle>,
 }
 
 impl TracebackLists {
@@ -766,7 +823,7 @@ impl TracebackLists {
         at: u64,
         memo: &Memo,
         hook: &mut dyn Hook,
-    ) -> Option<(usize, u32)> {
+    ) -> Option<(usize, Handle)> {
         if let Some(run) = self
             .hints
             .as_ref()
@@ -782,7 +839,7 @@ impl TracebackLists {
                 }
                 let h = self.resolve(&buf[first..end], memo, hook)?;
                 if self.by_run.len() <= id {
-                    self.by_run.resize(id + 1, (0, u64::MAX));
+                    self.by_run.resize(id + 1, (Handle::SKIPPED, u64::MAX));
                 }
                 self.by_run[id] = (h, self.generation);
                 return Some((end, h));
@@ -804,7 +861,7 @@ impl TracebackLists {
 
     /// Fetches the handles of `gets` (only `BINGET`/`LONG_BINGET`s, as
     /// [`gets_end`] found them) from the memo and offers them to the hook.
-    fn resolve(&mut self, gets: &[u8], memo: &Memo, hook: &mut dyn Hook) -> Option<u32> {
+    fn resolve(&mut self, gets: &[u8], memo: &Memo, hook: &mut dyn Hook) -> Option<Handle> {
         self.handles.clear();
         let mut j = 0;
         while let Some(&code) = gets.get(j) {
@@ -965,7 +1022,7 @@ impl GetRunHints {
 #[derive(Clone, Copy)]
 enum Pending<'a> {
     Str(&'a str),
-    Handle(u32),
+    Handle(Handle),
 }
 
 struct RecordScan {
@@ -1608,8 +1665,13 @@ impl<'a, R: BufRead> Parser<'a, R> {
                 .on_whole_record(items)
                 .ok()
                 .flatten()
-                .map(Lowered::Whole),
-            None => self.hook.on_record(items).ok().flatten().map(Lowered::Pair),
+                .map(RecordAnswer::Whole),
+            None => self
+                .hook
+                .on_record(items)
+                .ok()
+                .flatten()
+                .map(RecordAnswer::Pair),
         };
         let Some(lowered) = lowered else {
             return Ok(false);
@@ -1617,7 +1679,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
         // The dict's own slot comes before those of the record's opcodes.
         let max = self.limits.max_memo;
         let put = match &lowered {
-            Lowered::Whole(v) if own_slot == 1 => {
+            RecordAnswer::Whole(v) if own_slot == 1 => {
                 self.memo.put(count as u32, v.clone(), max).map(drop)
             }
             _ => Ok(()),
@@ -1634,8 +1696,8 @@ impl<'a, R: BufRead> Parser<'a, R> {
             self.restore_lowered();
         }
         match lowered {
-            Lowered::Whole(v) => push!(self, v),
-            Lowered::Pair(pair) => {
+            RecordAnswer::Whole(v) => push!(self, v),
+            RecordAnswer::Pair(pair) => {
                 if let Some(Value::Dict(d)) = self.stack.last() {
                     d.borrow_mut().push(pair);
                 }
@@ -2550,6 +2612,19 @@ mod tests {
         Value::Str(Rc::new(Box::from(x)))
     }
 
+    /// A handle numbered `i` (the tests' hooks number what they lower).
+    fn hv(i: u32) -> Value {
+        Value::Handle(Handle::event(i as usize).unwrap())
+    }
+
+    /// The number of a handle made by [`hv`].
+    fn num(h: Handle) -> u32 {
+        match h.lowered() {
+            Lowered::Event(i) => i,
+            other => panic!("not a numbered handle: {other:?}"),
+        }
+    }
+
     /// A reader that hands out at most `n` bytes per `read`, to exercise
     /// opcodes straddling buffer refills.
     struct Trickle<'a> {
@@ -2716,7 +2791,7 @@ mod tests {
         assert_eq!(Value::Int(5).as_str(), None);
         assert_eq!(Value::Int(5).identity(), None);
         assert_eq!(s("x").identity(), None);
-        assert_eq!(Value::Handle(3).type_name(), "handle");
+        assert_eq!(hv(3).type_name(), "handle");
         assert_eq!(Value::None.get("x"), None);
     }
 
@@ -3393,7 +3468,7 @@ mod tests {
             b.extend_from_slice(&[op::SETITEM, op::APPEND, op::STOP]);
             let mut hook = Replace::default();
             let v = unpickle(&b[..], &Limits::default(), &mut hook).unwrap();
-            assert_eq!(*v.list_items().unwrap(), vec![Value::Handle(0)]);
+            assert_eq!(*v.list_items().unwrap(), vec![hv(0)]);
         });
     }
 
@@ -3467,7 +3542,7 @@ mod tests {
             if has("action") || has("d") {
                 let h = self.replaced;
                 self.replaced += 1;
-                return Ok(Some(Value::Handle(h)));
+                return Ok(Some(hv(h)));
             }
             Ok(None)
         }
@@ -3498,10 +3573,7 @@ mod tests {
             .stop();
         let mut hook = Replace::default();
         let v = unpickle(&b[..], &Limits::default(), &mut hook).unwrap();
-        assert_eq!(
-            *v.list_items().unwrap(),
-            vec![Value::Handle(0), Value::Handle(0)]
-        );
+        assert_eq!(*v.list_items().unwrap(), vec![hv(0), hv(0)]);
         assert_eq!(hook.calls, 1);
         assert_eq!(hook.weak_lists.len(), 1);
         // The dict (the only holder of its "frames" list) has been freed.
@@ -3528,14 +3600,8 @@ mod tests {
         let mut hook = Replace::default();
         let v = unpickle(&p.stop()[..], &Limits::default(), &mut hook).unwrap();
         let items = v.list_items().unwrap();
-        assert_eq!(
-            items[..3],
-            [Value::Handle(0), Value::Handle(1), Value::Handle(2)]
-        );
-        assert_eq!(
-            items[3].tuple_items(),
-            Some(&[Value::Handle(0), Value::Handle(1), Value::Handle(2)][..])
-        );
+        assert_eq!(items[..3], [hv(0), hv(1), hv(2)]);
+        assert_eq!(items[3].tuple_items(), Some(&[hv(0), hv(1), hv(2)][..]));
         assert_eq!(hook.weak_lists.len(), 3);
         assert!(hook.weak_lists.iter().all(|w| w.upgrade().is_none()));
     }
@@ -3558,14 +3624,14 @@ mod tests {
             if sum == 13 {
                 return Err("unlucky".into());
             }
-            Ok(Some(Value::Handle(1000 + sum)))
+            Ok(Some(hv(1000 + sum)))
         }
     }
 
     impl Hook for Lower {
         fn on_list_dict(&mut self, dict: &[(Value, Value)]) -> Result<Option<Value>, String> {
             Ok(match dict {
-                [(k, Value::Int(n))] if k.as_str() == Some("h") => Some(Value::Handle(*n as u32)),
+                [(k, Value::Int(n))] if k.as_str() == Some("h") => Some(hv(*n as u32)),
                 _ => None,
             })
         }
@@ -3574,18 +3640,18 @@ mod tests {
             let mut handles = Vec::new();
             for item in items {
                 match item {
-                    Value::Handle(h) => handles.push(*h),
+                    Value::Handle(h) => handles.push(num(*h)),
                     _ => return Ok(None),
                 }
             }
             Lower::lower(handles.into_iter())
         }
-        fn on_handle_list(&mut self, handles: &[u32]) -> Result<Option<Value>, String> {
+        fn on_handle_list(&mut self, handles: &[Handle]) -> Result<Option<Value>, String> {
             self.handle_lists += 1;
             if self.decline_fast {
                 return Ok(None);
             }
-            Lower::lower(handles.iter().copied())
+            Lower::lower(handles.iter().map(|h| num(*h)))
         }
         fn on_dict_items(&mut self, items: &[Value]) -> Result<Option<(Value, Value)>, String> {
             self.dict_items += 1;
@@ -3645,11 +3711,11 @@ mod tests {
                 .get(4)
                 .op(op::TUPLE)
         });
-        let lowered = vec![Value::Handle(1008)];
+        let lowered = vec![hv(1008)];
         let mut hook = Lower::default();
         let v = unpickle(&b[..], &Limits::default(), &mut hook).unwrap();
         let t = v.tuple_items().unwrap();
-        let h = |i| Value::Handle(i);
+        let h = hv;
         assert_eq!(*t[0].list_items().unwrap(), vec![h(1006)]);
         assert_eq!(*t[1].list_items().unwrap(), lowered);
         // The memo slot holds the lowered value, not the list.
@@ -3686,7 +3752,7 @@ mod tests {
 
     #[test]
     fn handle_lists_fall_back_when_they_must() {
-        let h = |i| Value::Handle(i);
+        let h = hv;
         // A string among the gets, a second APPENDS, APPEND, an empty batch,
         // and a MARK whose stack top is not a list.
         let b = handle_memo(|p| {
@@ -3736,7 +3802,7 @@ mod tests {
 
     #[test]
     fn lowered_lists_return_to_the_memo_when_appended_to() {
-        let h = |i| Value::Handle(i);
+        let h = hv;
         for trickled in [false, true] {
             let run = |b: &[u8]| {
                 let mut hook = Lower::default();
@@ -3950,7 +4016,7 @@ mod tests {
         let mut hook = Replace::default();
         let v = unpickle(&b[..], &Limits::default(), &mut hook).unwrap();
         let items = v.list_items().unwrap();
-        assert_eq!(items[0], Value::Handle(0));
+        assert_eq!(items[0], hv(0));
         assert_eq!(
             *items[1].dict_items().unwrap(),
             vec![(s("x"), Value::Int(1))]
@@ -4191,7 +4257,7 @@ mod tests {
                 self.calls += 1;
                 if d.iter().any(|(k, _)| k.as_str() == Some("action")) {
                     self.n += 1;
-                    return Ok(Some(Value::Handle(self.n - 1)));
+                    return Ok(Some(hv(self.n - 1)));
                 }
                 Ok(None)
             }
@@ -4240,7 +4306,7 @@ mod micro {
     struct H;
     impl Hook for H {
         fn on_list_dict(&mut self, _d: &[(Value, Value)]) -> Result<Option<Value>, String> {
-            Ok(Some(Value::Handle(1)))
+            Ok(Some(Value::Handle(Handle::SKIPPED)))
         }
     }
 

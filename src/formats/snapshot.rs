@@ -15,7 +15,7 @@ use std::io::BufRead;
 
 use rustc_hash::FxHashMap;
 
-use super::pickle::{self, Hook, Item, Limits, Value};
+use super::pickle::{self, Handle, Hook, Item, Limits, Lowered, Value};
 use crate::error::{Error, Result};
 use crate::model::{
     Action, Annotation, Block, BlockState, Category, DeviceTrace, Diagnostic, Event, Format, Frame,
@@ -81,19 +81,15 @@ struct EntryLowering {
     entries_without_frames: u64,
     /// Sites by the frame handles of a traceback: a traceback seen before is
     /// recognised by hashing its handles, without resolving its frames.
-    site_by_handles: FxHashMap<Box<[u32]>, SiteId>,
+    site_by_handles: FxHashMap<Box<[Handle]>, SiteId>,
     /// Scratch for the handles of the list being lowered.
-    handles: Vec<u32>,
+    handles: Vec<Handle>,
     /// `addr`/`size`/`device_free` values that are negative or not integers.
     bad_numbers: u64,
+    /// Items of `frames` lists that are trace entries (dicts with an
+    /// `action`), not frames: the snapshot is refused (see [`build_trace`]).
+    entries_in_frames: u64,
 }
-
-/// Handle tags: the top two bits say what a [`Value::Handle`] indexes.
-const TAG_MASK: u32 = 0b11 << 30;
-const FRAME_TAG: u32 = 0b01 << 30;
-const SITE_TAG: u32 = 0b10 << 30;
-/// Marks an entry whose action memcut skips.
-const SKIPPED: u32 = TAG_MASK - 1;
 
 impl Hook for EntryLowering {
     fn on_list_dict(
@@ -105,12 +101,9 @@ impl Hook for EntryLowering {
         }
         if has_key(dict, "filename") && has_key(dict, "name") {
             let frame = frame_of(&mut self.sites, dict);
-            let index = self.frames.len() as u32;
-            if index >= FRAME_TAG {
-                return Err("more than 2^30 distinct frames".into());
-            }
+            let handle = Handle::frame(self.frames.len())?;
             self.frames.push(frame);
-            return Ok(Some(Value::Handle(FRAME_TAG | index)));
+            return Ok(Some(Value::Handle(handle)));
         }
         Ok(None)
     }
@@ -146,11 +139,11 @@ impl Hook for EntryLowering {
         &mut self,
         items: &[Item<'_>],
     ) -> std::result::Result<Option<Value>, String> {
-        let Some((index, has_frames)) = self.lower_entry(items)? else {
+        let Some((event, has_frames)) = self.lower_entry(items)? else {
             return Ok(None);
         };
         self.count_frames(has_frames);
-        Ok(Some(Value::Handle(index)))
+        Ok(Some(Value::Handle(event)))
     }
 
     /// Keys added to a trace entry after it was lowered (through the memo,
@@ -158,13 +151,13 @@ impl Hook for EntryLowering {
     /// would have in its dict.
     fn on_handle_items(
         &mut self,
-        handle: u32,
+        handle: Handle,
         items: &[Value],
     ) -> std::result::Result<bool, String> {
-        if handle & TAG_MASK != 0 || handle as usize >= self.events.len() {
+        let Lowered::Event(index) = handle.lowered() else {
             return Ok(false);
-        }
-        self.patch_event(handle, items.chunks_exact(2).map(|c| (&c[0], &c[1])));
+        };
+        self.patch_event(index, items.chunks_exact(2).map(|c| (&c[0], &c[1])));
         Ok(true)
     }
 
@@ -184,20 +177,20 @@ impl Hook for EntryLowering {
         lowered
     }
 
-    fn on_handle_list(&mut self, handles: &[u32]) -> std::result::Result<Option<Value>, String> {
+    fn on_handle_list(&mut self, handles: &[Handle]) -> std::result::Result<Option<Value>, String> {
         if let Some(&site) = self.site_by_handles.get(handles) {
-            return Ok(Some(Value::Handle(SITE_TAG | site)));
+            return Ok(Some(Value::Handle(Handle::site(site))));
         }
-        if handles.iter().any(|h| h & TAG_MASK != FRAME_TAG) {
-            return Ok(None);
+        let mut frames = Vec::with_capacity(handles.len());
+        for h in handles {
+            match h.lowered() {
+                Lowered::Frame(i) => frames.push(self.frames[i as usize]),
+                _ => return Ok(None),
+            }
         }
-        let frames: Vec<Frame> = handles
-            .iter()
-            .map(|h| self.frames[(h & !TAG_MASK) as usize])
-            .collect();
         let site = self.sites.intern_site(&frames);
         self.site_by_handles.insert(handles.into(), site);
-        Ok(Some(Value::Handle(SITE_TAG | site)))
+        Ok(Some(Value::Handle(Handle::site(site))))
     }
 }
 
@@ -217,16 +210,18 @@ impl EntryLowering {
     fn entry_of_dict(
         &mut self,
         dict: &[(Value, Value)],
-    ) -> std::result::Result<Option<u32>, String> {
-        if let [(Value::Handle(index), Value::Bool(has_frames)), rest @ ..] = dict {
-            if !rest.is_empty() {
-                // More pairs arrived in a later SETITEM(S): they overwrite.
-                let more_frames = self.patch_event(*index, rest.iter().map(|(k, v)| (k, v)));
-                self.count_frames(*has_frames || more_frames);
-            } else {
-                self.count_frames(*has_frames);
+    ) -> std::result::Result<Option<Handle>, String> {
+        if let [(Value::Handle(marker), Value::Bool(has_frames)), rest @ ..] = dict {
+            if let Lowered::Marker(index) = marker.lowered() {
+                if !rest.is_empty() {
+                    // More pairs arrived in a later SETITEM(S): they overwrite.
+                    let more_frames = self.patch_event(index, rest.iter().map(|(k, v)| (k, v)));
+                    self.count_frames(*has_frames || more_frames);
+                } else {
+                    self.count_frames(*has_frames);
+                }
+                return Handle::event(index as usize).map(Some);
             }
-            return Ok(Some(*index));
         }
         let pairs = || dict.iter().map(|(k, v)| (k, v));
         let Some(action) = first_value(pairs(), "action") else {
@@ -237,21 +232,21 @@ impl EntryLowering {
             .ok_or_else(|| format!("trace entry action is a {}", action.type_name()))?;
         let Some(action) = Action::parse(name) else {
             *self.unknown_actions.entry(name.to_owned()).or_default() += 1;
-            return Ok(Some(SKIPPED));
+            return Ok(Some(Handle::SKIPPED));
         };
-        let (index, has_frames) = self.push_event(action, pairs())?;
+        let (event, has_frames) = self.push_event(action, pairs())?;
         self.count_frames(has_frames);
-        Ok(Some(index))
+        Ok(Some(event))
     }
 
     /// Lowers a trace entry given as its items (key0, value0, …) into a new
-    /// event if its action is known: the event's index and whether the entry
+    /// event if its action is known: the event's handle and whether the entry
     /// has `frames`. `None` for anything else, which the opcode path and
     /// [`Hook::on_list_dict`] then see as a dict.
     fn lower_entry<F: Field>(
         &mut self,
         items: &[F],
-    ) -> std::result::Result<Option<(u32, bool)>, String> {
+    ) -> std::result::Result<Option<(Handle, bool)>, String> {
         let pairs = || items.chunks_exact(2).map(|c| (&c[0], &c[1]));
         let Some(action) = pairs()
             .find(|(k, _)| k.str() == Some("action"))
@@ -282,21 +277,18 @@ impl EntryLowering {
         }
     }
 
-    /// Lowers an entry's fields into a new event: its index and whether the
+    /// Lowers an entry's fields into a new event: its handle and whether the
     /// entry has `frames`.
     fn push_event<'a, F: Field + 'a>(
         &mut self,
         action: Action,
         pairs: impl Iterator<Item = (&'a F, &'a F)>,
-    ) -> std::result::Result<(u32, bool), String> {
+    ) -> std::result::Result<(Handle, bool), String> {
         let mut event = Event::new(action, 0, 0);
         let has_frames = self.apply_fields(&mut event, pairs);
-        let index = self.events.len() as u32;
-        if index >= SKIPPED {
-            return Err("more than 2^30 trace entries".into());
-        }
+        let handle = Handle::event(self.events.len())?;
         self.events.push(event);
-        Ok((index, has_frames))
+        Ok((handle, has_frames))
     }
 
     /// Sets `event`'s fields from an entry's pairs (the last of a repeated
@@ -334,25 +326,26 @@ impl EntryLowering {
             Value::List(list) => list,
             // A frames list lowered while it streamed in (shared by a block
             // and its trace entries through the memo).
-            Value::Handle(h) if h & TAG_MASK == SITE_TAG => return h & !TAG_MASK,
+            Value::Handle(h) => return site_of_handle(*h),
             _ => return 0,
         };
         let mut items = list.borrow_mut();
         if let [Value::Handle(h)] = items.as_slice() {
-            if h & TAG_MASK == SITE_TAG {
-                return h & !TAG_MASK;
+            if let Lowered::Site(site) = h.lowered() {
+                return site;
             }
         }
         let mut resolved = Vec::with_capacity(items.len());
         for item in items.iter() {
             match item {
-                Value::Handle(h) if h & TAG_MASK == FRAME_TAG => {
-                    resolved.push(self.frames[(h & !TAG_MASK) as usize]);
-                }
-                // The lowered first batch of a list appended to more than once.
-                Value::Handle(h) if h & TAG_MASK == SITE_TAG => {
-                    resolved.extend_from_slice(self.sites.frames(h & !TAG_MASK));
-                }
+                Value::Handle(h) => match h.lowered() {
+                    Lowered::Frame(i) => resolved.push(self.frames[i as usize]),
+                    // The lowered first batch of a list appended to more than once.
+                    Lowered::Site(site) => resolved.extend_from_slice(self.sites.frames(site)),
+                    Lowered::Event(_) | Lowered::Skipped => self.entries_in_frames += 1,
+                    // Only the lowering holds markers (in dicts, never in lists).
+                    Lowered::Marker(_) => {}
+                },
                 Value::Dict(d) => resolved.push(frame_of(&mut self.sites, &d.borrow())),
                 // `forward_frames` style: preformatted lines.
                 Value::Str(line) => resolved.push(Frame {
@@ -364,7 +357,7 @@ impl EntryLowering {
             }
         }
         let site = self.sites.intern_site(&resolved);
-        *items = vec![Value::Handle(SITE_TAG | site)];
+        *items = vec![Value::Handle(Handle::site(site))];
         site
     }
 }
@@ -417,16 +410,27 @@ impl Field for Item<'_> {
     fn site(&self, _: &mut EntryLowering) -> SiteId {
         // As `site_of` reads a handle (a lowered list is given as its handle).
         match *self {
-            Item::Handle(h) if h & TAG_MASK == SITE_TAG => h & !TAG_MASK,
+            Item::Handle(h) => site_of_handle(h),
             _ => 0,
         }
     }
 }
 
-/// The pair a lowered entry's dict keeps: `(Handle(event), Bool(has
+/// The site of a `frames` value that is a handle: a traceback lowered while
+/// it streamed in (shared by a block and its trace entries through the
+/// memo); anything else has no site.
+fn site_of_handle(h: Handle) -> SiteId {
+    match h.lowered() {
+        Lowered::Site(site) => site,
+        _ => 0,
+    }
+}
+
+/// The pair a lowered entry's dict keeps: `(Handle(marker), Bool(has
 /// frames))`, recognised when the dict is appended to its trace list.
-fn marker((index, has_frames): (u32, bool)) -> (Value, Value) {
-    (Value::Handle(index), Value::Bool(has_frames))
+fn marker((event, has_frames): (Handle, bool)) -> (Value, Value) {
+    let marker = Handle::marker(event).expect("an event's handle");
+    (Value::Handle(marker), Value::Bool(has_frames))
 }
 
 /// The value of the first `key` among `pairs`.
@@ -504,17 +508,17 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
             let mut events = Vec::new();
             if let Some(items) = list.list_items() {
                 for item in items.iter() {
-                    let index = match item {
+                    let handle = match item {
                         Value::Handle(h) => *h,
                         Value::Dict(d) => {
                             match lowering.entry_of_dict(&d.borrow()).map_err(Error::Schema)? {
-                                Some(index) => index,
+                                Some(handle) => handle,
                                 None => continue,
                             }
                         }
                         _ => continue,
                     };
-                    if index & TAG_MASK == 0 {
+                    if let Lowered::Event(index) = handle.lowered() {
                         let event = lowering.events[index as usize];
                         profile_derived |= event.given.is_some();
                         events.push(event);
@@ -538,6 +542,13 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
             let segment = parse_segment(seg, &mut lowering, &mut blocks_without_frames)?;
             segs_by_device.entry(device).or_default().push(segment);
         }
+    }
+    if lowering.entries_in_frames > 0 {
+        // PyTorch writes frames as `{filename, line, name}`; an entry there
+        // is no traceback memcut can attribute (and was once misread as one).
+        return Err(Error::Schema(
+            "a `frames` list holds a trace entry (a dict with an `action`), not a frame".into(),
+        ));
     }
 
     // Ordinals that have events or segments (a hostile `device: 2**60` names
@@ -603,10 +614,9 @@ fn take_in_order(events: &mut Vec<Event>, list: &Value) -> Option<Vec<Event>> {
     if events.is_empty() || items.len() != events.len() {
         return None;
     }
-    let in_order = items
-        .iter()
-        .enumerate()
-        .all(|(i, item)| matches!(item, Value::Handle(h) if *h as usize == i));
+    let in_order = items.iter().enumerate().all(
+        |(i, item)| matches!(item, Value::Handle(h) if h.lowered() == Lowered::Event(i as u32)),
+    );
     in_order.then(|| std::mem::take(events))
 }
 
@@ -862,13 +872,13 @@ pub(crate) mod record_tests {
         }
         fn on_handle_list(
             &mut self,
-            handles: &[u32],
+            handles: &[Handle],
         ) -> std::result::Result<Option<Value>, String> {
             self.0.on_handle_list(handles)
         }
         fn on_handle_items(
             &mut self,
-            handle: u32,
+            handle: Handle,
             items: &[Value],
         ) -> std::result::Result<bool, String> {
             self.0.on_handle_items(handle, items)
