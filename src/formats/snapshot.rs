@@ -15,7 +15,7 @@ use std::io::BufRead;
 
 use rustc_hash::FxHashMap;
 
-use super::pickle::{self, Handle, Hook, Item, Limits, Lowered, Value};
+use super::pickle::{self, Handle, Hook, Item, Limits, Lowered, Records, Value};
 use crate::error::{Error, Result};
 use crate::model::{
     Action, Annotation, Block, BlockState, Category, DeviceTrace, Diagnostic, Event, Format, Frame,
@@ -29,7 +29,7 @@ pub fn parse_pickle<R: BufRead>(reader: R, limits: &Limits) -> Result<Trace> {
 
 /// [`parse_pickle`] with hints found ahead in the same bytes (see
 /// [`pickle::unpickle_hinted`]).
-pub fn parse_pickle_hinted<R: BufRead>(
+pub(crate) fn parse_pickle_hinted<R: BufRead>(
     reader: R,
     limits: &Limits,
     hints: Option<std::rc::Rc<pickle::GetRunHints>>,
@@ -120,32 +120,6 @@ impl Hook for EntryLowering {
         Ok(self.lower_entry(items)?.map(marker))
     }
 
-    fn wants_records(&self) -> bool {
-        true
-    }
-
-    /// [`Hook::on_dict_items`] for a record the parser decoded in place.
-    fn on_record(
-        &mut self,
-        items: &[Item<'_>],
-    ) -> std::result::Result<Option<(Value, Value)>, String> {
-        Ok(self.lower_entry(items)?.map(marker))
-    }
-
-    /// A trace entry decoded in place becomes its event handle outright: no
-    /// dict is built, and its frames are counted now, as
-    /// [`Hook::on_list_dict`] would have when it was appended.
-    fn on_whole_record(
-        &mut self,
-        items: &[Item<'_>],
-    ) -> std::result::Result<Option<Value>, String> {
-        let Some((event, has_frames)) = self.lower_entry(items)? else {
-            return Ok(None);
-        };
-        self.count_frames(has_frames);
-        Ok(Some(Value::Handle(event)))
-    }
-
     /// Keys added to a trace entry after it was lowered (through the memo,
     /// which holds its event handle): they overwrite its fields, as they
     /// would have in its dict.
@@ -172,29 +146,63 @@ impl Hook for EntryLowering {
                 _ => return Ok(None),
             }
         }
-        let lowered = self.on_handle_list(&handles);
+        let site = self.site_of_handles(&handles);
         self.handles = handles;
-        lowered
+        Ok(site.map(|site| Value::Handle(Handle::site(site))))
     }
 
-    fn on_handle_list(&mut self, handles: &[Handle]) -> std::result::Result<Option<Value>, String> {
+    /// The fast paths are open to every snapshot.
+    fn fast(&mut self) -> Option<&mut dyn Records> {
+        Some(self)
+    }
+}
+
+/// Trace entries decoded straight from the pickle's bytes (see
+/// `pickle::fast`): lowered as [`Hook::on_dict_items`] lowers them.
+impl Records for EntryLowering {
+    /// [`Hook::on_dict_items`] for a record the parser decoded in place.
+    fn on_record(
+        &mut self,
+        items: &[Item<'_>],
+    ) -> std::result::Result<Option<(Value, Value)>, String> {
+        Ok(self.lower_entry(items)?.map(marker))
+    }
+
+    /// A trace entry decoded in place becomes its event handle outright: no
+    /// dict is built, and its frames are counted now, as
+    /// [`Hook::on_list_dict`] would have when it was appended.
+    fn on_whole_record(
+        &mut self,
+        items: &[Item<'_>],
+    ) -> std::result::Result<Option<Value>, String> {
+        let Some((event, has_frames)) = self.lower_entry(items)? else {
+            return Ok(None);
+        };
+        self.count_frames(has_frames);
+        Ok(Some(Value::Handle(event)))
+    }
+}
+
+impl EntryLowering {
+    /// The site of a traceback given as its frames' handles (a traceback
+    /// seen before is found by its handles, without resolving its frames);
+    /// `None` unless every handle is a frame's.
+    fn site_of_handles(&mut self, handles: &[Handle]) -> Option<SiteId> {
         if let Some(&site) = self.site_by_handles.get(handles) {
-            return Ok(Some(Value::Handle(Handle::site(site))));
+            return Some(site);
         }
         let mut frames = Vec::with_capacity(handles.len());
         for h in handles {
             match h.lowered() {
                 Lowered::Frame(i) => frames.push(self.frames[i as usize]),
-                _ => return Ok(None),
+                _ => return None,
             }
         }
         let site = self.sites.intern_site(&frames);
         self.site_by_handles.insert(handles.into(), site);
-        Ok(Some(Value::Handle(Handle::site(site))))
+        Some(site)
     }
-}
 
-impl EntryLowering {
     /// A byte count or address; anything else (a negative size) reads as 0
     /// and is counted, so the report can say so.
     #[inline]
@@ -869,12 +877,6 @@ pub(crate) mod record_tests {
         }
         fn on_list_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
             self.0.on_list_items(items)
-        }
-        fn on_handle_list(
-            &mut self,
-            handles: &[Handle],
-        ) -> std::result::Result<Option<Value>, String> {
-            self.0.on_handle_list(handles)
         }
         fn on_handle_items(
             &mut self,
