@@ -54,6 +54,8 @@ mod opcodes;
 mod teardown;
 mod value;
 mod window;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod writer;
 
 #[cfg(test)]
 mod tests;

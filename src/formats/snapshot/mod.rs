@@ -78,7 +78,9 @@ struct EntryLowering {
     events: Vec<Event>,
     frames: Vec<Frame>,
     unknown_actions: BTreeMap<String, u64>,
-    entries_without_frames: u64,
+    /// A bit per event: whether its entry had `frames` (counted per
+    /// appearance in a device's trace, see [`build_trace`]).
+    framed: Vec<u64>,
     /// Sites by the frame handles of a traceback: a traceback seen before is
     /// recognised by hashing its handles, without resolving its frames.
     site_by_handles: FxHashMap<Box<[Handle]>, SiteId>,
@@ -109,8 +111,8 @@ impl Hook for EntryLowering {
     }
 
     /// A trace entry with a known action is lowered as soon as its pairs are
-    /// complete; its dict keeps only a marker pair `(Handle(event), Bool(has
-    /// frames))`, recognised when the dict is appended to its trace list.
+    /// complete; its dict keeps only a marker pair `(Handle(marker), None)`,
+    /// recognised when the dict is appended to its trace list.
     /// Anything else (unknown actions, malformed entries) waits for
     /// [`Hook::on_list_dict`], which has the last word.
     fn on_dict_items(
@@ -169,17 +171,12 @@ impl Records for EntryLowering {
     }
 
     /// A trace entry decoded in place becomes its event handle outright: no
-    /// dict is built, and its frames are counted now, as
-    /// [`Hook::on_list_dict`] would have when it was appended.
+    /// dict is built.
     fn on_whole_record(
         &mut self,
         items: &[Item<'_>],
     ) -> std::result::Result<Option<Value>, String> {
-        let Some((event, has_frames)) = self.lower_entry(items)? else {
-            return Ok(None);
-        };
-        self.count_frames(has_frames);
-        Ok(Some(Value::Handle(event)))
+        Ok(self.lower_entry(items)?.map(Value::Handle))
     }
 }
 
@@ -219,15 +216,10 @@ impl EntryLowering {
         &mut self,
         dict: &[(Value, Value)],
     ) -> std::result::Result<Option<Handle>, String> {
-        if let [(Value::Handle(marker), Value::Bool(has_frames)), rest @ ..] = dict {
+        if let [(Value::Handle(marker), _), rest @ ..] = dict {
             if let Lowered::Marker(index) = marker.lowered() {
-                if !rest.is_empty() {
-                    // More pairs arrived in a later SETITEM(S): they overwrite.
-                    let more_frames = self.patch_event(index, rest.iter().map(|(k, v)| (k, v)));
-                    self.count_frames(*has_frames || more_frames);
-                } else {
-                    self.count_frames(*has_frames);
-                }
+                // More pairs arrived in a later SETITEM(S): they overwrite.
+                self.patch_event(index, rest.iter().map(|(k, v)| (k, v)));
                 return Handle::event(index as usize).map(Some);
             }
         }
@@ -242,19 +234,17 @@ impl EntryLowering {
             *self.unknown_actions.entry(name.to_owned()).or_default() += 1;
             return Ok(Some(Handle::SKIPPED));
         };
-        let (event, has_frames) = self.push_event(action, pairs())?;
-        self.count_frames(has_frames);
-        Ok(Some(event))
+        self.push_event(action, pairs()).map(Some)
     }
 
     /// Lowers a trace entry given as its items (key0, value0, …) into a new
-    /// event if its action is known: the event's handle and whether the entry
-    /// has `frames`. `None` for anything else, which the opcode path and
-    /// [`Hook::on_list_dict`] then see as a dict.
+    /// event if its action is known: the event's handle. `None` for anything
+    /// else, which the opcode path and [`Hook::on_list_dict`] then see as a
+    /// dict.
     fn lower_entry<F: Field>(
         &mut self,
         items: &[F],
-    ) -> std::result::Result<Option<(Handle, bool)>, String> {
+    ) -> std::result::Result<Option<Handle>, String> {
         let pairs = || items.chunks_exact(2).map(|c| (&c[0], &c[1]));
         let Some(action) = pairs()
             .find(|(k, _)| k.str() == Some("action"))
@@ -266,37 +256,38 @@ impl EntryLowering {
     }
 
     /// Sets fields of the lowered event `index` from pairs that arrived
-    /// after it was lowered (they overwrite); returns whether there were
-    /// `frames`.
-    fn patch_event<'a>(
-        &mut self,
-        index: u32,
-        pairs: impl Iterator<Item = (&'a Value, &'a Value)>,
-    ) -> bool {
+    /// after it was lowered (they overwrite).
+    fn patch_event<'a>(&mut self, index: u32, pairs: impl Iterator<Item = (&'a Value, &'a Value)>) {
         let mut event = self.events[index as usize];
-        let frames = self.apply_fields(&mut event, pairs);
-        self.events[index as usize] = event;
-        frames
-    }
-
-    fn count_frames(&mut self, has_frames: bool) {
-        if !has_frames {
-            self.entries_without_frames += 1;
+        if self.apply_fields(&mut event, pairs) {
+            self.framed[index as usize / 64] |= 1 << (index % 64);
         }
+        self.events[index as usize] = event;
     }
 
-    /// Lowers an entry's fields into a new event: its handle and whether the
-    /// entry has `frames`.
+    /// Whether the entry of event `index` had `frames`.
+    fn is_framed(&self, index: usize) -> bool {
+        self.framed
+            .get(index / 64)
+            .is_some_and(|w| w >> (index % 64) & 1 == 1)
+    }
+
+    /// Lowers an entry's fields into a new event: its handle.
     fn push_event<'a, F: Field + 'a>(
         &mut self,
         action: Action,
         pairs: impl Iterator<Item = (&'a F, &'a F)>,
-    ) -> std::result::Result<(Handle, bool), String> {
+    ) -> std::result::Result<Handle, String> {
         let mut event = Event::new(action, 0, 0);
         let has_frames = self.apply_fields(&mut event, pairs);
-        let handle = Handle::event(self.events.len())?;
+        let index = self.events.len();
+        let handle = Handle::event(index)?;
         self.events.push(event);
-        Ok((handle, has_frames))
+        if index % 64 == 0 {
+            self.framed.push(0);
+        }
+        self.framed[index / 64] |= u64::from(has_frames) << (index % 64);
+        Ok(handle)
     }
 
     /// Sets `event`'s fields from an entry's pairs (the last of a repeated
@@ -434,11 +425,11 @@ fn site_of_handle(h: Handle) -> SiteId {
     }
 }
 
-/// The pair a lowered entry's dict keeps: `(Handle(marker), Bool(has
-/// frames))`, recognised when the dict is appended to its trace list.
-fn marker((event, has_frames): (Handle, bool)) -> (Value, Value) {
+/// The pair a lowered entry's dict keeps: `(Handle(marker), None)`,
+/// recognised when the dict is appended to its trace list.
+fn marker(event: Handle) -> (Value, Value) {
     let marker = Handle::marker(event).expect("an event's handle");
-    (Value::Handle(marker), Value::Bool(has_frames))
+    (Value::Handle(marker), Value::None)
 }
 
 /// The value of the first `key` among `pairs`.
@@ -498,6 +489,8 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
     // Device traces: lists of handles (pickle) or of dicts (JSON).
     let mut per_device: Vec<Vec<Event>> = Vec::new();
     let mut profile_derived = false;
+    // Counted per appearance in a trace, however the entry was lowered.
+    let mut entries_without_frames = 0u64;
     if let Some(traces) = &device_traces {
         let lists = traces
             .list_items()
@@ -510,6 +503,8 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
             };
             if let Some(events) = taken {
                 profile_derived |= events.iter().any(|e| e.given.is_some());
+                let framed: u32 = lowering.framed.iter().map(|w| w.count_ones()).sum();
+                entries_without_frames += events.len() as u64 - u64::from(framed);
                 per_device.push(events);
                 continue;
             }
@@ -529,6 +524,7 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
                     if let Lowered::Event(index) = handle.lowered() {
                         let event = lowering.events[index as usize];
                         profile_derived |= event.given.is_some();
+                        entries_without_frames += u64::from(!lowering.is_framed(index as usize));
                         events.push(event);
                     }
                 }
@@ -600,7 +596,11 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
     }
 
     trace.annotations = parse_annotations(root);
-    diagnose(root, &lowering, blocks_without_frames, &mut trace);
+    let without_frames = Unattributed {
+        entries: entries_without_frames,
+        blocks: blocks_without_frames,
+    };
+    diagnose(root, &lowering, without_frames, &mut trace);
     if profile_derived {
         trace.diagnostics.push(Diagnostic::info(
             "profile-derived snapshot (_profile_to_snapshot): PyTorch's own categories are present and ignored by the classifier",
@@ -747,7 +747,18 @@ fn parse_annotations(root: &Value) -> Vec<Annotation> {
     out
 }
 
-fn diagnose(root: &Value, lowering: &EntryLowering, blocks_without_frames: u64, trace: &mut Trace) {
+/// Trace entries and live blocks without frames.
+struct Unattributed {
+    entries: u64,
+    blocks: u64,
+}
+
+fn diagnose(
+    root: &Value,
+    lowering: &EntryLowering,
+    without_frames: Unattributed,
+    trace: &mut Trace,
+) {
     let overflowed = root
         .get("allocator_settings")
         .and_then(|s| s.get("trace_alloc_overflowed"))
@@ -764,10 +775,10 @@ fn diagnose(root: &Value, lowering: &EntryLowering, blocks_without_frames: u64, 
             "{count} trace entries with action `{name}` skipped"
         )));
     }
-    if lowering.entries_without_frames > 0 {
+    if without_frames.entries > 0 {
         trace.diagnostics.push(Diagnostic::info(format!(
             "{} trace entries carry no frames (recorded without context): their sites are unknown",
-            lowering.entries_without_frames
+            without_frames.entries
         )));
     }
     if lowering.bad_numbers > 0 {
@@ -776,9 +787,10 @@ fn diagnose(root: &Value, lowering: &EntryLowering, blocks_without_frames: u64, 
             lowering.bad_numbers
         )));
     }
-    if blocks_without_frames > 0 {
+    if without_frames.blocks > 0 {
         trace.diagnostics.push(Diagnostic::info(format!(
-            "{blocks_without_frames} live blocks at dump time have no frames"
+            "{} live blocks at dump time have no frames",
+            without_frames.blocks
         )));
     }
 }
@@ -807,238 +819,58 @@ fn json_to_value(json: &serde_json::Value) -> Value {
     }
 }
 
-#[cfg(test)]
-mod sharing_tests {
-    use super::*;
+/// [`EntryLowering`] with the fast paths' door closed: every opcode is
+/// interpreted one by one. The oracle of the differential tests.
+#[cfg(any(test, feature = "fuzzing"))]
+#[derive(Default)]
+struct Plain(EntryLowering);
 
-    /// `pickle.dumps(..., protocol=4)` of a snapshot whose live block and
-    /// alloc entry share one frames list (as real dumps do through the memo).
-    pub(super) const SHARED_FRAMES: &[u8] = &[
-        128, 4, 149, 89, 1, 0, 0, 0, 0, 0, 0, 125, 148, 40, 140, 8, 115, 101, 103, 109, 101, 110,
-        116, 115, 148, 93, 148, 125, 148, 40, 140, 6, 100, 101, 118, 105, 99, 101, 148, 75, 0, 140,
-        7, 97, 100, 100, 114, 101, 115, 115, 148, 77, 0, 16, 140, 10, 116, 111, 116, 97, 108, 95,
-        115, 105, 122, 101, 148, 77, 0, 4, 140, 6, 98, 108, 111, 99, 107, 115, 148, 93, 148, 40,
-        125, 148, 40, 104, 5, 77, 0, 16, 140, 4, 115, 105, 122, 101, 148, 77, 0, 2, 140, 14, 114,
-        101, 113, 117, 101, 115, 116, 101, 100, 95, 115, 105, 122, 101, 148, 77, 244, 1, 140, 5,
-        115, 116, 97, 116, 101, 148, 140, 16, 97, 99, 116, 105, 118, 101, 95, 97, 108, 108, 111,
-        99, 97, 116, 101, 100, 148, 140, 6, 102, 114, 97, 109, 101, 115, 148, 93, 148, 40, 125,
-        148, 40, 140, 8, 102, 105, 108, 101, 110, 97, 109, 101, 148, 140, 8, 109, 111, 100, 101,
-        108, 46, 112, 121, 148, 140, 4, 108, 105, 110, 101, 148, 75, 3, 140, 4, 110, 97, 109, 101,
-        148, 140, 7, 102, 111, 114, 119, 97, 114, 100, 148, 117, 125, 148, 40, 104, 17, 140, 8,
-        116, 114, 97, 105, 110, 46, 112, 121, 148, 104, 19, 75, 9, 104, 20, 140, 4, 109, 97, 105,
-        110, 148, 117, 101, 117, 125, 148, 40, 104, 5, 77, 0, 18, 104, 10, 77, 0, 2, 104, 11, 75,
-        0, 104, 12, 140, 8, 105, 110, 97, 99, 116, 105, 118, 101, 148, 104, 14, 93, 148, 117, 101,
-        117, 97, 140, 13, 100, 101, 118, 105, 99, 101, 95, 116, 114, 97, 99, 101, 115, 148, 93,
-        148, 93, 148, 125, 148, 40, 140, 6, 97, 99, 116, 105, 111, 110, 148, 140, 5, 97, 108, 108,
-        111, 99, 148, 140, 4, 97, 100, 100, 114, 148, 77, 0, 16, 104, 10, 77, 244, 1, 140, 6, 115,
-        116, 114, 101, 97, 109, 148, 75, 0, 104, 14, 104, 15, 117, 97, 97, 117, 46,
-    ];
-
-    #[test]
-    fn a_frames_list_shared_by_a_block_and_an_entry_gives_both_the_site() {
-        let trace = parse_pickle(SHARED_FRAMES, &Limits::default()).unwrap();
-        let device = &trace.devices[0];
-        let block = &device.segments.as_ref().unwrap()[0].blocks[0];
-        assert_eq!(trace.sites.frames(block.site).len(), 2);
-        assert_eq!(device.events[0].site, block.site);
-        assert!(
-            !trace
-                .diagnostics
-                .iter()
-                .any(|d| d.message.contains("no frames")),
-            "{:?}",
-            trace.diagnostics
-        );
+#[cfg(any(test, feature = "fuzzing"))]
+impl Hook for Plain {
+    fn on_list_dict(
+        &mut self,
+        dict: &[(Value, Value)],
+    ) -> std::result::Result<Option<Value>, String> {
+        self.0.on_list_dict(dict)
+    }
+    fn on_list_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
+        self.0.on_list_items(items)
+    }
+    fn on_dict_items(
+        &mut self,
+        items: &[Value],
+    ) -> std::result::Result<Option<(Value, Value)>, String> {
+        self.0.on_dict_items(items)
+    }
+    fn on_handle_items(
+        &mut self,
+        handle: Handle,
+        items: &[Value],
+    ) -> std::result::Result<bool, String> {
+        self.0.on_handle_items(handle, items)
     }
 }
 
-#[cfg(test)]
-pub(crate) mod record_tests {
-    use super::*;
-    use crate::test_support::{corpus_dir, read_maybe_gz};
-
-    /// [`EntryLowering`] without the in-place record path: every entry goes
-    /// through the opcodes and [`Hook::on_dict_items`].
-    #[derive(Default)]
-    struct NoRecords(EntryLowering);
-
-    impl Hook for NoRecords {
-        fn on_list_dict(
-            &mut self,
-            dict: &[(Value, Value)],
-        ) -> std::result::Result<Option<Value>, String> {
-            self.0.on_list_dict(dict)
-        }
-        fn on_dict_items(
-            &mut self,
-            items: &[Value],
-        ) -> std::result::Result<Option<(Value, Value)>, String> {
-            self.0.on_dict_items(items)
-        }
-        fn on_list_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
-            self.0.on_list_items(items)
-        }
-        fn on_handle_items(
-            &mut self,
-            handle: Handle,
-            items: &[Value],
-        ) -> std::result::Result<bool, String> {
-            self.0.on_handle_items(handle, items)
-        }
-    }
-
-    fn both_ways(bytes: &[u8], what: &str) {
-        let fast = parse_pickle(bytes, &Limits::default());
-        let mut slow = NoRecords::default();
-        let slow = pickle::unpickle(bytes, &Limits::default(), &mut slow)
-            .map_err(Error::from)
-            .and_then(|root| build_trace(&root, slow.0));
-        match (fast, slow) {
-            (Ok(a), Ok(b)) => assert_eq!(format!("{a:?}"), format!("{b:?}"), "{what}"),
-            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{what}"),
-            (a, b) => panic!("{what}: {:?} vs {:?}", a.err(), b.err()),
-        }
-    }
-
-    #[test]
-    fn records_lowered_in_place_match_the_opcode_path() {
-        both_ways(sharing_tests::SHARED_FRAMES, "shared frames");
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let mut seen = 0;
-        let shared = root.join("tests/data/synthetic_shared_frames.pickle.gz");
-        let samples = glob::glob(&format!("{}/sample_traces/*.pickle.gz", root.display())).unwrap();
-        for path in samples.map(|p| p.unwrap()).chain([shared]) {
-            both_ways(&read_maybe_gz(&path), &path.display().to_string());
-            seen += 1;
-        }
-        assert!(seen > 1);
-    }
-
-    #[test]
-    #[ignore = "needs ../shared/corpus (or MEMCUT_CORPUS)"]
-    fn records_lowered_in_place_match_the_opcode_path_on_corpus_pickles() {
-        let dir = corpus_dir();
-        let pattern = format!("{}/**/*.pickle", dir.display());
-        let mut seen = 0;
-        for path in glob::glob(&pattern).unwrap() {
-            let path = path.unwrap();
-            both_ways(&std::fs::read(&path).unwrap(), &path.display().to_string());
-            seen += 1;
-        }
-        assert!(seen > 0, "no pickles in {}", dir.display());
-    }
-
-    /// `{"device_traces": [[{"action": "alloc", "addr": 16, "size": 32}]]}`,
-    /// then `"size": 64` set on the entry through the memo: while its batch
-    /// is open (`OPEN`) and after it was appended (`LATER`). Python's
-    /// `pickle.loads` gives size 64 for both.
-    const PATCHED_OPEN: &[u8] = &[
-        128, 4, 125, 148, 40, 140, 13, 100, 101, 118, 105, 99, 101, 95, 116, 114, 97, 99, 101, 115,
-        148, 93, 148, 40, 93, 148, 40, 125, 148, 40, 140, 6, 97, 99, 116, 105, 111, 110, 148, 140,
-        5, 97, 108, 108, 111, 99, 148, 140, 4, 97, 100, 100, 114, 148, 75, 16, 140, 4, 115, 105,
-        122, 101, 148, 75, 32, 117, 104, 4, 104, 8, 75, 64, 115, 48, 101, 101, 117, 46,
-    ];
-    const PATCHED_LATER: &[u8] = &[
-        128, 4, 125, 148, 40, 140, 13, 100, 101, 118, 105, 99, 101, 95, 116, 114, 97, 99, 101, 115,
-        148, 93, 148, 40, 93, 148, 40, 125, 148, 40, 140, 6, 97, 99, 116, 105, 111, 110, 148, 140,
-        5, 97, 108, 108, 111, 99, 148, 140, 4, 97, 100, 100, 114, 148, 75, 16, 140, 4, 115, 105,
-        122, 101, 148, 75, 32, 117, 101, 101, 117, 104, 4, 104, 8, 75, 64, 115, 48, 46,
-    ];
-
-    #[test]
-    fn keys_set_on_a_lowered_entry_overwrite_its_fields() {
-        for (bytes, what) in [
-            (PATCHED_OPEN, "batch open"),
-            (PATCHED_LATER, "after append"),
-        ] {
-            both_ways(bytes, what);
-            let trace = parse_pickle(bytes, &Limits::default()).unwrap();
-            assert_eq!(trace.devices[0].events[0].size, 64, "{what}");
-        }
-    }
-
-    /// A traceback list whose memo gets repeat an earlier list's bytes after
-    /// the memo slot of one of its frames was overwritten (`BINPUT` of another
-    /// frame dict): `pickle.loads` gives frames a.py, b.py for addr 32 and
-    /// c.py, b.py for addr 64. (Hand-assembled; `pickle.dump` never reuses a
-    /// slot, but a crafted file may.)
-    pub(crate) const OVERWRITTEN_FRAME: &[u8] = &[
-        128, 4, 125, 148, 40, 140, 8, 115, 101, 103, 109, 101, 110, 116, 115, 148, 93, 148, 140,
-        13, 100, 101, 118, 105, 99, 101, 95, 116, 114, 97, 99, 101, 115, 148, 93, 148, 40, 93, 148,
-        40, 125, 148, 40, 140, 6, 97, 99, 116, 105, 111, 110, 148, 140, 5, 97, 108, 108, 111, 99,
-        148, 140, 4, 97, 100, 100, 114, 148, 77, 16, 0, 140, 4, 115, 105, 122, 101, 148, 77, 0, 2,
-        140, 6, 115, 116, 114, 101, 97, 109, 148, 75, 0, 140, 6, 102, 114, 97, 109, 101, 115, 148,
-        93, 148, 40, 125, 148, 40, 140, 8, 102, 105, 108, 101, 110, 97, 109, 101, 148, 140, 4, 97,
-        46, 112, 121, 148, 140, 4, 108, 105, 110, 101, 148, 75, 1, 140, 4, 110, 97, 109, 101, 148,
-        140, 1, 102, 148, 117, 125, 148, 40, 104, 15, 140, 4, 98, 46, 112, 121, 148, 104, 17, 75,
-        2, 104, 18, 140, 1, 103, 148, 117, 101, 117, 125, 148, 40, 104, 7, 104, 8, 104, 9, 77, 32,
-        0, 104, 10, 77, 0, 2, 104, 11, 75, 0, 104, 12, 93, 148, 40, 104, 14, 104, 20, 101, 117,
-        125, 148, 40, 104, 7, 104, 8, 104, 9, 77, 48, 0, 104, 10, 77, 0, 2, 104, 11, 75, 0, 104,
-        12, 93, 148, 40, 125, 113, 14, 40, 104, 15, 140, 4, 99, 46, 112, 121, 148, 104, 17, 75, 3,
-        104, 18, 140, 1, 104, 148, 117, 101, 117, 125, 148, 40, 104, 7, 104, 8, 104, 9, 77, 64, 0,
-        104, 10, 77, 0, 2, 104, 11, 75, 0, 104, 12, 93, 148, 40, 104, 14, 104, 20, 101, 117, 101,
-        101, 117, 46,
-    ];
-
-    #[test]
-    fn equal_traceback_bytes_after_a_memo_slot_changed_give_the_new_frames() {
-        both_ways(OVERWRITTEN_FRAME, "overwritten frame");
-        let trace = parse_pickle(OVERWRITTEN_FRAME, &Limits::default()).unwrap();
-        let files = |addr: u64| -> Vec<String> {
-            let event = trace.devices[0]
-                .events
-                .iter()
-                .find(|e| e.addr == addr)
-                .unwrap();
-            let sites = &trace.sites;
-            sites
-                .frames(event.site)
-                .iter()
-                .map(|f| sites.str(f.filename).to_owned())
-                .collect()
+/// What the structure-aware fuzz target (`fuzz/`) reaches of the snapshot
+/// reader.
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing {
+    /// Builds a snapshot-shaped pickle from `data` (see `generate`), parses
+    /// it every way memcut can and analyses it: panics when two ways
+    /// disagree, when the analysis panics or when an error is not one line.
+    pub fn check_generated(data: &[u8]) {
+        let mut u = arbitrary::Unstructured::new(data);
+        let Ok(bytes) = super::generate::snapshot_pickle(&mut u) else {
+            return;
         };
-        assert_eq!(files(32), ["a.py", "b.py"]);
-        assert_eq!(files(48), ["c.py"]);
-        assert_eq!(files(64), ["c.py", "b.py"]);
-    }
-
-    /// The parser takes the answers of hinted runs (a sample trace's
-    /// tracebacks repeat), and they are the answers it would have found.
-    #[test]
-    fn hinted_tracebacks_are_taken_and_lowered_alike() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let bytes = read_maybe_gz(&root.join("tests/data/synthetic_shared_frames.pickle.gz"));
-        let hints = std::rc::Rc::new(pickle::GetRunHints::default());
-        hints.add(pickle::GetRunFinder::default().find(&bytes));
-        let hinted = parse_pickle_hinted(&bytes[..], &Limits::default(), Some(hints.clone()));
-        let plain = parse_pickle(&bytes[..], &Limits::default());
-        assert_eq!(format!("{hinted:?}"), format!("{plain:?}"));
-        assert!(hints.taken() > 100, "{} runs taken", hints.taken());
-    }
-
-    /// A trace entry whose frames list holds the entry itself (through the
-    /// memo), set by SETITEMS: `pickle.loads` gives `e['frames'][0] is e`.
-    /// (Found by the fuzzer: the dict was borrowed while the hook read it.)
-    const SELF_FRAMED_ENTRY: &[u8] = &[
-        128, 4, 125, 148, 40, 140, 13, 100, 101, 118, 105, 99, 101, 95, 116, 114, 97, 99, 101, 115,
-        148, 93, 148, 40, 93, 148, 40, 125, 148, 40, 140, 6, 97, 99, 116, 105, 111, 110, 148, 140,
-        5, 97, 108, 108, 111, 99, 148, 140, 4, 97, 100, 100, 114, 148, 75, 16, 140, 4, 115, 105,
-        122, 101, 148, 75, 32, 140, 6, 102, 114, 97, 109, 101, 115, 148, 93, 148, 104, 4, 97, 117,
-        101, 101, 117, 46,
-    ];
-
-    #[test]
-    fn an_entry_in_its_own_frames_is_no_panic() {
-        both_ways(SELF_FRAMED_ENTRY, "self-framed entry");
-        let trace = parse_pickle(SELF_FRAMED_ENTRY, &Limits::default()).unwrap();
-        assert_eq!(trace.devices[0].events[0].size, 32);
-    }
-
-    #[test]
-    fn truncated_records_fail_alike() {
-        let bytes = sharing_tests::SHARED_FRAMES;
-        for cut in 0..bytes.len() {
-            both_ways(&bytes[..cut], &format!("cut at {cut}"));
-        }
+        let _ = super::generate::all_ways(&bytes);
+        super::generate::analyze(&bytes);
     }
 }
+
+#[cfg(any(test, feature = "fuzzing"))]
+mod generate;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+pub(crate) use tests::record_tests;
