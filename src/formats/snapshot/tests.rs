@@ -191,7 +191,11 @@ mod found {
     use crate::formats::pickle::writer::{dumps, Py};
 
     fn diagnostics(trace: &Trace) -> Vec<&str> {
-        trace.diagnostics.iter().map(|d| d.message.as_str()).collect()
+        trace
+            .diagnostics
+            .iter()
+            .map(|d| d.message.as_str())
+            .collect()
     }
 
     /// The same entry dict twice in a trace (a memo get): the plain path
@@ -213,7 +217,11 @@ mod found {
             let trace = parse_pickle(&bytes[..], &Limits::default()).unwrap();
             assert_eq!(trace.devices[0].events.len(), 2);
             let message = "2 trace entries carry no frames (recorded without context): their sites are unknown";
-            assert!(diagnostics(&trace).contains(&message), "{:?}", diagnostics(&trace));
+            assert!(
+                diagnostics(&trace).contains(&message),
+                "{:?}",
+                diagnostics(&trace)
+            );
         }
     }
 
