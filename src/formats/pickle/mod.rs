@@ -16,9 +16,9 @@
 //! | `opcodes.rs` | opcode bytes and names, and the one decoder of each opcode's argument bytes (the plain interpreter and the fast paths both call it) |
 //! | `window.rs` | the buffered window over the input: refills, limits on declared lengths, strings and integers |
 //! | `memo.rs` | the memo (`BINPUT`/`MEMOIZE` slots), dense or sparse |
-//! | `value.rs` | [`Value`], what a pickle builds, and [`Handle`], what a [`Hook`] puts in place of a container |
-//! | `machine.rs` | the plain interpreter: one `match` arm per opcode, calling the [`Hook`] where a container completes |
-//! | `fast/` | the snapshot fast paths, behind one door ([`Hook::fast`]): whole trace entries and tracebacks lowered straight from the bytes |
+//! | `value.rs` | `Value`, what a pickle builds, and `Handle`, what a `Hook` puts in place of a container |
+//! | `machine.rs` | the plain interpreter: one `match` arm per opcode, calling the `Hook` where a container completes |
+//! | `fast/` | the snapshot fast paths, behind one door (`Hook::fast`): whole trace entries and tracebacks lowered straight from the bytes |
 //! | `teardown.rs` | after `STOP`: the depth and cycle check, and the iterative teardown of what the parser held |
 //!
 //! Design notes:
@@ -31,13 +31,13 @@
 //! - Strings: invalid UTF-8 (e.g. lone surrogates written with CPython's
 //!   `surrogatepass`) is decoded lossily with U+FFFD, never an error.
 //! - Dicts are vectors of pairs in insertion order; a duplicated key is kept
-//!   and [`Value::get`] returns the last one (Python's "last write wins").
+//!   and `Value::get` returns the last one (Python's "last write wins").
 //! - Depth: `MARK` nesting is limited while parsing; container nesting of the
 //!   finished value is checked iteratively after `STOP` (cycles are rejected
 //!   too), and everything the parser discards is torn down iteratively, so a
 //!   hostile input cannot overflow the stack. The returned value is at most
 //!   `max_depth` containers deep, so the ordinary recursive `Drop` is safe.
-//! - Plain and fast: a hook without the door ([`Hook::fast`] is `None`) gets
+//! - Plain and fast: a hook without the door (`Hook::fast` is `None`) gets
 //!   every opcode interpreted one by one; that plain path is the oracle the
 //!   fast paths are tested against (`formats::snapshot`'s differential tests:
 //!   the same trace, or the same error, from the plain path, the fast paths,

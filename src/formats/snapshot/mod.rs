@@ -1,12 +1,12 @@
-//! PyTorch CUDA caching-allocator snapshots (formats.md part A) → [`Trace`].
+//! PyTorch CUDA caching-allocator snapshots (formats.md part A) → `Trace`.
 //!
 //! The pickle is read by our own unpickler ([`super::pickle`]); while it
 //! streams, every trace entry (`{"action": …}`) is lowered into a compact
-//! [`Event`] by [`EntryLowering`] (`lowering.rs`) — most of them straight
+//! `Event` by `EntryLowering` (`lowering.rs`) — most of them straight
 //! from the pickle's bytes, without a dict ever being built — so a 1M-entry
 //! snapshot never holds 1M generic dicts. A memoized frames list is turned
 //! into a site once and recognised afterwards by its identity. This file
-//! assembles the [`Trace`] from what is left (`build_trace`).
+//! assembles the `Trace` from what is left (`build_trace`).
 //!
 //! `generate.rs` (tests and fuzzing only) builds snapshot-shaped pickles and
 //! holds the oracle of the differential tests: the plain path and the fast
