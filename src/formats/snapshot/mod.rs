@@ -15,7 +15,7 @@
 //! The same builder serves the JSON form of the schema, the legacy top-level
 //! list of segments, and the base64 pickle inside `_memory_viz.py` HTML.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::BufRead;
 
 use super::pickle::{self, Limits, Lowered, Value};
@@ -315,7 +315,8 @@ fn parse_annotations(root: &Value) -> Vec<Annotation> {
     let Some(items) = list.list_items() else {
         return Vec::new();
     };
-    let mut open: HashMap<(String, Option<i64>), Vec<f64>> = HashMap::new();
+    // Ordered: the ranges still open at the end are listed in its order.
+    let mut open: BTreeMap<(String, Option<i64>), Vec<f64>> = BTreeMap::new();
     let mut out = Vec::new();
     for item in items.iter() {
         let (Some(name), Some(stage), Some(t)) = (
@@ -354,7 +355,13 @@ fn parse_annotations(root: &Value) -> Vec<Annotation> {
             });
         }
     }
-    out.sort_by(|a, b| a.start_us.total_cmp(&b.start_us).then(a.name.cmp(&b.name)));
+    // A total order (ties of time and name once came out in a HashMap's order).
+    out.sort_by(|a, b| {
+        (a.start_us.total_cmp(&b.start_us))
+            .then_with(|| a.name.cmp(&b.name))
+            .then_with(|| a.device.cmp(&b.device))
+            .then_with(|| a.end_us.total_cmp(&b.end_us))
+    });
     out
 }
 
