@@ -66,6 +66,8 @@ pub mod batch;
 mod classify;
 mod error;
 mod formats;
+#[cfg(any(test, feature = "fuzzing"))]
+mod generated_checks;
 mod input;
 mod model;
 mod pipeline;
@@ -104,6 +106,8 @@ pub use units::{parse_size, SizeError};
 pub mod internals {
     pub use crate::classify::classify;
     pub use crate::formats::{chrome, pickle};
+    #[cfg(feature = "fuzzing")]
+    pub use crate::generated_checks::check_generated;
     pub use crate::input::{parse_bytes, read_trace, read_trace_ahead};
     pub use crate::model::Trace;
     pub use crate::pipeline::analyze_trace;
