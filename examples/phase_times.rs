@@ -1,15 +1,16 @@
 //! Times each pipeline stage on one file: `cargo run --release --example phase_times FILE`.
 use std::time::Instant;
+
+use memcut::internals::{classify, read_trace_ahead, replay};
+
 fn main() {
     let path = std::env::args().nth(1).expect("FILE");
     let t = Instant::now();
-    let trace =
-        memcut::input::read_trace_ahead(std::fs::File::open(&path).unwrap(), &Default::default())
-            .unwrap();
+    let trace = read_trace_ahead(std::fs::File::open(&path).unwrap(), &Default::default()).unwrap();
     eprintln!("parse: {:?} ({} sites)", t.elapsed(), trace.sites.len());
     for device in &trace.devices {
         let t = Instant::now();
-        let replay = memcut::timeline::replay(device);
+        let replay = replay(device);
         eprintln!(
             "replay {}: {:?} ({} intervals)",
             device.device,
@@ -17,23 +18,15 @@ fn main() {
             replay.intervals.len()
         );
         let t = Instant::now();
-        let classes = memcut::classify::classify(&trace, device, &replay, &[]);
+        let classes = classify(&trace, device, &replay, &[]);
         eprintln!("classify: {:?} ({})", t.elapsed(), classes.len());
     }
     let t = Instant::now();
-    let source = memcut::report::SourceInfo {
-        path: path.clone(),
-        format: "x".into(),
-        size_bytes: 0,
-    };
-    let (mut report, timelines) =
-        memcut::analysis::analyze(&trace, source, &memcut::analysis::Options::new());
-    eprintln!("analyze (replay+classify+report): {:?}", t.elapsed());
+    let source = memcut::SourceInfo::new(path.clone(), trace.format.as_str(), 0);
+    let report = memcut::internals::analyze_trace(&trace, source, &memcut::AnalyzeOptions::new());
+    eprintln!("analyze (replay+classify+report+plan): {:?}", t.elapsed());
     let t = Instant::now();
-    memcut::plan::attach_plans(&trace, &mut report, &timelines, &Default::default());
-    eprintln!("plan: {:?}", t.elapsed());
-    let t = Instant::now();
-    let json = memcut::report::render(&report, memcut::report::OutputFormat::Json);
+    let json = memcut::render(&report, memcut::OutputFormat::Json);
     eprintln!(
         "render json: {:?} ({} bytes, {} live allocations)",
         t.elapsed(),

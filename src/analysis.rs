@@ -3,16 +3,17 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::classify::{self, site_facts, Classification, Phase, UserRule};
+use crate::classify::{self, site_facts, Builtin, Classification, Phase, Rule, UserRule};
 use crate::model::{Action, BlockState, Category, DeviceTrace, Sites, Trace};
-use crate::report::{
+use crate::schema::{
     DeviceReport, LiveAllocation, OomFinding, Peak, Report, SourceInfo, TimelineSeries, Tool,
     TopSite, SCHEMA_VERSION,
 };
-use crate::timeline::{self, Interval, Replay};
+use crate::timeline::{self, DeviceTimeline, Interval};
 
 /// Knobs of the analysis that come from the command line.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Options {
     /// Only this device (`cuda:0`, `cpu`, …); all when `None`.
     pub device: Option<String>,
@@ -41,38 +42,18 @@ impl Options {
     }
 }
 
-/// A change of a category's bytes at a position: `(position, category, delta)`.
-pub type Change = (u32, Category, i64);
-
-/// One device after replay and classification: the input of the planner and
-/// of the per-category plots.
-pub struct DeviceTimeline {
-    pub replay: Replay,
+/// One device after replay and classification.
+pub struct ClassifiedDevice {
+    /// The replay and its bytes by category over time.
+    pub timeline: DeviceTimeline,
+    /// The classification of each of `timeline.replay.intervals`.
     pub classes: Vec<Classification>,
-    /// Per-category changes where intervals start, `(position, category,
-    /// +bytes)`, sorted by position; with [`DeviceTimeline::ends`], replaying
-    /// them ([`Walk`]) gives bytes by category over time. The plots and the
-    /// planner both read them, so they are built once.
-    pub starts: Vec<Change>,
-    /// Per-category changes where intervals end, `(position, category,
-    /// −bytes)`, sorted by position.
-    pub ends: Vec<Change>,
 }
 
-impl DeviceTimeline {
-    pub fn new(replay: Replay, classes: Vec<Classification>) -> DeviceTimeline {
-        let (starts, ends) = category_changes(&replay, &classes);
-        DeviceTimeline {
-            replay,
-            classes,
-            starts,
-            ends,
-        }
-    }
-
+impl ClassifiedDevice {
     /// Allocated and reserved bytes at a position, and what was live there.
     pub fn state_at(&self, position: u32) -> (u64, Option<u64>, Vec<(&Interval, &Classification)>) {
-        let replay = &self.replay;
+        let replay = &self.timeline.replay;
         let live = replay
             .intervals
             .iter()
@@ -85,108 +66,6 @@ impl DeviceTimeline {
             live,
         )
     }
-
-    /// Calls `visit(position, bytes by category)` for every position in
-    /// order (values may dip below 0 only on damaged input; callers clamp).
-    pub fn for_each_position(&self, mut visit: impl FnMut(usize, &[i64; Category::ALL.len()])) {
-        let mut walk = Walk::default();
-        for p in 0..self.replay.positions() as usize {
-            walk.advance(self, p);
-            visit(p, &walk.current);
-        }
-    }
-}
-
-/// A walk over a timeline's positions: bytes by category at the position
-/// last advanced to. Cloning it saves the walk to resume later.
-#[derive(Debug, Clone, Default)]
-pub struct Walk {
-    pub current: [i64; Category::ALL.len()],
-    next_start: usize,
-    next_end: usize,
-}
-
-impl Walk {
-    /// Applies the changes at `position`; positions must be advanced to in
-    /// order, none skipped.
-    #[inline]
-    pub fn advance(&mut self, tl: &DeviceTimeline, position: usize) {
-        for (changes, next) in [
-            (&tl.starts, &mut self.next_start),
-            (&tl.ends, &mut self.next_end),
-        ] {
-            while let Some(&(at, c, d)) = changes.get(*next) {
-                if at as usize != position {
-                    break;
-                }
-                self.current[c.index()] += d;
-                *next += 1;
-            }
-        }
-    }
-}
-
-/// The starts and ends of every interval as per-category changes, each list
-/// sorted by position. Starts need no sort: intervals are listed in order of
-/// allocation, except the baseline ones, which all start at 0. Ends are
-/// sorted by [`ends_by_position`].
-fn category_changes(replay: &Replay, classes: &[Classification]) -> (Vec<Change>, Vec<Change>) {
-    rayon::join(
-        || starts_by_position(replay, classes),
-        || ends_by_position(replay, classes),
-    )
-}
-
-fn starts_by_position(replay: &Replay, classes: &[Classification]) -> Vec<Change> {
-    let pairs = || replay.intervals.iter().zip(classes);
-    let mut starts = Vec::with_capacity(replay.intervals.len());
-    starts.extend(
-        pairs()
-            .filter(|(i, _)| i.start == 0)
-            .map(|(i, c)| (0, c.category, i.size as i64)),
-    );
-    starts.extend(
-        pairs()
-            .filter(|(i, _)| i.start > 0)
-            .map(|(i, c)| (i.start, c.category, i.size as i64)),
-    );
-    if !starts.is_sorted_by_key(|s| s.0) {
-        // Not from `timeline::replay` (hand-built timelines in tests).
-        starts.sort_by_key(|s| s.0);
-    }
-    starts
-}
-
-/// The ends of intervals that end before the last position, sorted by
-/// position: a counting sort (one count per position), several times
-/// faster than sorting a few hundred thousand ends by comparison.
-fn ends_by_position(replay: &Replay, classes: &[Classification]) -> Vec<Change> {
-    let positions = replay.positions() as usize;
-    let ending = || {
-        replay
-            .intervals
-            .iter()
-            .zip(classes)
-            .filter(|(i, _)| (i.end as usize) < positions)
-    };
-    // `next[p]`: where the next end at position `p` goes.
-    let mut next = vec![0u32; positions];
-    for (i, _) in ending() {
-        next[i.end as usize] += 1;
-    }
-    let mut total = 0;
-    for slot in &mut next {
-        let count = *slot;
-        *slot = total;
-        total += count;
-    }
-    let mut ends = vec![(0, Category::Unknown, 0); total as usize];
-    for (i, c) in ending() {
-        let slot = &mut next[i.end as usize];
-        ends[*slot as usize] = (i.end, c.category, -(i.size as i64));
-        *slot += 1;
-    }
-    ends
 }
 
 /// Replays and classifies one device.
@@ -194,29 +73,21 @@ pub fn replay_and_classify(
     trace: &Trace,
     device: &DeviceTrace,
     user_rules: &[UserRule],
-) -> DeviceTimeline {
+) -> ClassifiedDevice {
     // What classification needs of the events is independent of the replay.
     let (replay, context) = rayon::join(
         || timeline::replay(device),
         || classify::Context::new(trace, device),
     );
     let classes = classify::classify_in(&context, &replay, user_rules);
-    DeviceTimeline::new(replay, classes)
-}
-
-/// Builds the report for a parsed trace (without a plan; see [`crate::plan`]).
-pub fn analyze(
-    trace: &Trace,
-    source: SourceInfo,
-    options: &Options,
-) -> (Report, Vec<DeviceTimeline>) {
-    let timelines = timelines(trace, options);
-    let report = report(trace, source, &timelines, options);
-    (report, timelines)
+    ClassifiedDevice {
+        timeline: DeviceTimeline::new(replay, |i| classes[i].category),
+        classes,
+    }
 }
 
 /// The devices the options select, in order.
-fn selected<'t>(trace: &'t Trace, options: &Options) -> impl Iterator<Item = &'t DeviceTrace> {
+pub fn selected<'t>(trace: &'t Trace, options: &Options) -> impl Iterator<Item = &'t DeviceTrace> {
     let wanted = options.device.clone();
     trace
         .devices
@@ -224,33 +95,37 @@ fn selected<'t>(trace: &'t Trace, options: &Options) -> impl Iterator<Item = &'t
         .filter(move |d| wanted.as_ref().is_none_or(|w| w == &d.device))
 }
 
-/// Replays and classifies each device the options select (the first half
-/// of [`analyze`]; a caller may start on the timelines, e.g. a plan's
-/// demand, while [`report`] runs).
-pub fn timelines(trace: &Trace, options: &Options) -> Vec<DeviceTimeline> {
+/// Replays and classifies each device the options select, in order (a
+/// caller may start on them, e.g. on a plan's demand, while [`report`] runs).
+pub fn classify_devices(trace: &Trace, options: &Options) -> Vec<ClassifiedDevice> {
     selected(trace, options)
         .map(|device| replay_and_classify(trace, device, &options.user_rules))
         .collect()
 }
 
-/// The report on `timelines`, made by [`timelines`] with the same options.
+/// The report on `classified`, made by [`classify_devices`] with the same
+/// options; without plans (the caller adds them: see `crate::plan`).
 pub fn report(
     trace: &Trace,
     source: SourceInfo,
-    timelines: &[DeviceTimeline],
+    classified: &[ClassifiedDevice],
     options: &Options,
 ) -> Report {
     let mut diagnostics = trace.diagnostics.clone();
     let mut devices = Vec::new();
-    for (device, tl) in selected(trace, options).zip(timelines) {
-        for d in &tl.replay.diagnostics {
+    // Per device: bytes at the peak that no event names.
+    let mut unattributed = Vec::new();
+    for (device, cd) in selected(trace, options).zip(classified) {
+        for d in &cd.timeline.replay.diagnostics {
             let mut d = d.clone();
             if trace.devices.len() > 1 {
                 d.message = format!("{}: {}", device.device, d.message);
             }
             diagnostics.push(d);
         }
-        devices.push(device_report(trace, device, tl, options));
+        let (report, before) = device_report(trace, device, cd, options);
+        devices.push(report);
+        unattributed.push(before);
     }
     if let Some(wanted) = &options.device {
         if devices.is_empty() {
@@ -266,19 +141,12 @@ pub fn report(
             "{share:.0}% of peak bytes could not be categorised (category `unknown`)"
         )));
     }
-    for d in &devices {
-        let before: u64 = d
-            .peak
-            .allocations
-            .iter()
-            .filter(|a| a.rule == UNTRACKED_RULE)
-            .map(|a| a.size)
-            .sum();
+    for (d, before) in devices.iter().zip(unattributed) {
         if before * 5 >= d.peak.allocated_bytes.max(1) {
             diagnostics.push(crate::model::Diagnostic::info(format!(
                 "{}: {} of the peak was allocated before profiling started and no event names it (weights, caches, …); start the profiler before the model is built, or record a memory snapshot, to categorise it",
                 d.device,
-                crate::report::human_bytes(before)
+                crate::units::human_bytes(before)
             )));
         }
     }
@@ -292,9 +160,6 @@ pub fn report(
         diagnostics,
     }
 }
-
-/// The rule name of memory a Chrome trace's totals show but no event names.
-const UNTRACKED_RULE: &str = "allocated_before_profiling_unattributed";
 
 fn unknown_share(devices: &[DeviceReport]) -> Option<f64> {
     let (unknown, total) = devices.iter().fold((0u64, 0u64), |(u, t), d| {
@@ -312,15 +177,22 @@ fn unknown_share(devices: &[DeviceReport]) -> Option<f64> {
     (share >= 20.0).then_some(share)
 }
 
+/// A device's report, and the bytes live at its peak that were allocated
+/// before profiling and that no event names.
 fn device_report(
     trace: &Trace,
     device: &DeviceTrace,
-    tl: &DeviceTimeline,
+    cd: &ClassifiedDevice,
     options: &Options,
-) -> DeviceReport {
-    let replay = &tl.replay;
+) -> (DeviceReport, u64) {
+    let replay = &cd.timeline.replay;
     let position = replay.peak_position();
-    let (allocated, reserved, live) = tl.state_at(position);
+    let (allocated, reserved, live) = cd.state_at(position);
+    let unattributed: u64 = live
+        .iter()
+        .filter(|(_, c)| c.rule == Rule::Builtin(Builtin::AllocatedBeforeProfilingUnattributed))
+        .map(|(i, _)| i.size)
+        .sum();
     let by_category = categories_at(&live, allocated, reserved);
     // Live allocations share sites: describe each site once.
     let mut described = HashMap::new();
@@ -334,7 +206,7 @@ fn device_report(
                 .entry(i.site)
                 .or_insert_with(|| describe_site(&trace.sites, i.site))
                 .clone(),
-            rule: c.rule.to_owned(),
+            rule: c.rule.name(&options.user_rules),
         })
         .collect();
     allocations.sort_by(|a, b| {
@@ -347,7 +219,7 @@ fn device_report(
     let event_index = position.saturating_sub(1) as u64;
     let ts_us = event_ts(device, position);
     let reserved_peak_position = replay.reserved_peak_position();
-    DeviceReport {
+    let report = DeviceReport {
         device: device.device.clone(),
         events: replay.events as u64,
         baseline_bytes: replay.baseline_bytes,
@@ -365,10 +237,11 @@ fn device_report(
         reserved_peak_bytes: reserved_peak_position
             .and_then(|p| replay.reserved.as_ref().map(|r| r[p as usize])),
         reserved_peak_event_index: reserved_peak_position.map(|p| p.saturating_sub(1) as u64),
-        ooms: oom_findings(device, tl),
+        ooms: oom_findings(device, cd),
         plan: None,
-        timeline: timeline_series(device, tl, options.plot_points),
-    }
+        timeline: timeline_series(device, &cd.timeline, options.plot_points),
+    };
+    (report, unattributed)
 }
 
 /// Bytes by category among `live`; the allocator total beyond the live sum
@@ -448,10 +321,13 @@ fn event_ts(device: &DeviceTrace, position: u32) -> Option<f64> {
     device.events.get(index).and_then(|e| e.ts())
 }
 
-/// What the program was doing at a position (the report's phase naming):
-/// used by the planner to say where a peak moved.
-pub fn phase_at(trace: &Trace, device: &DeviceTrace, position: u32) -> String {
-    phase_name(trace, device, position)
+/// Names a position for the planner's steps: `event N (phase)`, with the
+/// report's phase naming.
+pub fn describe_position(trace: &Trace, device: &DeviceTrace, position: usize) -> String {
+    match position {
+        0 => "start of recording".to_owned(),
+        p => format!("event {} ({})", p - 1, phase_name(trace, device, p as u32)),
+    }
 }
 
 /// The phase at a position: the enclosing annotation if any (e.g.
@@ -489,7 +365,7 @@ fn phase_name(trace: &Trace, device: &DeviceTrace, position: u32) -> String {
     }
 }
 
-fn oom_findings(device: &DeviceTrace, tl: &DeviceTimeline) -> Vec<OomFinding> {
+fn oom_findings(device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<OomFinding> {
     let largest_free = device.segments.as_ref().and_then(|segs| {
         segs.iter()
             .flat_map(|s| s.blocks.iter())
@@ -497,14 +373,15 @@ fn oom_findings(device: &DeviceTrace, tl: &DeviceTimeline) -> Vec<OomFinding> {
             .map(|b| b.size)
             .max()
     });
-    tl.replay
+    cd.timeline
+        .replay
         .ooms
         .iter()
         .map(|&k| {
             let e = &device.events[k as usize];
             // The state when the request failed: before this event.
             let position = k;
-            let (allocated, reserved, live) = tl.state_at(position);
+            let (allocated, reserved, live) = cd.state_at(position);
             let device_free = (e.device_free() > 0).then_some(e.device_free());
             OomFinding {
                 event_index: k as u64,
@@ -528,7 +405,7 @@ fn oom_verdict(
     reserved: Option<u64>,
     largest_free: Option<u64>,
 ) -> String {
-    use crate::report::human_bytes as h;
+    use crate::units::human_bytes as h;
     let cached = reserved.map(|r| r.saturating_sub(allocated)).unwrap_or(0);
     let free = device_free.unwrap_or(0);
     match largest_free {
@@ -769,62 +646,4 @@ fn is_noise(file: &str, name: &str) -> bool {
         return true;
     }
     NAMES.iter().any(|n| name.contains(n)) || FILES.iter().any(|f| file.contains(f))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::timeline::Origin;
-    use proptest::prelude::*;
-
-    proptest! {
-        /// Walking the changes gives, at every position, the bytes of the
-        /// intervals live there by category (intervals in any order, some
-        /// starting at 0 or never ending).
-        #[test]
-        fn walk_equals_summing_live_intervals(
-            spans in proptest::collection::vec((0u32..40, 1u32..45, 1u64..100, 0usize..10), 0..60)
-        ) {
-            let positions = 41u32;
-            let intervals: Vec<Interval> = spans
-                .iter()
-                .map(|&(start, len, size, _)| Interval {
-                    addr: 0,
-                    size,
-                    site: 0,
-                    start,
-                    end: (start + len).min(positions),
-                    origin: Origin::Traced,
-                    given: None,
-                })
-                .collect();
-            let classes: Vec<Classification> = spans
-                .iter()
-                .map(|&(.., c)| Classification { category: Category::ALL[c], rule: "test" })
-                .collect();
-            let replay = Replay {
-                events: positions - 1,
-                allocated: crate::timeline::curve(&intervals, positions),
-                intervals,
-                reserved: None,
-                baseline_bytes: 0,
-                diagnostics: Vec::new(),
-                ooms: Vec::new(),
-                timestamped: false,
-            };
-            let tl = DeviceTimeline::new(replay, classes);
-            let mut seen = 0;
-            tl.for_each_position(|p, current| {
-                let mut want = [0i64; Category::ALL.len()];
-                for (i, c) in tl.replay.intervals.iter().zip(&tl.classes) {
-                    if i.live_at(p as u32) {
-                        want[c.category.index()] += i.size as i64;
-                    }
-                }
-                assert_eq!(current, &want, "position {p}");
-                seen += 1;
-            });
-            prop_assert_eq!(seen, positions);
-        }
-    }
 }

@@ -21,8 +21,10 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
-use crate::report::{self, DeviceReport, OutputFormat, Report};
-use crate::AnalyzeOptions;
+use crate::pipeline::{analyze_path, AnalyzeOptions};
+use crate::report::{self, OutputFormat};
+use crate::schema::{DeviceReport, Report, Verdict};
+use crate::units::human_bytes;
 
 /// What `memcut batch` was asked to do.
 #[derive(Debug, Clone)]
@@ -328,7 +330,7 @@ pub fn run(
 
 /// One input: analyse, write its reports, return its rows.
 pub fn process(input: &Input, options: &BatchOptions) -> Vec<Row> {
-    let report = match crate::analyze_path(&input.path, &options.analyze) {
+    let report = match analyze_path(&input.path, &options.analyze) {
         Ok(r) => r,
         Err(e) => {
             let (status, reason) = match skip_reason(&e) {
@@ -382,7 +384,8 @@ pub fn rows_of(input: &Input, report: &Report, options: &BatchOptions) -> Vec<Ro
                 device: d.device.clone(),
                 peak_bytes: Some(d.peak.allocated_bytes),
                 reserved_bytes: d.reserved_peak_bytes.or(d.peak.reserved_bytes),
-                top_category: report::top_category(d)
+                top_category: d
+                    .top_category()
                     .map_or(String::new(), |c| c.as_str().to_owned()),
                 verdict: match (&d.plan, over) {
                     (Some(plan), _) => plan.verdict.as_str().to_owned(),
@@ -401,8 +404,7 @@ pub fn rows_of(input: &Input, report: &Report, options: &BatchOptions) -> Vec<Ro
 /// or its peak exceeds the plan's target. `None`: no budget known, no plan.
 pub fn over_budget(device: &DeviceReport) -> Option<bool> {
     device.plan.as_ref().map(|plan| {
-        plan.verdict == crate::plan::Verdict::DoesNotFit
-            || plan.peak_before_bytes > plan.target_bytes
+        plan.verdict == Verdict::DoesNotFit || plan.peak_before_bytes > plan.target_bytes
     })
 }
 
@@ -507,7 +509,7 @@ pub fn render_markdown(rows: &[Row]) -> String {
             .replace('<', "&lt;")
             .replace('>', "&gt;")
     };
-    let bytes = |b: Option<u64>| b.map_or(String::new(), report::human_bytes);
+    let bytes = |b: Option<u64>| b.map_or(String::new(), human_bytes);
     for r in rows {
         let _ = writeln!(
             out,

@@ -4,7 +4,27 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use memcut::report::OutputFormat;
+use memcut::{Headroom, Order, OutputFormat};
+
+/// A report format on the command line (the library's [`OutputFormat`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FormatArg {
+    Text,
+    Md,
+    Json,
+    Html,
+}
+
+impl From<FormatArg> for OutputFormat {
+    fn from(f: FormatArg) -> OutputFormat {
+        match f {
+            FormatArg::Text => OutputFormat::Text,
+            FormatArg::Md => OutputFormat::Md,
+            FormatArg::Json => OutputFormat::Json,
+            FormatArg::Html => OutputFormat::Html,
+        }
+    }
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -35,7 +55,7 @@ pub struct AnalyzeArgs {
     pub files: Vec<PathBuf>,
     /// Output format [default: text on a terminal, md otherwise].
     #[arg(long, short = 'f', value_enum)]
-    pub format: Option<OutputFormat>,
+    pub format: Option<FormatArg>,
     /// Write the report here instead of stdout (one input only).
     #[arg(long, short = 'o')]
     pub output: Option<PathBuf>,
@@ -60,11 +80,11 @@ pub struct AnalyzeArgs {
 pub struct BudgetArgs {
     /// Memory budget per device: 80GiB, 79.6GB, 512MiB or bytes (GB = 10^9, GiB = 2^30)
     /// [default: the device's memory if the trace says, else free + reserved at an OOM].
-    #[arg(long, value_name = "SIZE", value_parser = memcut::plan::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = memcut::parse_size)]
     pub budget: Option<u64>,
     /// Room kept free below the budget: a size or a percentage of the budget.
-    #[arg(long, value_name = "SIZE|PCT", default_value = "10%", value_parser = memcut::plan::Headroom::parse)]
-    pub headroom: memcut::plan::Headroom,
+    #[arg(long, value_name = "SIZE|PCT", default_value = "10%", value_parser = Headroom::parse)]
+    pub headroom: Headroom,
     /// Data-parallel ranks the sharding levers may shard over (1: no sharding levers).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub dp_ranks: u32,
@@ -74,7 +94,26 @@ pub struct BudgetArgs {
     pub levers: Option<PathBuf>,
     /// Lever order: cheapest cost class first, or largest contribution at the peak first.
     #[arg(long, value_enum, default_value = "cheapest")]
-    pub order: memcut::plan::Order,
+    pub order: OrderArg,
+}
+
+/// In what order the planner tries levers (the library's [`Order`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OrderArg {
+    /// Cheapest cost class first, then the largest saving at the current peak.
+    Cheapest,
+    /// The largest cuttable contribution at the current peak first (the
+    /// seed's method), whatever it costs.
+    Largest,
+}
+
+impl From<OrderArg> for Order {
+    fn from(o: OrderArg) -> Order {
+        match o {
+            OrderArg::Cheapest => Order::Cheapest,
+            OrderArg::Largest => Order::Largest,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -119,7 +158,7 @@ pub struct BatchArgs {
         value_delimiter = ',',
         default_value = "md"
     )]
-    pub format: Vec<OutputFormat>,
+    pub format: Vec<FormatArg>,
     /// Files analysed at once [default: one per core].
     #[arg(long, short = 'j', default_value_t = 0)]
     pub jobs: usize,

@@ -23,6 +23,7 @@ use crate::model::Trace;
 
 /// Bounds on what an input may make memcut do.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Limits {
     /// Most bytes a gzip stream may inflate to.
     pub max_inflated_bytes: u64,

@@ -10,8 +10,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use cli::{AnalyzeArgs, BatchArgs, BudgetArgs, Cli, Command, PlanArgs, PlanFormat};
-use memcut::report::{self, OutputFormat};
-use memcut::{AnalyzeOptions, Error};
+use memcut::{AnalyzeOptions, Error, OutputFormat, Report};
 
 /// Exit codes (DESIGN.md §8).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,11 +61,14 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
             return Exit::Usage;
         }
     }
-    let format = args.format.unwrap_or(if std::io::stdout().is_terminal() {
-        OutputFormat::Text
-    } else {
-        OutputFormat::Md
-    });
+    let format = args.format.map_or(
+        if std::io::stdout().is_terminal() {
+            OutputFormat::Text
+        } else {
+            OutputFormat::Md
+        },
+        OutputFormat::from,
+    );
     if format != OutputFormat::Html {
         options.analysis.plot_points = 0;
     }
@@ -85,7 +87,7 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
         match result {
             Ok(report) => {
                 let damaged = warn_if_damaged(&name, &report);
-                let text = report::render(&report, format);
+                let text = memcut::render(&report, format);
                 if let Err(e) = emit(&text, args.output.as_deref()) {
                     if e.kind() == std::io::ErrorKind::BrokenPipe {
                         return exit;
@@ -107,7 +109,7 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
 }
 
 /// Prints a one-line warning for inputs that were read only in part.
-fn warn_if_damaged(name: &str, report: &memcut::report::Report) -> bool {
+fn warn_if_damaged(name: &str, report: &Report) -> bool {
     let damaged: Vec<_> = report
         .diagnostics
         .iter()
@@ -130,30 +132,30 @@ fn emit(text: &str, output: Option<&Path>) -> std::io::Result<()> {
     }
 }
 
-fn load_rules(path: &Path) -> Result<Vec<memcut::classify::UserRule>, String> {
+fn load_rules(path: &Path) -> Result<Vec<memcut::UserRule>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
     serde_json::from_str(&text).map_err(|e| format!("bad rules file: {e}"))
 }
 
 /// The planner's options from the command line (`--levers` is read here).
-fn plan_options(args: &BudgetArgs) -> Result<memcut::plan::PlanOptions, String> {
+fn plan_options(args: &BudgetArgs) -> Result<memcut::PlanOptions, String> {
     let levers = match &args.levers {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-            let levers = memcut::plan::parse_levers(&text)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let levers =
+                memcut::parse_levers(&text).map_err(|e| format!("{}: {e}", path.display()))?;
             Some(levers)
         }
         None => None,
     };
-    Ok(memcut::plan::PlanOptions {
-        budget: args.budget,
-        headroom: args.headroom,
-        dp_ranks: args.dp_ranks,
-        levers,
-        order: args.order,
-    })
+    let mut options = memcut::PlanOptions::default();
+    options.budget = args.budget;
+    options.headroom = args.headroom;
+    options.dp_ranks = args.dp_ranks;
+    options.levers = levers;
+    options.order = args.order.into();
+    Ok(options)
 }
 
 /// `memcut plan COMPONENTS.json --target-gb N`: the seed's component mode.
@@ -161,7 +163,7 @@ fn plan_components(args: &PlanArgs) -> Exit {
     let name = args.file.display().to_string();
     let parsed = std::fs::read_to_string(&args.file)
         .map_err(|e| format!("cannot read: {e}"))
-        .and_then(|text| memcut::plan::parse_components(&text));
+        .and_then(|text| memcut::parse_components(&text).map_err(|e| e.to_string()));
     let components = match parsed {
         Ok(c) => c,
         Err(msg) => {
@@ -169,7 +171,7 @@ fn plan_components(args: &PlanArgs) -> Exit {
             return Exit::InputFailed;
         }
     };
-    let report = memcut::plan::ComponentReport::new(&components, args.target_gb);
+    let report = memcut::plan_components(&components, args.target_gb);
     let text = match args.format {
         PlanFormat::Text => report.to_text(),
         PlanFormat::Md => report.to_markdown(),
@@ -202,9 +204,9 @@ fn batch(args: &BatchArgs) -> Exit {
         }
     }
     let mut formats = Vec::new();
-    for f in &args.format {
-        if !formats.contains(f) {
-            formats.push(*f);
+    for f in args.format.iter().map(|f| OutputFormat::from(*f)) {
+        if !formats.contains(&f) {
+            formats.push(f);
         }
     }
     let mut analyze = AnalyzeOptions::new();

@@ -49,8 +49,8 @@ fn json_report_has_the_contract_fields() {
     assert!(sizes.windows(2).all(|w| w[0] >= w[1]));
     // The JSON round-trips through the library's own type.
     let text = String::from_utf8(out.stdout).unwrap();
-    let parsed = memcut::report::json::parse(&text).unwrap();
-    assert_eq!(memcut::report::json::render(&parsed), text);
+    let parsed = memcut::Report::from_json(&text).unwrap();
+    assert_eq!(memcut::render(&parsed, memcut::OutputFormat::Json), text);
 }
 
 #[test]

@@ -88,7 +88,7 @@ fn every_snapshot_pickle_matches_the_python_replay_peak() {
         let categorised: u64 = peak
             .by_category
             .iter()
-            .filter(|(c, _)| **c != memcut::model::Category::AllocatorCache)
+            .filter(|(c, _)| **c != memcut::Category::AllocatorCache)
             .map(|(_, b)| b)
             .sum();
         assert_eq!(
@@ -179,5 +179,5 @@ fn memory_timeline_export_is_categorised() {
     assert_eq!(report.source.format, "memory_timeline");
     let by = &report.devices[0].peak.by_category;
     let top = by.iter().max_by_key(|(_, b)| **b).unwrap().0;
-    assert_eq!(*top, memcut::model::Category::Activation);
+    assert_eq!(*top, memcut::Category::Activation);
 }

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use memcut::model::Category;
 use memcut::AnalyzeOptions;
+use memcut::Category;
 
 const RUNS: &[&str] = &[
     "train_adamw",
@@ -17,7 +17,7 @@ const RUNS: &[&str] = &[
     "kv_cache_decode",
 ];
 
-fn cpu_peak(path: &Path) -> memcut::report::Peak {
+fn cpu_peak(path: &Path) -> memcut::Peak {
     let report = memcut::analyze_path(path, &AnalyzeOptions::new()).unwrap();
     report
         .devices
@@ -35,7 +35,7 @@ fn chrome_trace_and_snapshot_of_one_run_agree() {
         let snapshot = cpu_peak(&dir.join(format!("{run}.snapshot.pickle.gz")));
         // Memory that existed before profiling is invisible to the CPU
         // profiler's events but is in the snapshot's blocks: compare what both saw.
-        let traced = |p: &memcut::report::Peak| -> BTreeMap<(u64, u64), Category> {
+        let traced = |p: &memcut::Peak| -> BTreeMap<(u64, u64), Category> {
             p.allocations
                 .iter()
                 .filter(|a| {

@@ -9,10 +9,11 @@
 use std::fmt::Write;
 
 use super::{
-    devices_by_peak, human_bytes as h, overview_row, peak_categories, peak_instant, percent,
-    plan_step_row, DeviceReport, Report, OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
+    devices_by_peak, overview_row, peak_instant, plan_step_row, OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
 };
 use crate::model::{Category, Level};
+use crate::schema::{DeviceReport, Report};
+use crate::units::{human_bytes as h, percent};
 
 pub fn render(report: &Report) -> String {
     let mut out = String::with_capacity(64 * 1024);
@@ -190,17 +191,17 @@ fn device(out: &mut String, d: &DeviceReport) {
 
     chart(out, d);
 
-    let (cats, cache) = peak_categories(p);
+    let cats = p.categories();
     out.push_str("<h3>Memory at the peak by category</h3>\n<table>\n<thead><tr><th>Category</th><th class=\"num\">Bytes</th><th class=\"num\">Share of peak</th><th></th></tr></thead>\n<tbody>\n");
-    for (c, b) in &cats {
-        let share = *b as f64 * 100.0 / p.allocated_bytes.max(1) as f64;
+    for (c, b) in &cats.rows {
+        let share = p.share(*b);
         let _ = writeln!(
             out,
             "<tr><td class=\"cat\"><span class=\"sw\" style=\"background:{}\"></span>{}</td><td class=\"num\" title=\"{b} bytes\">{}</td><td class=\"num\">{}</td><td class=\"bar\"><span style=\"width:{:.1}%;background:{}\"></span></td></tr>",
             colour(*c),
             c,
             h(*b),
-            percent(*b, p.allocated_bytes),
+            p.share_text(*b),
             share.min(100.0),
             colour(*c)
         );
@@ -210,7 +211,7 @@ fn device(out: &mut String, d: &DeviceReport) {
         "<tr><td><b>allocated (peak)</b></td><td class=\"num\"><b>{}</b></td><td class=\"num\">100%</td><td></td></tr>",
         h(p.allocated_bytes)
     );
-    if let Some(cache) = cache {
+    if let Some(cache) = cats.allocator_cache {
         let _ = writeln!(
             out,
             "<tr><td><span class=\"sw\" style=\"background:{}\"></span>allocator_cache (reserved, not allocated)</td><td class=\"num\">{}</td><td></td><td></td></tr>",
@@ -230,7 +231,7 @@ fn device(out: &mut String, d: &DeviceReport) {
                 colour(s.category),
                 s.category,
                 h(s.bytes),
-                percent(s.bytes, p.allocated_bytes),
+                p.share_text(s.bytes),
                 s.count
             );
         }

@@ -5,10 +5,11 @@
 use std::fmt::Write;
 
 use super::{
-    devices_by_peak, human_bytes as h, overview_row, peak_categories, peak_instant, percent,
-    plan_step_row, DeviceReport, Report, OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
+    devices_by_peak, overview_row, peak_instant, plan_step_row, OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
 };
 use crate::model::Level;
+use crate::schema::{DeviceReport, Report};
+use crate::units::{human_bytes as h, percent};
 
 /// Devices with a full section; the rest are rows of the overview table.
 pub const MAX_FULL_DEVICES: usize = 2;
@@ -133,24 +134,18 @@ fn device(out: &mut String, d: &DeviceReport) {
     }
     let _ = writeln!(out, "| Events | {} |\n", d.events);
 
-    let (cats, cache) = peak_categories(p);
+    let cats = p.categories();
     let _ = writeln!(out, "### Memory at the peak by category\n");
     let _ = writeln!(out, "| Category | Bytes | Share of peak |\n|---|---:|---:|");
-    for (c, b) in &cats {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} |",
-            c,
-            h(*b),
-            percent(*b, p.allocated_bytes)
-        );
+    for (c, b) in &cats.rows {
+        let _ = writeln!(out, "| {} | {} | {} |", c, h(*b), p.share_text(*b));
     }
     let _ = writeln!(
         out,
         "| **allocated (peak)** | **{}** | 100% |",
         h(p.allocated_bytes)
     );
-    if let Some(cache) = cache {
+    if let Some(cache) = cats.allocator_cache {
         let _ = writeln!(
             out,
             "| allocator_cache (reserved, not allocated) | {} | |",
@@ -172,7 +167,7 @@ fn device(out: &mut String, d: &DeviceReport) {
                 code(&s.site),
                 s.category,
                 h(s.bytes),
-                percent(s.bytes, p.allocated_bytes),
+                p.share_text(s.bytes),
                 s.count
             );
         }
@@ -302,4 +297,74 @@ fn code(s: &str) -> String {
     s.replace('`', "'")
         .replace('|', "\\|")
         .replace(['\n', '\r'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::{Category, Diagnostic};
+    use crate::schema::{OomFinding, Plan, PlanStep, Report, Verdict};
+
+    /// The worst case for length: many devices, OOMs, plan steps, diagnostics.
+    #[test]
+    fn markdown_stays_under_200_lines_for_a_crowded_report() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/golden/checkpointing.json"
+        );
+        let mut report = Report::from_json(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let mut device = report.devices[0].clone();
+        device.ooms = (0..40)
+            .map(|k| OomFinding {
+                event_index: k,
+                ts_us: None,
+                requested_bytes: 1 << 30,
+                device_free_bytes: Some(1),
+                allocated_bytes: 2 << 30,
+                reserved_bytes: Some(3 << 30),
+                by_category: [(Category::Activation, 2 << 30)].into(),
+                largest_free_block_bytes: Some(1 << 20),
+                verdict: "genuine shortage".into(),
+            })
+            .collect();
+        device.plan = Some(Plan {
+            budget_bytes: 1 << 30,
+            headroom_bytes: 1 << 28,
+            target_bytes: 3 << 28,
+            peak_before_bytes: device.peak.allocated_bytes,
+            steps: (0..30)
+                .map(|k| PlanStep {
+                    lever: format!("lever {k}"),
+                    action: "do it".into(),
+                    cost: "some".into(),
+                    categories: vec![Category::Activation],
+                    saved_bytes: 1 << 20,
+                    peak_after_bytes: 1 << 29,
+                    peak_moved_to: "backward".into(),
+                    scales: [(Category::Activation, 0.5)].into(),
+                    peak_event_index: 7,
+                    peak_moved: k % 2 == 0,
+                })
+                .collect(),
+            estimated_peak_bytes: 1 << 29,
+            verdict: Verdict::DoesNotFit,
+            reason: "too big".into(),
+            budget_source: "--budget".into(),
+            peak_before_at: "event 7 (backward)".into(),
+            gap_bytes: 1 << 28,
+            oom_plan: None,
+        });
+        report.devices = (0..64)
+            .map(|k| {
+                let mut d = device.clone();
+                d.device = format!("cuda:{k}");
+                d
+            })
+            .collect();
+        report.diagnostics = (0..100)
+            .map(|k| Diagnostic::warning(format!("warning {k}")))
+            .collect();
+        let md = super::render(&report);
+        let lines = md.lines().count();
+        assert!(lines < 200, "{lines} lines:\n{md}");
+    }
 }

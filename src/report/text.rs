@@ -2,7 +2,8 @@
 
 use std::fmt::Write;
 
-use super::{human_bytes as h, percent, Report};
+use crate::schema::Report;
+use crate::units::{human_bytes as h, percent};
 
 pub fn render(report: &Report) -> String {
     let mut out = String::new();

@@ -2,30 +2,28 @@
 //! re-simulation: for every position, sum the live allocations by category,
 //! scale, add the scaled allocator cache, take the maximum.
 
-use memcut::analysis::DeviceTimeline;
-use memcut::classify::Classification;
-use memcut::model::Category;
-use memcut::plan::{
-    self, catalogue, plan_device, plan_memory_cuts, plan_timeline_cuts, scale, Budget, Component,
-    Demand, Lever, Order, PlanOptions, Verdict,
-};
-use memcut::timeline::{curve, Interval, Origin, Replay};
 use proptest::prelude::*;
+
+use super::components::{plan_memory_cuts, Component};
+use super::demand::{scale, Demand};
+use super::levers::{catalogue, Lever};
+use super::search::{plan_timeline_cuts, Order};
+use super::{plan_device, Budget, Headroom, PlanOptions};
+use crate::model::Category;
+use crate::schema::Verdict;
+use crate::timeline::{curve, DeviceTimeline, Interval, Origin, Replay};
 
 const NCAT: usize = Category::ALL.len();
 
-/// Categories the classifier assigns to allocations (the cache comes from reserved − allocated).
-const TENSOR_CATEGORIES: [Category; 9] = [
-    Category::Parameter,
-    Category::Gradient,
-    Category::OptimizerState,
-    Category::Activation,
-    Category::AutogradDetail,
-    Category::Temporary,
-    Category::Input,
-    Category::KvCache,
-    Category::Unknown,
-];
+/// The `i`th category the classifier assigns to allocations (all but the
+/// cache, which comes from reserved − allocated); `i < NCAT - 1`.
+fn tensor_category(i: usize) -> Category {
+    Category::ALL
+        .into_iter()
+        .filter(|c| *c != Category::AllocatorCache)
+        .nth(i)
+        .expect("in range")
+}
 
 #[derive(Debug)]
 struct Case {
@@ -40,11 +38,11 @@ fn case() -> impl Strategy<Value = Case> {
             0..positions,
             1..=positions,
             1u64..1_000_000,
-            0..TENSOR_CATEGORIES.len(),
+            0..NCAT - 1,
         )
             .prop_map(move |(start, len, size, c)| {
                 let end = (start + len).min(positions);
-                (start, end.max(start + 1), size, TENSOR_CATEGORIES[c])
+                (start, end.max(start + 1), size, tensor_category(c))
             });
         (
             prop::collection::vec(interval, 0..30),
@@ -80,14 +78,6 @@ fn timeline(case: &Case) -> DeviceTimeline {
             .map(|(a, e)| a + e)
             .collect::<Vec<u64>>()
     });
-    let classes = case
-        .intervals
-        .iter()
-        .map(|&(_, _, _, category)| Classification {
-            category,
-            rule: "test",
-        })
-        .collect();
     DeviceTimeline::new(
         Replay {
             events: case.positions - 1,
@@ -99,7 +89,7 @@ fn timeline(case: &Case) -> DeviceTimeline {
             ooms: Vec::new(),
             timestamped: false,
         },
-        classes,
+        |i| case.intervals[i].3,
     )
 }
 
@@ -209,7 +199,7 @@ proptest! {
             dp_ranks,
             levers: custom.then(|| levers.clone()),
             order,
-            headroom: plan::Headroom::Bytes(0),
+            headroom: Headroom::Bytes(0),
             ..PlanOptions::default()
         };
         let p = plan_device(&demand, &Budget { bytes: target, source: "test".into() }, &options, &|p| format!("p{p}"));
@@ -241,7 +231,7 @@ proptest! {
         let options = PlanOptions {
             dp_ranks,
             order: if largest { Order::Largest } else { Order::Cheapest },
-            headroom: plan::Headroom::Bytes(0),
+            headroom: Headroom::Bytes(0),
             ..PlanOptions::default()
         };
         let p = plan_device(&demand, &Budget { bytes: target, source: "test".into() }, &options, &|p| format!("p{p}"));

@@ -1,0 +1,303 @@
+//! Demand: a device's memory by category at every position of its
+//! timeline, and the peak of it under any factors, found without a table
+//! of every position.
+
+use super::NCAT;
+use crate::model::Category;
+use crate::timeline::{DeviceTimeline, Walk};
+
+/// A device's memory demand at every position of its timeline, by category:
+/// allocated bytes by category (what the replay cannot attribute is
+/// `unknown`) plus `allocator_cache` = reserved − allocated where reserved is
+/// known.
+///
+/// A 1M-event trace has 1M positions, and the planner asks for the peak
+/// under new factors after every lever, so the rows are not stored: the
+/// positions are cut into blocks of [`BLOCK`], each keeping the state of the
+/// replay at its start and the componentwise maximum of its rows. A peak
+/// search replays only the blocks whose maximum, scaled, can still reach the
+/// best total found so far.
+#[derive(Clone)]
+pub struct Demand<'a> {
+    cats: Vec<Category>,
+    positions: usize,
+    rows: Rows<'a>,
+    block_max: Vec<BlockMax>,
+}
+
+/// What bounds a block's rows: their componentwise maximum, and the largest
+/// row total and tensor (non-cache) total.
+#[derive(Debug, Clone, Copy, Default)]
+struct BlockMax {
+    per_category: [u64; NCAT],
+    total: u64,
+    tensors: u64,
+}
+
+impl BlockMax {
+    fn add(&mut self, row: &[u64; NCAT]) {
+        for (m, v) in self.per_category.iter_mut().zip(row) {
+            *m = (*m).max(*v);
+        }
+        let total: u64 = row.iter().sum();
+        self.total = self.total.max(total);
+        self.tensors = self
+            .tensors
+            .max(total - row[Category::AllocatorCache.index()]);
+    }
+}
+
+/// Positions per block of a [`Demand`].
+pub(crate) const BLOCK: usize = 128;
+
+#[derive(Clone)]
+enum Rows<'a> {
+    /// Every row (small demands: an OOM instant, tests).
+    Table(Vec<[u64; NCAT]>),
+    /// Rows replayed from the timeline's category deltas, from the walk
+    /// state saved at each block's start.
+    Timeline {
+        tl: &'a DeviceTimeline,
+        starts: Vec<Walk>,
+    },
+}
+
+impl<'a> Demand<'a> {
+    /// Builds the demand from a replayed, classified device: one walk over
+    /// its positions, O(positions + allocations), O(positions / [`BLOCK`])
+    /// memory.
+    pub fn from_timeline(tl: &'a DeviceTimeline) -> Demand<'a> {
+        let positions = tl.replay.positions() as usize;
+        let mut starts = Vec::with_capacity(positions.div_ceil(BLOCK));
+        let mut block_max = Vec::with_capacity(positions.div_ceil(BLOCK));
+        let mut walk = Walk::default();
+        for start in (0..positions).step_by(BLOCK) {
+            starts.push(walk.clone());
+            let mut max = BlockMax::default();
+            walk_rows(
+                &mut walk,
+                tl,
+                start..(start + BLOCK).min(positions),
+                |_, row| max.add(row),
+            );
+            block_max.push(max);
+        }
+        Demand::new(positions, Rows::Timeline { tl, starts }, block_max)
+    }
+
+    /// Builds a demand from per-category series of equal length (repeated
+    /// categories add up).
+    pub fn from_series(series: &[(Category, Vec<u64>)]) -> Demand<'static> {
+        let positions = series.iter().map(|(_, v)| v.len()).max().unwrap_or(0);
+        let mut rows = vec![[0u64; NCAT]; positions];
+        for (c, v) in series {
+            for (row, x) in rows.iter_mut().zip(v) {
+                row[c.index()] += x;
+            }
+        }
+        let block_max = rows
+            .chunks(BLOCK)
+            .map(|block| {
+                let mut max = BlockMax::default();
+                block.iter().for_each(|row| max.add(row));
+                max
+            })
+            .collect();
+        Demand::new(positions, Rows::Table(rows), block_max)
+    }
+
+    fn new(positions: usize, rows: Rows<'a>, block_max: Vec<BlockMax>) -> Demand<'a> {
+        let cats = Category::ALL
+            .into_iter()
+            .filter(|c| block_max.iter().any(|m| m.per_category[c.index()] > 0))
+            .collect();
+        Demand {
+            cats,
+            positions,
+            rows,
+            block_max,
+        }
+    }
+
+    pub fn positions(&self) -> usize {
+        self.positions
+    }
+
+    /// Bytes by category at a position, each category scaled by its factor
+    /// (rounded to whole bytes).
+    pub fn scaled_at(&self, position: usize, factors: &[f64; NCAT]) -> [u64; NCAT] {
+        let mut out = [0u64; NCAT];
+        if position < self.positions {
+            self.visit_block(position / BLOCK, |p, row| {
+                if p == position {
+                    for c in &self.cats {
+                        out[c.index()] = scale(row[c.index()], factors[c.index()]);
+                    }
+                }
+            });
+        }
+        out
+    }
+
+    /// The peak of the scaled total over the whole timeline and its position.
+    /// Ties go to the position with the most allocated (non-cache) bytes,
+    /// then the earliest: reserved memory often plateaus at its maximum, and
+    /// the instant that matters is where the tensors peak.
+    ///
+    /// Blocks are searched by their scaled maximum, largest first, until no
+    /// block left can reach the best total (`scale` is monotone, so a block's
+    /// scaled maximum bounds every scaled row in it).
+    pub fn peak(&self, factors: &[f64; NCAT]) -> (u64, usize) {
+        let cats: Vec<usize> = self.cats.iter().map(|c| c.index()).collect();
+        let cache = Category::AllocatorCache.index();
+        let total =
+            |row: &[u64; NCAT]| -> u64 { cats.iter().map(|&c| scale(row[c], factors[c])).sum() };
+        // Per block: bounds on its scaled total and on its tensor bytes.
+        // Factors of at most 1 never grow a row (`scale` rounds to the
+        // nearest byte), so its unscaled totals bound it too.
+        let shrink_only = factors.iter().all(|f| *f <= 1.0);
+        let bound: Vec<(u64, u64)> = self
+            .block_max
+            .iter()
+            .map(|max| {
+                let t = total(&max.per_category);
+                let n = t - scale(max.per_category[cache], factors[cache]);
+                match shrink_only {
+                    true => (t.min(max.total), n.min(max.tensors)),
+                    false => (t, n),
+                }
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..bound.len()).collect();
+        order.sort_unstable_by_key(|&b| (std::cmp::Reverse(bound[b]), b));
+        // Best (total, tensors, position): the largest total, then tensors,
+        // then the earliest position.
+        let mut best: Option<(u64, u64, usize)> = None;
+        for b in order {
+            let (bound_total, bound_tensors) = bound[b];
+            if let Some((t, n, _)) = best {
+                if bound_total < t {
+                    break;
+                }
+                // Reserved memory plateaus, so with the cache counted many
+                // blocks tie on the total: only those that may hold more
+                // tensor bytes (or as many, earlier) can win.
+                if bound_total == t && bound_tensors < n {
+                    continue;
+                }
+            }
+            self.visit_block(b, |p, row| {
+                let t = total(row);
+                let tensors = t - scale(row[cache], factors[cache]);
+                let better = best.is_none_or(|(bt, bn, bp)| {
+                    (t, tensors, std::cmp::Reverse(p)) > (bt, bn, std::cmp::Reverse(bp))
+                });
+                if better {
+                    best = Some((t, tensors, p));
+                }
+            });
+        }
+        best.map_or((0, 0), |(t, _, p)| (t, p))
+    }
+
+    /// Calls `visit(position, row)` for each position of block `b`, in order.
+    fn visit_block(&self, b: usize, mut visit: impl FnMut(usize, &[u64; NCAT])) {
+        let range = b * BLOCK..((b + 1) * BLOCK).min(self.positions);
+        match &self.rows {
+            Rows::Table(rows) => {
+                for p in range {
+                    visit(p, &rows[p]);
+                }
+            }
+            Rows::Timeline { tl, starts } => walk_rows(&mut starts[b].clone(), tl, range, visit),
+        }
+    }
+}
+
+/// Walks `range` (which must start where `walk` stands), calling
+/// `visit(position, row)`: the categories' bytes (clamped at 0), plus
+/// `unknown` for allocated bytes the categories do not cover, plus
+/// `allocator_cache` = reserved − allocated.
+fn walk_rows(
+    walk: &mut Walk,
+    tl: &DeviceTimeline,
+    range: std::ops::Range<usize>,
+    mut visit: impl FnMut(usize, &[u64; NCAT]),
+) {
+    let reserved = tl.replay.reserved.as_deref();
+    for p in range {
+        walk.advance(tl, p);
+        let mut row = [0u64; NCAT];
+        for (r, c) in row.iter_mut().zip(&walk.current) {
+            *r = (*c).max(0) as u64;
+        }
+        let tracked: u64 = row.iter().sum();
+        let allocated = tl.replay.allocated.get(p).copied().unwrap_or(tracked);
+        row[Category::Unknown.index()] += allocated.saturating_sub(tracked);
+        if let Some(r) = reserved.and_then(|r| r.get(p)) {
+            row[Category::AllocatorCache.index()] += r.saturating_sub(allocated);
+        }
+        visit(p, &row);
+    }
+}
+
+/// `bytes × factor`, rounded to whole bytes (exact for factor 1).
+pub fn scale(bytes: u64, factor: f64) -> u64 {
+    if factor == 1.0 {
+        bytes
+    } else {
+        (bytes as f64 * factor).round() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The block search finds what a scan of every row finds: the largest
+    /// scaled total, then the most tensor bytes, then the earliest position
+    /// (sparse small values over several blocks, so blocks differ and ties
+    /// are common).
+    #[test]
+    fn block_search_equals_a_full_scan() {
+        use proptest::prelude::*;
+        let cases = (1usize..3 * BLOCK + 7).prop_flat_map(|n| {
+            (
+                proptest::collection::vec(
+                    proptest::collection::vec(prop_oneof![12 => Just(0u64), 1 => 1u64..4], n),
+                    3,
+                ),
+                proptest::collection::vec(
+                    prop_oneof![Just(0.0), Just(0.25), Just(1.0), Just(1.5)],
+                    3,
+                ),
+            )
+        });
+        let cats = [
+            Category::Activation,
+            Category::Parameter,
+            Category::AllocatorCache,
+        ];
+        proptest!(ProptestConfig::with_cases(4000), |((series, f) in cases)| {
+            let series: Vec<(Category, Vec<u64>)> = cats.iter().copied().zip(series).collect();
+            let demand = Demand::from_series(&series);
+            let mut factors = [1.0; NCAT];
+            for (c, x) in cats.iter().zip(&f) {
+                factors[c.index()] = *x;
+            }
+            let mut want = (0u64, 0u64, 0usize);
+            for p in 0..demand.positions() {
+                let row = demand.scaled_at(p, &factors);
+                let total: u64 = row.iter().sum();
+                let tensors = total - row[Category::AllocatorCache.index()];
+                if (total, tensors) > (want.0, want.1) {
+                    want = (total, tensors, p);
+                }
+                for (c, v) in &series {
+                    prop_assert_eq!(row[c.index()], scale(v[p], factors[c.index()]));
+                }
+            }
+            prop_assert_eq!(demand.peak(&factors), (want.0, want.2));
+        });
+    }
+}

@@ -1,0 +1,308 @@
+//! The report: the machine contract (JSON, `schema_version` 1) and the only
+//! value the renderers read. A leaf: the analysis and the planner produce
+//! these values, the caller assembles them, nobody else owns them.
+//!
+//! Field names here are the JSON field names. Sizes are bytes (integers)
+//! everywhere; renderers turn them into GiB/MiB. Maps are `BTreeMap`s keyed
+//! by [`Category`] (declaration order), rows are sorted, so the same input
+//! gives the same bytes at any thread count. Every type reads back from its
+//! JSON ([`Report::from_json`]), so a saved report renders the same pages.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{Category, Diagnostic};
+
+/// The `schema_version` this build writes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Everything memcut found in one input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Report {
+    pub schema_version: u32,
+    pub tool: Tool,
+    pub source: SourceInfo,
+    pub devices: Vec<DeviceReport>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Report {
+    /// Reads a saved JSON report back.
+    pub fn from_json(text: &str) -> Result<Report, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+}
+
+/// The program that wrote the report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Tool {
+    pub name: String,
+    pub version: String,
+}
+
+impl Default for Tool {
+    fn default() -> Tool {
+        Tool {
+            name: "memcut".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+}
+
+/// The input the report is about.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SourceInfo {
+    /// The path as given (never made absolute), or `-` for stdin.
+    pub path: String,
+    /// `torch_snapshot`, `chrome_trace` or `memory_timeline`.
+    pub format: String,
+    pub size_bytes: u64,
+}
+
+impl SourceInfo {
+    pub fn new(path: impl Into<String>, format: impl Into<String>, size_bytes: u64) -> SourceInfo {
+        SourceInfo {
+            path: path.into(),
+            format: format.into(),
+            size_bytes,
+        }
+    }
+}
+
+/// One device (`cuda:0`, `cpu`, …).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DeviceReport {
+    pub device: String,
+    pub events: u64,
+    /// Memory that existed before recording began (counted from the start).
+    pub baseline_bytes: u64,
+    /// Total device memory, when the file says.
+    pub capacity_bytes: Option<u64>,
+    pub peak: Peak,
+    pub reserved_peak_bytes: Option<u64>,
+    pub reserved_peak_event_index: Option<u64>,
+    pub ooms: Vec<OomFinding>,
+    /// The cut plan, when a budget is known.
+    pub plan: Option<Plan>,
+    /// Memory by category over time, downsampled for plots. Empty series
+    /// when the report was made without plots (`plot_points` 0).
+    #[serde(skip)]
+    pub timeline: TimelineSeries,
+}
+
+impl DeviceReport {
+    /// The largest category live at the peak (never `allocator_cache`).
+    pub fn top_category(&self) -> Option<Category> {
+        self.peak.categories().rows.first().map(|(c, _)| *c)
+    }
+}
+
+/// The instant of maximum allocated bytes (earliest on ties) and what was live.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Peak {
+    pub allocated_bytes: u64,
+    pub reserved_bytes: Option<u64>,
+    /// Index of the event after which the peak holds.
+    pub event_index: u64,
+    pub ts_us: Option<f64>,
+    /// What the program was doing (forward, backward, optimizer step, …).
+    pub phase: String,
+    /// Bytes live at the peak by category; `allocator_cache` is reserved − allocated.
+    pub by_category: BTreeMap<Category, u64>,
+    pub top_sites: Vec<TopSite>,
+    /// Every allocation live at the peak, largest first.
+    pub allocations: Vec<LiveAllocation>,
+}
+
+/// The categories at the peak as every renderer shows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PeakCategories {
+    /// Allocated bytes by category, largest first (ties in display order),
+    /// without `allocator_cache`: they sum to the allocated peak.
+    pub rows: Vec<(Category, u64)>,
+    /// Reserved − allocated at the peak: not part of the allocated peak, so
+    /// shown on its own line and never given a share of it.
+    pub allocator_cache: Option<u64>,
+}
+
+impl Peak {
+    /// The one way categories are listed: see [`PeakCategories`].
+    pub fn categories(&self) -> PeakCategories {
+        let mut rows: Vec<(Category, u64)> = self
+            .by_category
+            .iter()
+            .filter(|(c, _)| **c != Category::AllocatorCache)
+            .map(|(c, b)| (*c, *b))
+            .collect();
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        PeakCategories {
+            rows,
+            allocator_cache: self.by_category.get(&Category::AllocatorCache).copied(),
+        }
+    }
+
+    /// The share of the allocated peak that `bytes` are, in percent
+    /// (0 for an empty peak). Every share a report shows is this one.
+    pub fn share(&self, bytes: u64) -> f64 {
+        bytes as f64 * 100.0 / self.allocated_bytes.max(1) as f64
+    }
+
+    /// [`Peak::share`] written for people (`56.1%`, `0%` of an empty peak).
+    pub fn share_text(&self, bytes: u64) -> String {
+        crate::units::percent(bytes, self.allocated_bytes)
+    }
+}
+
+/// Where the memory live at the peak was allocated, grouped by site and category.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct TopSite {
+    pub site: String,
+    pub category: Category,
+    pub bytes: u64,
+    pub count: u64,
+}
+
+/// One allocation live at the peak.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct LiveAllocation {
+    pub addr: u64,
+    pub size: u64,
+    pub category: Category,
+    pub site: String,
+    /// The classification rule that chose the category (`user:NAME` for a
+    /// rule from `--rules`).
+    pub rule: String,
+}
+
+/// One failed allocation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct OomFinding {
+    pub event_index: u64,
+    pub ts_us: Option<f64>,
+    pub requested_bytes: u64,
+    pub device_free_bytes: Option<u64>,
+    pub allocated_bytes: u64,
+    pub reserved_bytes: Option<u64>,
+    pub by_category: BTreeMap<Category, u64>,
+    /// Largest inactive block in the dumped segments.
+    pub largest_free_block_bytes: Option<u64>,
+    /// One line: fragmentation or a genuine shortage.
+    pub verdict: String,
+}
+
+/// Per-category memory over time, downsampled (local maxima kept): what the
+/// HTML chart draws (the JSON writes each array of numbers on one line).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct TimelineSeries {
+    /// `time_us` (relative to the first event) or `event_index` when the
+    /// trace has no timestamps.
+    pub x_unit: String,
+    pub x: Vec<f64>,
+    /// Categories in order, each with one value per `x`.
+    pub series: BTreeMap<Category, Vec<u64>>,
+    pub reserved: Option<Vec<u64>>,
+    pub peak_x: f64,
+    pub oom_x: Vec<f64>,
+}
+
+/// A device's cut plan against a memory budget.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Plan {
+    pub budget_bytes: u64,
+    pub headroom_bytes: u64,
+    pub target_bytes: u64,
+    /// Peak of the demand (allocated + allocator cache) before any cut.
+    pub peak_before_bytes: u64,
+    pub steps: Vec<PlanStep>,
+    pub estimated_peak_bytes: u64,
+    pub verdict: Verdict,
+    pub reason: String,
+    /// Where the budget came from (`--budget`, device capacity, OOM).
+    #[serde(default)]
+    pub budget_source: String,
+    /// Where the demand peaks before any cut (`event N (phase)`).
+    #[serde(default)]
+    pub peak_before_at: String,
+    /// `estimated_peak_bytes − target_bytes` when the verdict is `does_not_fit`, else 0.
+    #[serde(default)]
+    pub gap_bytes: u64,
+    /// The same levers planned for the instant of the (first) failed allocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_plan: Option<OomPlan>,
+}
+
+/// One lever applied, and the whole timeline's peak after it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PlanStep {
+    pub lever: String,
+    pub action: String,
+    pub cost: String,
+    pub categories: Vec<Category>,
+    /// How much the peak went down with this step (old peak − new peak).
+    pub saved_bytes: u64,
+    pub peak_after_bytes: u64,
+    /// Where the peak is after this step: `event N (phase)`.
+    pub peak_moved_to: String,
+    /// The factor applied to each category by this step.
+    #[serde(default)]
+    pub scales: BTreeMap<Category, f64>,
+    /// Event index of the peak after this step.
+    #[serde(default)]
+    pub peak_event_index: u64,
+    /// Whether this step moved the peak to another instant.
+    #[serde(default)]
+    pub peak_moved: bool,
+}
+
+/// Whether the peak fits the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// No cut needed.
+    Fits,
+    /// The cuts listed bring the peak within the target.
+    FitsAfterCuts,
+    /// Even after every applicable cut the peak is over the target.
+    DoesNotFit,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Fits => "fits",
+            Verdict::FitsAfterCuts => "fits_after_cuts",
+            Verdict::DoesNotFit => "does_not_fit",
+        }
+    }
+}
+
+/// The plan for the instant an allocation failed: demand = bytes allocated
+/// just before the failure (by category) + the failed request (counted as
+/// `unknown`: no lever is assumed to shrink it). The allocator cache is left
+/// out: what failed is the request, and the question is whether the live
+/// tensors plus the request fit the target at all.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct OomPlan {
+    pub event_index: u64,
+    pub requested_bytes: u64,
+    pub demand_bytes: u64,
+    pub steps: Vec<PlanStep>,
+    pub estimated_peak_bytes: u64,
+    pub verdict: Verdict,
+    pub gap_bytes: u64,
+    pub reason: String,
+}

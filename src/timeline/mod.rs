@@ -1,0 +1,10 @@
+//! The timeline of one device: the replay of its events into allocation
+//! intervals and memory curves ([`replay`]), and the walk over its positions
+//! that gives bytes by category at each one ([`walk`]), which the plots and
+//! the planner both read.
+
+mod replay;
+mod walk;
+
+pub use replay::{argmax, curve, replay, Interval, Origin, Replay, MAX_BYTES};
+pub use walk::{Change, DeviceTimeline, Walk};
