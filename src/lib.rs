@@ -37,8 +37,9 @@ pub use plan::search::Order;
 pub use plan::{Headroom, PlanOptions};
 pub use report::{render, OutputFormat};
 pub use schema::{
-    DeviceReport, LiveAllocation, OomFinding, OomPlan, Peak, PeakCategories, Plan, PlanStep,
-    Report, SourceInfo, TimelineSeries, Tool, TopSite, Verdict, SCHEMA_VERSION,
+    Attribution, BeforeRecordingPart, DeviceReport, LiveAllocation, OomFinding, OomPlan, Peak,
+    PeakCategories, Plan, PlanStep, Report, SourceInfo, TimelineSeries, Tool, TopSite, Verdict,
+    SCHEMA_VERSION,
 };
 pub use units::{parse_size, SizeError};
 

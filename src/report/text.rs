@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use super::{attribution_line, before_recording_line};
 use crate::schema::Report;
 use crate::units::{human_bytes as h, percent};
 
@@ -22,17 +23,24 @@ pub fn render(report: &Report) -> String {
             p.event_index,
             p.phase
         );
-        if let Some(r) = p.reserved_bytes {
-            let _ = write!(out, ", {} reserved", h(r));
+        match p.reserved_bytes {
+            Some(r) => {
+                let _ = write!(out, ", {} reserved", h(r));
+            }
+            None => {
+                let _ = write!(out, ", reserved unknown");
+            }
         }
         let _ = writeln!(out);
         if d.baseline_bytes > 0 {
             let _ = writeln!(
                 out,
-                "  baseline (allocated before recording): {}",
-                h(d.baseline_bytes)
+                "  existed before recording: {}: {}",
+                h(d.baseline_bytes),
+                before_recording_line(d)
             );
         }
+        let _ = writeln!(out, "  categories at the peak: {}", attribution_line(p));
         let mut cats: Vec<_> = p.by_category.iter().collect();
         cats.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
         let whole: u64 = p.by_category.values().sum();
