@@ -23,6 +23,7 @@ use rustc_hash::FxHashMap;
 use crate::model::{Action, Category, DeviceTrace, Format, Frame, SiteId, Sites, StrId, Trace};
 use crate::timeline::{Interval, Origin, Replay};
 
+mod buffers;
 mod evidence;
 mod prerecorded;
 
@@ -90,6 +91,33 @@ macro_rules! builtin_rules {
             pub fn infers(self) -> bool {
                 self.as_str().starts_with("inferred_")
             }
+
+            /// Whether the rule classifies only memory that existed before
+            /// recording began.
+            pub fn before_recording(self) -> bool {
+                matches!(
+                    self,
+                    Builtin::AllocatedBeforeProfilingUnattributed
+                        | Builtin::ExistedBeforeTraceOptimizerSite
+                        | Builtin::ExistedBeforeTraceBackwardSite
+                        | Builtin::ExistedBeforeTraceInitSite
+                        | Builtin::ExistedBeforeTraceCacheSite
+                        | Builtin::ExistedBeforeTraceForwardSite
+                        | Builtin::ExistedBeforeTraceFreedByZeroGrad
+                        | Builtin::ExistedBeforeTraceNoEvidence
+                        | Builtin::InferredParameterFromGradients
+                        | Builtin::InferredParameterFromShapes
+                        | Builtin::InferredGradientKept
+                        | Builtin::InferredOptimizerState
+                        | Builtin::InferredKvCachePool
+                        | Builtin::InferredWeightsForwardOnly
+                )
+            }
+
+            /// The built-in rule of this name.
+            pub fn from_name(name: &str) -> Option<Builtin> {
+                Builtin::ALL.iter().copied().find(|b| b.as_str() == name)
+            }
         }
     };
 }
@@ -125,6 +153,14 @@ builtin_rules! {
     /// Freed by `Optimizer.zero_grad`: a gradient from the step before.
     ExistedBeforeTraceFreedByZeroGrad = "existed_before_trace_freed_by_zero_grad",
     ExistedBeforeTraceNoEvidence = "existed_before_trace_no_evidence",
+    /// Megatron's contiguous `param_data` buffer (`buffers.rs`).
+    MegatronParamBuffer = "megatron_param_buffer",
+    /// Megatron's contiguous `grad_data` buffer.
+    MegatronGradBuffer = "megatron_grad_buffer",
+    /// The cuBLAS / cuBLASLt workspace (`getNewWorkspace`).
+    CublasWorkspace = "cublas_workspace",
+    /// Buffers of one site sized exactly like the parameters.
+    InferredStateSizedLikeParameters = "inferred_optimizer_state_sized_like_parameters",
     /// Existed before recording: parameter bytes from the gradients' sizes
     /// (`classify/prerecorded.rs`, like every `inferred_…` rule).
     InferredParameterFromGradients = "inferred_parameter_from_gradient_sizes",
@@ -350,6 +386,8 @@ pub struct Context<'a> {
     shapes_apply: bool,
     sites: &'a Sites,
     facts: Vec<SiteFacts>,
+    /// Framework buffers' classification by site (`buffers.rs`).
+    framework: Vec<Option<Classification>>,
     /// Phase at each position (after the latest allocation event).
     phase_at: Vec<Phase>,
     /// Number of allocation events among the first `p` events.
@@ -379,6 +417,7 @@ pub fn classify_in(
     user_rules: &[UserRule],
 ) -> Vec<Classification> {
     let mut classes = classify_each(ctx, replay, user_rules);
+    buffers::per_parameter_buffers(replay, &mut classes);
     let evidence = evidence::Evidence::gather(ctx, replay, &classes);
     prerecorded::match_blocks(
         ctx,
@@ -400,6 +439,7 @@ pub fn classify_device(
     user_rules: &[UserRule],
 ) -> (Replay, Vec<Classification>, Vec<Inference>) {
     let mut classes = classify_each(ctx, &replay, user_rules);
+    buffers::per_parameter_buffers(&replay, &mut classes);
     let before = prerecorded::infer(ctx, &mut replay, &mut classes);
     (replay, classes, before)
 }
@@ -474,6 +514,7 @@ impl<'a> Context<'a> {
             device,
             shapes_apply: trace.devices.len() == 1 || (device.device != "cpu" && accelerators == 1),
             next_forward,
+            framework: buffers::by_site(sites),
             sites,
             facts,
             phase_at,
@@ -545,6 +586,9 @@ fn classify_one(ctx: &Context, interval: &Interval, user_rules: &[UserRule]) -> 
         if let Some(c) = interval.given {
             return pick(c, Builtin::CategoryFromFile);
         }
+    }
+    if let Some(c) = ctx.framework[interval.site as usize] {
+        return c;
     }
     let facts = ctx.facts[interval.site as usize];
     if interval.origin == Origin::Untracked {

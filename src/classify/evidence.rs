@@ -65,8 +65,9 @@ pub(super) struct Evidence {
     /// lower bound (blocks are rounded up, unread weights are missing).
     pub(super) weights: Option<Amount>,
     pub(super) optimizer: Option<Optimizer>,
-    /// Set when `Optimizer.zero_grad` freed nothing: gradients are zeroed in
-    /// place and live from step to step, so they existed before recording.
+    /// Set when `Optimizer.zero_grad` freed nothing, or the first backward
+    /// pass added gradients into existing ones: gradients live from step
+    /// to step, so they existed before recording.
     pub(super) gradients_kept: bool,
     pub(super) kv_pool: Option<KvPool>,
     /// The history has a backward pass or an optimizer step.
@@ -83,7 +84,8 @@ impl Evidence {
         classes: &[Classification],
     ) -> Evidence {
         let optimizer = optimizer(ctx);
-        let gradients_kept = zero_grad_runs(ctx).is_some_and(|runs| runs.iter().all(Vec::is_empty));
+        let gradients_kept = zero_grad_runs(ctx).is_some_and(|runs| runs.iter().all(Vec::is_empty))
+            || accumulated_into_existing(ctx, replay, classes);
         let params = freed_by_zero_grad(ctx)
             .or_else(|| live_gradients(replay, classes))
             .or_else(|| accumulated_in_place(ctx));
@@ -242,6 +244,29 @@ fn accumulated_in_place(ctx: &Context<'_>) -> Option<ParamSizes> {
         format!("sizes of the {period} gradients AccumulateGrad added in place")
     };
     Some(sorted(pass, why))
+}
+
+/// Whether the first backward pass found `.grad` tensors already there:
+/// `AccumulateGrad` added a gradient in place (freeing the incoming one)
+/// before any gradient was allocated and kept.
+fn accumulated_into_existing(
+    ctx: &Context<'_>,
+    replay: &Replay,
+    classes: &[Classification],
+) -> bool {
+    let Some(first_add) = ctx.device.events.iter().position(|e| {
+        e.action == Action::FreeCompleted && ctx.facts[e.site as usize].accumulate_grad
+    }) else {
+        return false;
+    };
+    // Positions count events from 1 (position k + 1 is after event k).
+    let first_add = first_add as u32 + 1;
+    !replay.intervals.iter().zip(classes).any(|(i, c)| {
+        i.origin == Origin::Traced
+            && c.category == Category::Gradient
+            && !c.rule.infers()
+            && i.start < first_add
+    })
 }
 
 fn sorted(mut sizes: Vec<u64>, from: String) -> ParamSizes {

@@ -144,6 +144,17 @@ pub(super) fn match_blocks(
     for &s in &params.sizes {
         *per_size.entry(s).or_default() += 1;
     }
+    // Blocks from before recording whose own frames show their category
+    // (optimizer state with optimizer frames, …) leave fewer blocks of that
+    // size to infer. (Not blocks allocated while recording: a
+    // profile-derived snapshot shows each in-place update of a pre-existing
+    // tensor as a new allocation of the same size.)
+    let mut shown: BTreeMap<(Category, u64), u64> = BTreeMap::new();
+    for (i, c) in replay.intervals.iter().zip(classes.iter()) {
+        if i.origin.is_baseline() && shows(replay, i, c) {
+            *shown.entry((c.category, i.size)).or_default() += 1;
+        }
+    }
     // Blocks of one size are interchangeable: nothing in a snapshot tells a
     // parameter from an optimizer state of the same size. They are taken in
     // order of their end, then address; only the totals by size are evidence.
@@ -159,7 +170,9 @@ pub(super) fn match_blocks(
         blocks.sort_by_key(|&k| (i(k).end, i(k).addr, k));
         let mut blocks = blocks.into_iter();
         for &(c, per_param) in &roles {
-            for k in blocks.by_ref().take((count * per_param) as usize) {
+            let seen = shown.get(&(c.category, size)).copied().unwrap_or(0);
+            let slots = (count * per_param).saturating_sub(seen);
+            for k in blocks.by_ref().take(slots as usize) {
                 classes[k] = c;
             }
         }
@@ -178,7 +191,7 @@ pub(super) fn match_blocks(
 }
 
 fn gradients_kept_reason() -> String {
-    "Optimizer.zero_grad freed nothing: gradients are zeroed in place and kept between steps, one per parameter".into()
+    "gradients are kept between steps (Optimizer.zero_grad freed nothing, or the first backward pass added into existing .grad tensors), one per parameter".into()
 }
 
 fn optimizer_reason(o: &super::evidence::Optimizer) -> String {
@@ -188,23 +201,25 @@ fn optimizer_reason(o: &super::evidence::Optimizer) -> String {
     )
 }
 
-/// Bytes of category `c` that the trace shows as its own: classified from
-/// their own evidence, and either from before recording or alive at the
-/// end (state that persists, rather than a step's scratch).
-fn shown(replay: &Replay, classes: &[Classification], lump: usize, c: Category) -> u64 {
-    let end = replay.positions();
+/// Whether the trace shows `i` as memory of its category on its own
+/// evidence: classified by a rule that observes, and either from before
+/// recording or alive at the end (state that persists, rather than a
+/// step's scratch).
+fn shows(replay: &Replay, i: &Interval, c: &Classification) -> bool {
+    !c.rule.infers()
+        && c.category != Category::Unknown
+        && i.origin != Origin::Untracked
+        && (i.origin.is_baseline() || i.end >= replay.positions())
+}
+
+/// Bytes of category `c` that the trace shows as its own ([`shows`]).
+fn shown(replay: &Replay, classes: &[Classification], c: Category) -> u64 {
     replay
         .intervals
         .iter()
         .zip(classes)
-        .enumerate()
-        .filter(|&(k, (i, cl))| {
-            k != lump
-                && cl.category == c
-                && !cl.rule.infers()
-                && (i.origin.is_baseline() || i.end >= end)
-        })
-        .fold(0u64, |s, (_, (i, _))| s.saturating_add(i.size))
+        .filter(|(i, cl)| cl.category == c && shows(replay, i, cl))
+        .fold(0u64, |s, (i, _)| s.saturating_add(i.size))
 }
 
 /// The parts of the untracked lump at `replay.intervals[lump]`, in order:
@@ -225,7 +240,7 @@ fn split_lump(
             parts.push((b, c, why));
         }
     };
-    let shown = |c| shown(replay, classes, lump, c);
+    let shown = |c| shown(replay, classes, c);
     let params = evidence
         .params
         .as_ref()
