@@ -95,8 +95,9 @@ pub use plan::search::Order;
 pub use plan::{Headroom, PlanOptions};
 pub use report::{render, OutputFormat};
 pub use schema::{
-    DeviceReport, LiveAllocation, OomFinding, OomPlan, Peak, PeakCategories, Plan, PlanStep,
-    Report, SourceInfo, TimelineSeries, Tool, TopSite, Verdict, SCHEMA_VERSION,
+    Attribution, BeforeRecordingPart, DeviceReport, LiveAllocation, OomFinding, OomPlan, Peak,
+    PeakCategories, Plan, PlanStep, Report, SourceInfo, TimelineSeries, Tool, TopSite, Verdict,
+    SCHEMA_VERSION,
 };
 pub use units::{parse_size, SizeError};
 
@@ -104,7 +105,7 @@ pub use units::{parse_size, SizeError};
 /// fuzz one stage alone. Not a stable API.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::classify::classify;
+    pub use crate::classify::{classify, Builtin};
     pub use crate::formats::{chrome, pickle};
     #[cfg(feature = "fuzzing")]
     pub use crate::generated_checks::check_generated;

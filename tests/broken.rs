@@ -322,7 +322,8 @@ fn oom_without_device_free() {
     assert_eq!(oom["device_free_bytes"], Value::Null);
     assert_eq!(
         oom["verdict"],
-        "1.00 GiB requested with 0 B cached; the trace does not say how much memory was free on the device"
+        // No segments: reserved memory is unknown, not 0 B (issue 11 §8).
+        "1.00 GiB requested with an unknown amount cached; the trace does not say how much memory was free on the device"
     );
 }
 

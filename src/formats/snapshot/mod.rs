@@ -148,13 +148,20 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
     // Segments at dump time, grouped by device ordinal.
     let mut segs_by_device: BTreeMap<i64, Vec<Segment>> = BTreeMap::new();
     let mut blocks_without_frames = 0u64;
+    // Every segment lacks the allocator's own fields (see `parse_segment`).
+    let mut synthetic_segments = true;
     if let Some(segments) = &segments {
         let items = segments
             .list_items()
             .ok_or_else(|| Error::Schema("`segments` is not a list".into()))?;
         for seg in items.iter() {
             let device = seg.get("device").and_then(|v| v.as_i64()).unwrap_or(0);
-            let segment = parse_segment(seg, &mut lowering, &mut blocks_without_frames)?;
+            let segment = parse_segment(
+                seg,
+                &mut lowering,
+                &mut blocks_without_frames,
+                &mut synthetic_segments,
+            )?;
             segs_by_device.entry(device).or_default().push(segment);
         }
     }
@@ -195,7 +202,7 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
             events,
             reported: Vec::new(),
             segments: Some(segments.unwrap_or_default()),
-            segments_show_reserved: !profile_derived,
+            segments_show_reserved: !profile_derived && !synthetic_segments,
             capacity_bytes: None,
         });
     }
@@ -243,8 +250,21 @@ fn parse_segment(
     seg: &Value,
     lowering: &mut EntryLowering,
     blocks_without_frames: &mut u64,
+    synthetic: &mut bool,
 ) -> Result<Segment> {
     let addr = seg.get("address").and_then(|v| v.as_u64()).unwrap_or(0);
+    // The caching allocator's segments say what kind of pool they are and
+    // how much of them is allocated, and their blocks have addresses;
+    // `_profile_to_snapshot` lays out one synthetic segment per device from
+    // the tensors' own addresses (CPU heap addresses span terabytes) and
+    // says none of it.
+    let blocks_have_addresses = seg.get("blocks").is_some_and(|b| {
+        b.list_items()
+            .is_some_and(|blocks| blocks.iter().any(|b| b.get("address").is_some()))
+    });
+    *synthetic &= seg.get("segment_type").is_none()
+        && seg.get("allocated_size").is_none()
+        && !blocks_have_addresses;
     let mut segment = Segment {
         addr,
         total_size: seg.get("total_size").and_then(|v| v.as_u64()).unwrap_or(0),
