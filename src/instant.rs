@@ -78,11 +78,7 @@ impl At {
             Kind::Event(e) if e < u64::from(events) => Ok(e as u32 + 1),
             Kind::Event(e) => Err(match events {
                 0 => format!("--at {e}: {} has no events", device.device),
-                n => format!(
-                    "--at {e}: {} has events 0 to {} only",
-                    device.device,
-                    n - 1
-                ),
+                n => format!("--at {e}: {} has events 0 to {} only", device.device, n - 1),
             }),
             Kind::Oom(n) => match replay.ooms.get(n) {
                 Some(&k) => Ok(k + 1),

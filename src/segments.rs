@@ -249,7 +249,12 @@ fn lay_out(
                 continue;
             }
             if addr > cursor {
-                spans.push(BlockSpan(cursor - address, addr - cursor, BlockUse::Inactive, None));
+                spans.push(BlockSpan(
+                    cursor - address,
+                    addr - cursor,
+                    BlockUse::Inactive,
+                    None,
+                ));
             }
             let mut block_end = addr.saturating_add(block_size).min(seg_end);
             // The tail the allocator would not split off stays in the block.
@@ -258,11 +263,21 @@ fn lay_out(
             if tail > 0 && tail <= LARGE_SPLIT_REMAINDER && size != SMALL_SEGMENT {
                 block_end = following;
             }
-            spans.push(BlockSpan(addr - address, block_end - addr, state, Some(category)));
+            spans.push(BlockSpan(
+                addr - address,
+                block_end - addr,
+                state,
+                Some(category),
+            ));
             cursor = block_end;
         }
         if cursor < seg_end {
-            spans.push(BlockSpan(cursor - address, seg_end - cursor, BlockUse::Inactive, None));
+            spans.push(BlockSpan(
+                cursor - address,
+                seg_end - cursor,
+                BlockUse::Inactive,
+                None,
+            ));
         }
         maps.push(SegmentMap {
             address,
@@ -465,10 +480,24 @@ mod tests {
             ..DeviceTrace::default()
         };
         let at = |p| segments_at(&device, p).into_iter().collect::<Vec<_>>();
-        assert_eq!(at(6), [(A, (20 << 20, false)), (E, (P, true)), (E + 2 * P, (2 * P, true))]);
+        assert_eq!(
+            at(6),
+            [
+                (A, (20 << 20, false)),
+                (E, (P, true)),
+                (E + 2 * P, (2 * P, true))
+            ]
+        );
         assert_eq!(at(5), [(A, (20 << 20, false)), (E, (4 * P, true))]);
         assert_eq!(at(4), [(A, (20 << 20, false)), (E, (2 * P, true))]);
-        assert_eq!(at(3), [(A, (20 << 20, false)), (B, (2 << 20, false)), (E, (2 * P, true))]);
+        assert_eq!(
+            at(3),
+            [
+                (A, (20 << 20, false)),
+                (B, (2 << 20, false)),
+                (E, (2 * P, true))
+            ]
+        );
         assert_eq!(at(2), [(A, (20 << 20, false)), (E, (2 * P, true))]);
         assert_eq!(at(1), [(A, (20 << 20, false))]);
         assert!(at(0).is_empty());
@@ -531,7 +560,10 @@ mod tests {
         let blocks = live_blocks(&device, &replay, &cat, 4, &HashMap::default());
         let (maps, _) = lay_out(&segments_at(&device, 4), blocks);
         let last = maps[0].blocks.last().unwrap();
-        assert_eq!((last.offset(), last.state()), (c - S + MIB + MIB / 2, BlockUse::Inactive));
+        assert_eq!(
+            (last.offset(), last.state()),
+            (c - S + MIB + MIB / 2, BlockUse::Inactive)
+        );
     }
 
     #[test]
@@ -562,7 +594,10 @@ mod tests {
         }];
         let view = view(&device, &replay, &|_| Category::Activation, &instants, 0).unwrap();
         let s = &view.instants[0];
-        assert_eq!((s.label.as_str(), s.event_index, s.exact), ("oom 0", Some(12), false));
+        assert_eq!(
+            (s.label.as_str(), s.event_index, s.exact),
+            ("oom 0", Some(12), false)
+        );
         assert_eq!(s.inactive_bytes, 32 * MIB);
         assert_eq!(s.largest_free_block_bytes, 8 * MIB);
         assert_eq!(s.fragmentation_bytes, 32 * MIB);
@@ -590,12 +625,24 @@ mod tests {
                 let replay = crate::timeline::replay(device);
                 let unknown = |_: usize| Category::Unknown;
                 let (dump, _) = dump_layout(device, &replay, &unknown);
-                let blocks = live_blocks(device, &replay, &unknown, replay.events, &HashMap::default());
+                let blocks = live_blocks(
+                    device,
+                    &replay,
+                    &unknown,
+                    replay.events,
+                    &HashMap::default(),
+                );
                 let (rebuilt, unplaced) = lay_out(&segments_at(device, replay.events), blocks);
                 let differ = dump.iter().zip(&rebuilt).filter(|(a, b)| a != b).count();
                 assert_eq!(unplaced, 0, "{}", path.display());
                 assert_eq!(dump.len(), rebuilt.len(), "{}", path.display());
-                assert_eq!(differ, 0, "{}: {differ} of {} segments differ", path.display(), dump.len());
+                assert_eq!(
+                    differ,
+                    0,
+                    "{}: {differ} of {} segments differ",
+                    path.display(),
+                    dump.len()
+                );
                 checked += 1;
             }
         }

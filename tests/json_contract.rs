@@ -66,6 +66,7 @@ struct Device {
     device: String,
     events: u64,
     baseline_bytes: u64,
+    before_recording: Vec<BeforeRecordingPart>,
     capacity_bytes: Option<u64>,
     peak: Peak,
     reserved_peak_bytes: Option<u64>,
@@ -73,6 +74,66 @@ struct Device {
     ooms: Vec<Oom>,
     plan: Option<Plan>,
     timeline: Timeline,
+    /// Written only for `--at`.
+    #[serde(default)]
+    at: Option<ReportedInstant>,
+    /// Written only for snapshots that record the allocator's segments.
+    #[serde(default)]
+    segments: Option<SegmentsView>,
+    /// Written only when some live allocation has frames.
+    #[serde(default)]
+    stacks: Option<StackTable>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReportedInstant {
+    spec: String,
+    event_index: u64,
+    peak_allocated_bytes: u64,
+    peak_event_index: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SegmentsView {
+    instants: Vec<SegmentState>,
+    ooms_left_out: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SegmentState {
+    label: String,
+    event_index: Option<u64>,
+    exact: bool,
+    segment_count: u64,
+    reserved_bytes: u64,
+    allocated_bytes: u64,
+    pending_free_bytes: u64,
+    inactive_bytes: u64,
+    largest_free_block_bytes: u64,
+    request_bytes: u64,
+    fragmentation_bytes: u64,
+    unplaced_bytes: u64,
+    /// `[address, size, expandable, [[offset, size, state, category], …]]`.
+    segments: Vec<(u64, u64, bool, Vec<(u64, u64, BlockUse, Option<Category>)>)>,
+}
+
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum BlockUse {
+    Allocated,
+    PendingFree,
+    Inactive,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StackTable {
+    frames: Vec<String>,
+    internal: Vec<u32>,
+    stacks: Vec<Vec<u32>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -84,8 +145,26 @@ struct Peak {
     ts_us: Option<f64>,
     phase: String,
     by_category: BTreeMap<Category, u64>,
+    attribution: Attribution,
     top_sites: Vec<TopSite>,
     allocations: Vec<Allocation>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Attribution {
+    observed_bytes: u64,
+    inferred_bytes: u64,
+    unknown_bytes: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BeforeRecordingPart {
+    category: Category,
+    bytes: u64,
+    rule: String,
+    evidence: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -95,6 +174,8 @@ struct TopSite {
     category: Category,
     bytes: u64,
     count: u64,
+    /// Indices into the device's `stacks.stacks`.
+    stacks: Vec<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -105,6 +186,10 @@ struct Allocation {
     category: Category,
     site: String,
     rule: String,
+    stack: Option<u32>,
+    /// `[event_index, t_us]`.
+    alloc: Option<(u64, Option<f64>)>,
+    free: Option<(u64, Option<f64>)>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -231,12 +316,12 @@ fn manifest() -> &'static Path {
 /// cannot: `schema_version` first, and the numbers agreeing with each other.
 fn check(what: &str, text: &str) -> Report {
     assert!(
-        text.starts_with("{\n  \"schema_version\": 1,"),
+        text.starts_with("{\n  \"schema_version\": 2,"),
         "{what}: schema_version is not first"
     );
     let report: Report =
         serde_json::from_str(text).unwrap_or_else(|e| panic!("{what}: off the contract: {e}"));
-    assert_eq!(report.schema_version, 1);
+    assert_eq!(report.schema_version, 2);
     assert_eq!(report.tool.name, "memcut");
     assert!(!report.tool.version.is_empty() && !report.source.path.is_empty());
     for d in &report.devices {
@@ -248,6 +333,89 @@ fn check(what: &str, text: &str) -> Report {
             .map(|(_, b)| b)
             .sum();
         assert_eq!(tensors, d.peak.allocated_bytes, "{what}: {}", d.device);
+        let at = &d.peak.attribution;
+        assert_eq!(
+            at.observed_bytes + at.inferred_bytes + at.unknown_bytes,
+            d.peak.allocated_bytes,
+            "{what}: {}: observed + inferred + unknown",
+            d.device
+        );
+        assert_eq!(
+            at.unknown_bytes,
+            d.peak
+                .by_category
+                .get(&Category::Unknown)
+                .copied()
+                .unwrap_or(0),
+            "{what}: {}: unknown bytes",
+            d.device
+        );
+        let before: u64 = d.before_recording.iter().map(|p| p.bytes).sum();
+        assert_eq!(
+            before, d.baseline_bytes,
+            "{what}: {}: before recording",
+            d.device
+        );
+        let stacks = d.stacks.as_ref().map_or(0, |t| t.stacks.len());
+        for a in &d.peak.allocations {
+            assert!(
+                a.stack.is_none_or(|s| (s as usize) < stacks),
+                "{what}: stack index"
+            );
+            assert!(
+                a.alloc.is_none_or(|e| e.0 <= d.peak.event_index),
+                "{what}: alloc after the peak"
+            );
+            assert!(
+                a.free.is_none_or(|e| e.0 > d.peak.event_index),
+                "{what}: freed before the peak"
+            );
+        }
+        if let Some(t) = &d.stacks {
+            let frames = t.frames.len() as u32;
+            assert!(
+                t.stacks
+                    .iter()
+                    .flatten()
+                    .chain(&t.internal)
+                    .all(|&f| f < frames),
+                "{what}"
+            );
+        }
+        for s in d.segments.iter().flat_map(|v| &v.instants) {
+            let mut by_state = [0u64; 3];
+            let mut reserved = 0;
+            for (_, size, _, blocks) in &s.segments {
+                reserved += size;
+                // Blocks cover their segment from start to end.
+                let mut cursor = 0;
+                for (offset, bytes, state, category) in blocks {
+                    assert_eq!(*offset, cursor, "{what}: {}: blocks leave a gap", s.label);
+                    assert_eq!(category.is_none(), *state == BlockUse::Inactive, "{what}");
+                    cursor += bytes;
+                    by_state[match state {
+                        BlockUse::Allocated => 0,
+                        BlockUse::PendingFree => 1,
+                        BlockUse::Inactive => 2,
+                    }] += bytes;
+                }
+                assert_eq!(
+                    cursor, *size,
+                    "{what}: {}: blocks do not fill their segment",
+                    s.label
+                );
+            }
+            assert_eq!(s.segment_count as usize, s.segments.len(), "{what}");
+            assert_eq!(reserved, s.reserved_bytes, "{what}: {}", s.label);
+            assert_eq!(
+                by_state,
+                [s.allocated_bytes, s.pending_free_bytes, s.inactive_bytes],
+                "{what}: {}",
+                s.label
+            );
+            assert!(s.fragmentation_bytes <= s.inactive_bytes);
+            assert!(s.largest_free_block_bytes <= s.inactive_bytes);
+        }
         let t = &d.timeline;
         assert!(t.series.values().all(|s| s.len() == t.x.len()), "{what}");
         assert!(t.reserved.as_ref().is_none_or(|r| r.len() == t.x.len()));
@@ -313,6 +481,14 @@ fn plans_ooms_and_damaged_inputs_are_on_the_contract() {
     assert!(cut.diagnostics.iter().any(|d| d.partial_read));
     let timeline = run("sample_traces/train_adamw.timeline.json.gz", &[]);
     assert_eq!(timeline.source.format, InputFormat::MemoryTimeline);
+    let fragmented = run("tests/data/segments/fragmented_oom.pickle", &[]);
+    let segments = fragmented.devices[0].segments.as_ref().expect("segments");
+    assert!(segments.instants.iter().any(|s| s.label.contains("oom 0")));
+    let at = run(
+        "sample_traces/train_adamw.snapshot.pickle.gz",
+        &["--at", "100"],
+    );
+    assert_eq!(at.devices[0].at.as_ref().map(|a| a.event_index), Some(100));
     let trace = run("sample_traces/train_adamw.trace.json.gz", &[]);
     assert_eq!(trace.devices[0].timeline.x_unit, XUnit::TimeUs);
 }

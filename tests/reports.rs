@@ -220,14 +220,30 @@ fn html_escapes_every_trace_string() {
 #[test]
 fn markdown_keeps_trace_strings_inert() {
     let md = render(&hostile_report(), OutputFormat::Md);
-    // Sites are code spans (literal on every renderer); no raw tags outside them.
+    // Sites are code spans and stacks fenced code blocks (literal on every
+    // renderer); no raw tags outside them.
+    let mut fenced = false;
     for line in md.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            // A frame cannot close the fence early.
+            assert!(!line.contains("```"), "fence closed by a frame: {line}");
+            continue;
+        }
         let outside_code: String = line.split('`').step_by(2).collect();
         assert!(
             !outside_code.contains("<script") && !outside_code.contains("<img"),
             "raw HTML outside a code span: {line}"
         );
     }
+    assert!(!fenced, "a stack's fence is left open");
+    assert!(
+        md.contains("<script>alert(1)</script>"),
+        "the stacks block is missing"
+    );
     // Every table row keeps its column count.
     for line in md.lines().filter(|l| l.starts_with("| `")) {
         let unescaped_pipes = line.replace("\\|", "").matches('|').count();

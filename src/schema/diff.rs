@@ -85,7 +85,8 @@ pub struct Change {
 
 impl Change {
     pub fn new(before: u64, after: u64) -> Change {
-        let change_bytes = (after as i128 - before as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+        let change_bytes =
+            (after as i128 - before as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64;
         Change {
             before,
             after,
