@@ -64,6 +64,7 @@
 mod analysis;
 pub mod batch;
 mod classify;
+mod diff;
 mod error;
 mod formats;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -83,6 +84,7 @@ mod units;
 
 pub use analysis::Options as AnalysisOptions;
 pub use classify::UserRule;
+pub use diff::{diff, DiffOptions};
 pub use error::{Error, Result};
 pub use formats::pickle::Limits as PickleLimits;
 pub use input::Limits;
@@ -96,12 +98,13 @@ pub use plan::components::{
 pub use plan::levers::{parse_levers, Cost, Lever, LeversError};
 pub use plan::search::Order;
 pub use plan::{Headroom, PlanOptions};
-pub use report::{render, OutputFormat};
+pub use report::{render, render_diff, OutputFormat};
 pub use schema::{
-    Attribution, BeforeRecordingPart, BlockSpan, BlockUse, DeviceReport, EventRef, LiveAllocation,
-    OomFinding, OomPlan, Peak, PeakCategories, Plan, PlanStep, Report, ReportedInstant, SegmentMap,
-    SegmentState, SegmentsView, SourceInfo, StackTable, TimelineSeries, Tool, TopSite, Verdict,
-    SCHEMA_VERSION,
+    Attribution, BeforeRecordingPart, BlockSpan, BlockUse, CategoryChange, Change, DeviceDiff,
+    DeviceReport, DiffReport, DiffTimeline, EventRef, LiveAllocation, NormalisedSeries, OomFinding,
+    OomPlan, Peak, PeakCategories, PeakCheck, PeakInstant, Plan, PlanStep, PlanSummary, Report,
+    ReportedInstant, SegmentMap, SegmentState, SegmentsView, SiteChange, SiteStatus, SourceInfo,
+    StackTable, TimelineSeries, Tool, TopSite, Verdict, DIFF_SCHEMA_VERSION, SCHEMA_VERSION,
 };
 pub use units::{parse_size, SizeError};
 

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use cli::{AnalyzeArgs, BatchArgs, BudgetArgs, Cli, Command, PlanArgs, PlanFormat};
+use cli::{AnalyzeArgs, BatchArgs, BudgetArgs, Cli, Command, DiffArgs, PlanArgs, PlanFormat};
 use memcut::{AnalyzeOptions, Error, OutputFormat, Report};
 
 /// Exit codes (DESIGN.md §8).
@@ -20,6 +20,8 @@ enum Exit {
     InputFailed = 1,
     Usage = 2,
     OverBudget = 3,
+    /// `diff --fail-if-peak-grows`: a peak grew more than allowed.
+    PeakGrew = 4,
 }
 
 fn main() -> ExitCode {
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
         Command::Analyze(args) => analyze(&args),
         Command::Plan(args) => plan_components(&args),
         Command::Batch(args) => batch(&args),
+        Command::Diff(args) => diff(&args),
     };
     ExitCode::from(exit as u8)
 }
@@ -110,6 +113,75 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
         }
     }
     exit
+}
+
+fn diff(args: &DiffArgs) -> Exit {
+    let mut options = AnalyzeOptions::new();
+    options.analysis.device = args.device.clone();
+    // Every format places each peak on the same normalised time axis.
+    options.analysis.plot_points = 500;
+    match plan_options(&args.budget) {
+        Ok(plan) => options.plan = plan,
+        Err(msg) => {
+            eprintln!("memcut: error: {msg}");
+            return Exit::Usage;
+        }
+    }
+    let read = |path: &Path| -> Option<Report> {
+        match report_or_analysis(path, &options) {
+            Ok(report) => Some(report),
+            Err(e) => {
+                eprintln!("memcut: error: {}: {e}", path.display());
+                None
+            }
+        }
+    };
+    let (Some(before), Some(after)) = (read(&args.before), read(&args.after)) else {
+        return Exit::InputFailed;
+    };
+    let mut diff_options = memcut::DiffOptions::default();
+    diff_options.device = args.device.clone();
+    diff_options.top = args.top;
+    diff_options.max_growth_percent = args.fail_if_peak_grows;
+    let report = memcut::diff(&before, &after, &diff_options);
+    let format = args.format.map_or(default_format(), OutputFormat::from);
+    match emit(
+        &memcut::render_diff(&report, format),
+        args.output.as_deref(),
+    ) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!("memcut: error: cannot write report: {e}");
+            return Exit::InputFailed;
+        }
+        _ => {}
+    }
+    if report.check_failed() {
+        Exit::PeakGrew
+    } else {
+        Exit::Ok
+    }
+}
+
+/// A JSON report memcut wrote (read back as it is), or the analysis of any
+/// other input.
+fn report_or_analysis(path: &Path, options: &AnalyzeOptions) -> Result<Report, String> {
+    let mut head = [0u8; 24];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|e| e.to_string())?;
+    if head[..n].starts_with(b"{\n  \"schema_version\"") {
+        let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+        return Report::from_json(&text).map_err(|e| format!("not a memcut analysis report: {e}"));
+    }
+    memcut::analyze_path(path, options).map_err(|e| e.to_string())
+}
+
+fn default_format() -> OutputFormat {
+    if std::io::stdout().is_terminal() {
+        OutputFormat::Text
+    } else {
+        OutputFormat::Md
+    }
 }
 
 /// Prints a one-line warning for inputs that were read only in part.

@@ -62,7 +62,7 @@ pub fn render(report: &Report) -> String {
     out
 }
 
-const STYLE: &str = "\
+pub(crate) const STYLE: &str = "\
 :root{color-scheme:light;--fg:#1d1d1f;--muted:#5f6368;--line:#d9dce1;--zebra:#f6f7f9}
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;color:var(--fg);margin:2rem auto;max-width:1080px;padding:0 1rem;line-height:1.45}
 h1{margin:0 0 .2rem;font-size:1.6rem}h2{margin-top:2.2rem;border-bottom:2px solid var(--line);padding-bottom:.2rem}h3{margin:1.6rem 0 .5rem;font-size:1.05rem}
@@ -506,7 +506,7 @@ fn chart(out: &mut String, d: &DeviceReport) {
 /// SVG `points` at 0.1 precision, leaving out the middle of runs at the same
 /// height (flat stretches are common: parameters, reserved memory), which
 /// draws the same line with far fewer points.
-fn points(pts: &[(f64, f64)]) -> String {
+pub(crate) fn points(pts: &[(f64, f64)]) -> String {
     let rounded: Vec<(i64, i64)> = pts
         .iter()
         .map(|(x, y)| ((x * 10.0).round() as i64, (y * 10.0).round() as i64))
@@ -543,7 +543,7 @@ impl std::fmt::Display for Tenths {
 }
 
 /// The binary unit that makes `max` read between 1 and 1024.
-fn byte_unit(max: u64) -> (&'static str, f64) {
+pub(crate) fn byte_unit(max: u64) -> (&'static str, f64) {
     const K: f64 = 1024.0;
     let m = max as f64;
     if m >= K * K * K {
@@ -569,7 +569,7 @@ fn time_unit(span_us: f64) -> (&'static str, f64) {
 }
 
 /// Ticks 0, step, 2·step, … covering `max` with a 1-2-5 step (4 to 10 ticks).
-fn nice_ticks(max: f64) -> Vec<f64> {
+pub(crate) fn nice_ticks(max: f64) -> Vec<f64> {
     if max <= 0.0 || !max.is_finite() {
         return vec![0.0, 1.0];
     }
@@ -585,7 +585,7 @@ fn nice_ticks(max: f64) -> Vec<f64> {
 }
 
 /// A tick value with as many decimals as its step needs.
-fn tick_label(v: f64, ticks: &[f64]) -> String {
+pub(crate) fn tick_label(v: f64, ticks: &[f64]) -> String {
     let step = ticks.get(1).copied().unwrap_or(1.0);
     let decimals = (-step.log10().floor()).max(0.0) as usize;
     format!("{v:.decimals$}")

@@ -11,6 +11,11 @@ use serde_json::ser::Formatter;
 use crate::schema::Report;
 
 pub fn render(report: &Report) -> String {
+    to_json(report)
+}
+
+/// Any report (an analysis, a diff) in this layout, with a final newline.
+pub(crate) fn to_json<T: Serialize>(report: &T) -> String {
     let mut out = Vec::with_capacity(64 * 1024);
     let mut ser = serde_json::Serializer::with_formatter(&mut out, ReportFormatter::default());
     report

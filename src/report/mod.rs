@@ -3,6 +3,7 @@
 //! cells that two of them show alike.
 
 pub mod allocator;
+pub mod diff;
 pub mod html;
 pub mod json;
 pub mod markdown;
@@ -36,6 +37,11 @@ impl OutputFormat {
             OutputFormat::Html => "html",
         }
     }
+}
+
+/// Renders a comparison (`memcut diff`) in the given format.
+pub fn render_diff(report: &crate::schema::DiffReport, format: OutputFormat) -> String {
+    diff::render(report, format)
 }
 
 /// Renders a report in the given format.
