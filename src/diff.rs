@@ -308,7 +308,7 @@ mod tests {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("sample_traces")
             .join(name);
-        crate::analyze_path(&path, &crate::AnalyzeOptions::new()).unwrap()
+        crate::pipeline::analyze_path(&path, &crate::pipeline::AnalyzeOptions::new()).unwrap()
     }
 
     #[test]
@@ -377,7 +377,10 @@ mod tests {
             },
         );
         assert!(back.check_failed());
-        assert_eq!(back.check.unwrap().failed, ["cuda:0"]);
+        assert_eq!(
+            back.check.unwrap().failed,
+            [before.devices[0].device.clone()]
+        );
     }
 
     #[test]
@@ -387,16 +390,18 @@ mod tests {
         after.devices[0].device = "cuda:3".into();
         let d = diff(&before, &after, &DiffOptions::default());
         assert_eq!(d.devices[0].after_device.as_deref(), Some("cuda:3"));
+        // Picked by name: in BEFORE only.
+        let name = before.devices[0].device.clone();
         let picked = DiffOptions {
-            device: Some("cuda:0".into()),
+            device: Some(name.clone()),
             ..DiffOptions::default()
         };
         let none = diff(&before, &after, &picked);
         assert!(none.devices.is_empty());
-        assert_eq!(none.only_before, ["cuda:0"]);
+        assert_eq!(none.only_before, [name.clone()]);
         assert!(none
             .diagnostics
             .iter()
-            .any(|d| d.message.contains("no device `cuda:0`")));
+            .any(|d| d.message.contains(&format!("no device `{name}`"))));
     }
 }

@@ -513,3 +513,179 @@ fn the_mirror_refuses_what_is_off_the_contract() {
         );
     }
 }
+
+// The diff's JSON (`memcut diff -f json`): a contract of its own, with its
+// own `schema_version`.
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DiffReport {
+    schema_version: u32,
+    kind: String,
+    tool: Tool,
+    before: Source,
+    after: Source,
+    devices: Vec<DeviceDiff>,
+    only_before: Vec<String>,
+    only_after: Vec<String>,
+    check: Option<PeakCheck>,
+    diagnostics: Vec<Diagnostic>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PeakCheck {
+    max_growth_percent: f64,
+    failed: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeviceDiff {
+    device: String,
+    after_device: Option<String>,
+    peak: Change,
+    reserved_at_peak: Option<Change>,
+    reserved_peak: Option<Change>,
+    by_category: Vec<CategoryChange>,
+    sites: Vec<SiteChange>,
+    sites_left_out: u64,
+    before_peak: PeakInstant,
+    after_peak: PeakInstant,
+    before_plan: Option<PlanSummary>,
+    after_plan: Option<PlanSummary>,
+    timeline: DiffTimeline,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Change {
+    before: u64,
+    after: u64,
+    change_bytes: i64,
+    change_percent: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CategoryChange {
+    category: Category,
+    before: u64,
+    after: u64,
+    change_bytes: i64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SiteChange {
+    site: String,
+    category: Category,
+    status: SiteStatus,
+    before_bytes: u64,
+    after_bytes: u64,
+    change_bytes: i64,
+    before_count: u64,
+    after_count: u64,
+}
+
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum SiteStatus {
+    Appeared,
+    Disappeared,
+    Grew,
+    Shrank,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PeakInstant {
+    event_index: u64,
+    events: u64,
+    phase: String,
+    t_us: Option<f64>,
+    fraction: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanSummary {
+    verdict: Verdict,
+    target_bytes: u64,
+    estimated_peak_bytes: u64,
+    levers: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DiffTimeline {
+    before: NormalisedSeries,
+    after: NormalisedSeries,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NormalisedSeries {
+    x_unit: XUnit,
+    span: f64,
+    x: Vec<f64>,
+    allocated: Vec<u64>,
+    reserved: Option<Vec<u64>>,
+    peak_x: f64,
+}
+
+/// Mixed formats, a budget (plans on both sides) and the check: every
+/// field of the diff's contract, and its numbers agreeing.
+#[test]
+fn the_diff_json_is_on_its_contract() {
+    let out = assert_cmd::Command::cargo_bin("memcut")
+        .unwrap()
+        .current_dir(manifest())
+        .args([
+            "diff",
+            "sample_traces/checkpointing.snapshot.pickle.gz",
+            "sample_traces/train_adamw.trace.json.gz",
+            "-f",
+            "json",
+            "--budget",
+            "12MiB",
+            "--fail-if-peak-grows",
+            "5",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("{\n  \"schema_version\": 1,\n  \"kind\": \"diff\","));
+    let r: DiffReport =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("off the contract: {e}"));
+    assert_eq!(r.tool.name, "memcut");
+    assert_eq!(r.check.as_ref().unwrap().failed.len(), 1);
+    for d in &r.devices {
+        assert!(d.before_plan.is_some() && d.after_plan.is_some());
+        let sum = |f: fn(&CategoryChange) -> u64| -> u64 {
+            d.by_category
+                .iter()
+                .filter(|c| c.category != Category::AllocatorCache)
+                .map(f)
+                .sum()
+        };
+        assert_eq!(sum(|c| c.before), d.peak.before);
+        assert_eq!(sum(|c| c.after), d.peak.after);
+        assert_eq!(
+            d.peak.change_bytes,
+            d.peak.after as i64 - d.peak.before as i64
+        );
+        for s in &d.sites {
+            assert_eq!(s.change_bytes, s.after_bytes as i64 - s.before_bytes as i64);
+        }
+        for (t, p) in [
+            (&d.timeline.before, &d.before_peak),
+            (&d.timeline.after, &d.after_peak),
+        ] {
+            assert_eq!(t.x.len(), t.allocated.len());
+            assert!(t.x.iter().all(|x| (0.0..=1.0).contains(x)));
+            assert!((0.0..=1.0).contains(&p.fraction) && p.event_index < p.events);
+        }
+    }
+}
