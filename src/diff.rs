@@ -398,7 +398,7 @@ mod tests {
         };
         let none = diff(&before, &after, &picked);
         assert!(none.devices.is_empty());
-        assert_eq!(none.only_before, [name.clone()]);
+        assert_eq!(none.only_before, std::slice::from_ref(&name));
         assert!(none
             .diagnostics
             .iter()

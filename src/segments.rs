@@ -421,14 +421,6 @@ mod tests {
     use super::*;
     use crate::model::{Block, Event, Segment};
 
-    fn totals(maps: &[SegmentMap]) -> [u64; 3] {
-        let mut t = [0u64; 3];
-        for b in maps.iter().flat_map(|m| &m.blocks) {
-            t[b.state() as usize] += b.size();
-        }
-        t
-    }
-
     fn ev(action: Action, addr: u64, size: u64) -> Event {
         Event::new(action, addr, size)
     }

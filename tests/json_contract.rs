@@ -117,8 +117,11 @@ struct SegmentState {
     fragmentation_bytes: u64,
     unplaced_bytes: u64,
     /// `[address, size, expandable, [[offset, size, state, category], …]]`.
-    segments: Vec<(u64, u64, bool, Vec<(u64, u64, BlockUse, Option<Category>)>)>,
+    segments: Vec<(u64, u64, bool, Vec<Block>)>,
 }
+
+/// `[offset, size, state, category]`.
+type Block = (u64, u64, BlockUse, Option<Category>);
 
 #[derive(Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "snake_case")]

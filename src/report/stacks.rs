@@ -27,9 +27,9 @@ pub fn html(out: &mut String, d: &DeviceReport) {
     }
     out.push_str("<h3>Stacks of the top sites</h3>\n<p class=\"note\">Innermost frame first; allocator, interpreter and framework plumbing in grey.</p>\n");
     for s in with_stacks(d) {
-        let _ = write!(
+        let _ = writeln!(
             out,
-            "<details class=\"stack\"><summary><code>{}</code> · {} · {}</summary>\n",
+            "<details class=\"stack\"><summary><code>{}</code> · {} · {}</summary>",
             escape(&s.site),
             h(s.bytes),
             s.category
