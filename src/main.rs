@@ -108,7 +108,12 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
             }
             Err(e) => {
                 eprintln!("memcut: error: {name}: {e}");
-                exit = Exit::InputFailed;
+                // `--at` naming no instant of the input is the caller's mistake.
+                exit = if matches!(e, Error::Usage(_)) {
+                    Exit::Usage
+                } else {
+                    Exit::InputFailed
+                };
             }
         }
     }

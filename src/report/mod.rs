@@ -136,6 +136,12 @@ pub(crate) fn peak_instant(device: &DeviceReport) -> String {
 /// sentence that says so, and where the peak is.
 pub(crate) fn at_note(device: &DeviceReport) -> Option<String> {
     let at = device.at.as_ref()?;
+    if at.event_index == at.peak_event_index {
+        return Some(format!(
+            "This report shows the state after event {} (--at {}), which is the peak.",
+            at.event_index, at.spec
+        ));
+    }
     Some(format!(
         "This report shows the state after event {} (--at {}), not the peak: the peak is {} at event {}. \"Peak\" below means the instant shown.",
         at.event_index,
