@@ -191,13 +191,19 @@ fn text(r: &DiffReport) -> String {
             let _ = writeln!(out, "\nonly in {side}: {}", names.join(", "));
         }
     }
-    for d in &r.diagnostics {
-        let _ = writeln!(out, "{}: {}", level(d.level), d.message);
+    for d in warnings(r) {
+        let _ = writeln!(out, "warning: {}", d.message);
     }
     if let Some(line) = check_line(r) {
         let _ = writeln!(out, "\n{line}");
     }
     out
+}
+
+/// The inputs' warnings: text and Markdown leave the info notes to the
+/// JSON and HTML (each input's own report has them too).
+fn warnings(r: &DiffReport) -> impl Iterator<Item = &crate::model::Diagnostic> {
+    r.diagnostics.iter().filter(|d| d.level == Level::Warning)
 }
 
 fn level(l: Level) -> &'static str {
@@ -302,8 +308,8 @@ fn markdown(r: &DiffReport) -> String {
             let _ = writeln!(out, "Only in {side}: {}\n", code(&names.join(", ")));
         }
     }
-    for d in &r.diagnostics {
-        let _ = writeln!(out, "- {}: {}", level(d.level), code(&d.message));
+    for d in warnings(r) {
+        let _ = writeln!(out, "- warning: {}", code(&d.message));
     }
     out
 }
