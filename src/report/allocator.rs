@@ -107,7 +107,12 @@ pub fn markdown(out: &mut String, d: &DeviceReport) {
 /// (and of the first OOM, when it is another instant).
 pub fn html(out: &mut String, d: &DeviceReport) {
     let Some(view) = &d.segments else { return };
-    out.push_str("<h3>Allocator segments</h3>\n<table>\n<thead><tr><th>Instant</th><th class=\"num\">Event</th><th class=\"num\">Segments</th><th class=\"num\">Reserved</th><th class=\"num\">Allocated</th><th class=\"num\">Free</th><th class=\"num\">Largest free</th><th class=\"num\">Free &lt; request</th><th class=\"num\">Request</th></tr></thead>\n<tbody>\n");
+    let _ = write!(
+        out,
+        "<h3 id=\"{}\">Allocator segments</h3>\n<table>",
+        anchor(d)
+    );
+    out.push_str("\n<thead><tr><th>Instant</th><th class=\"num\">Event</th><th class=\"num\">Segments</th><th class=\"num\">Reserved</th><th class=\"num\">Allocated</th><th class=\"num\">Free</th><th class=\"num\">Largest free</th><th class=\"num\">Free &lt; request</th><th class=\"num\">Request</th></tr></thead>\n<tbody>\n");
     for s in &view.instants {
         let _ = writeln!(
             out,
@@ -277,6 +282,11 @@ fn runs(seg: &SegmentMap) -> Vec<Run> {
         }
     }
     out
+}
+
+/// The id of a device's "Allocator segments" heading.
+pub fn anchor(d: &DeviceReport) -> String {
+    format!("segments-{}", slug(&d.device))
 }
 
 /// A device name usable in an element id.

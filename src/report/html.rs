@@ -349,7 +349,17 @@ fn chart(out: &mut String, d: &DeviceReport) {
         _ => (0.0, 0.0),
     };
     if t.x.len() < 2 || x_max <= x_min || y_top == 0 {
-        out.push_str("<p class=\"note\">No allocation history to plot (the trace holds a single instant).</p>\n");
+        out.push_str(
+            "<p class=\"note\">No allocation history to plot (the trace holds a single instant).",
+        );
+        if d.segments.is_some() {
+            let _ = write!(
+                out,
+                " The segment map under <a href=\"#{}\">Allocator segments</a> shows the allocator's state.",
+                super::allocator::anchor(d)
+            );
+        }
+        out.push_str("</p>\n");
         return;
     }
     let (y_unit, y_div) = byte_unit(y_top);
