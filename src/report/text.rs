@@ -2,7 +2,9 @@
 
 use std::fmt::Write;
 
-use crate::schema::Report;
+use super::{category_lines, is_tiny, major_devices, minor_devices_line, phase_label, share_label};
+use crate::model::Category;
+use crate::schema::{DeviceReport, Report};
 use crate::units::human_bytes as h;
 
 pub fn render(report: &Report) -> String {
@@ -12,103 +14,12 @@ pub fn render(report: &Report) -> String {
         "memcut: {} ({})",
         report.source.path, report.source.format
     );
-    for d in &report.devices {
-        let p = &d.peak;
-        let _ = write!(
-            out,
-            "\n{}: peak {} allocated at event {} ({})",
-            d.device,
-            h(p.allocated_bytes),
-            p.event_index,
-            p.phase
-        );
-        if let Some(r) = p.reserved_bytes {
-            let _ = write!(out, ", {} reserved", h(r));
-        }
-        let _ = writeln!(out);
-        if d.baseline_bytes > 0 {
-            let _ = writeln!(
-                out,
-                "  baseline (allocated before recording): {}",
-                h(d.baseline_bytes)
-            );
-        }
-        // Shares of the allocated peak, as every report shows them; the
-        // cache is reserved on top of it, so it gets a line but no share.
-        let cats = p.categories();
-        for (c, b) in cats.rows.iter().take(6) {
-            let _ = writeln!(
-                out,
-                "  {:<16} {:>11}  {:>6}",
-                c.as_str(),
-                h(*b),
-                p.share_text(*b)
-            );
-        }
-        if let Some(cache) = cats.allocator_cache {
-            let _ = writeln!(
-                out,
-                "  {:<16} {:>11}  (reserved, not allocated)",
-                "allocator_cache",
-                h(cache)
-            );
-        }
-        for s in p.top_sites.iter().take(3) {
-            let _ = writeln!(
-                out,
-                "  top site: {} ({}, {}, {}x)",
-                s.site,
-                h(s.bytes),
-                s.category,
-                s.count
-            );
-        }
-        for o in &d.ooms {
-            let _ = writeln!(out, "  OOM at event {}: {}", o.event_index, o.verdict);
-        }
-        match &d.plan {
-            Some(plan) => {
-                let _ = writeln!(
-                    out,
-                    "  plan: {} for target {} (budget {} - headroom {}): {}",
-                    plan.verdict.as_str(),
-                    h(plan.target_bytes),
-                    h(plan.budget_bytes),
-                    h(plan.headroom_bytes),
-                    plan.reason
-                );
-                for (i, s) in plan.steps.iter().enumerate() {
-                    let _ = writeln!(
-                        out,
-                        "    {}. {} -> peak {} (saves {}){}",
-                        i + 1,
-                        s.lever,
-                        h(s.peak_after_bytes),
-                        h(s.saved_bytes),
-                        if s.peak_moved {
-                            format!(", peak moves to {}", s.peak_moved_to)
-                        } else {
-                            String::new()
-                        }
-                    );
-                }
-                if let Some(o) = &plan.oom_plan {
-                    let _ = writeln!(
-                        out,
-                        "  at the OOM (event {}): {}: {}",
-                        o.event_index,
-                        o.verdict.as_str(),
-                        o.reason
-                    );
-                }
-            }
-            None => {
-                let _ = writeln!(
-                    out,
-                    "  plan: pass --budget SIZE (e.g. --budget 80GiB) to get a cut plan"
-                );
-            }
-        }
+    let (major, minor) = major_devices(report);
+    for d in major {
+        device(&mut out, d);
+    }
+    if let Some(line) = minor_devices_line(&minor) {
+        let _ = writeln!(out, "\n{line}");
     }
     let warnings: Vec<_> = report
         .diagnostics
@@ -122,4 +33,123 @@ pub fn render(report: &Report) -> String {
         }
     }
     out
+}
+
+fn device(out: &mut String, d: &DeviceReport) {
+    let p = &d.peak;
+    let _ = write!(
+        out,
+        "\n{}: peak {} allocated at event {} ({})",
+        d.device,
+        h(p.allocated_bytes),
+        p.event_index,
+        phase_label(&p.phase)
+    );
+    if let Some(r) = p.reserved_bytes {
+        let _ = write!(out, ", {} reserved", h(r));
+    }
+    let _ = writeln!(out);
+    if d.baseline_bytes > 0 {
+        let _ = writeln!(
+            out,
+            "  baseline (allocated before recording): {}",
+            h(d.baseline_bytes)
+        );
+    }
+    // Shares of the allocated peak, as every report shows them; the
+    // cache is reserved on top of it, so it gets a line but no share.
+    let cats = category_lines(p);
+    let shown: Vec<&(Category, u64)> = cats.rows.iter().filter(|(_, b)| !is_tiny(p, *b)).collect();
+    for (c, b) in shown.iter().take(6) {
+        let _ = writeln!(
+            out,
+            "  {:<16} {:>11}  {:>6}",
+            c.as_str(),
+            h(*b),
+            p.share_text(*b)
+        );
+    }
+    // Past six rows, the rest in one line; rows under 0.05% (`0.0%`) are
+    // left out, unless that line already counts them.
+    let rest = shown.get(6..).unwrap_or_default();
+    if !rest.is_empty() {
+        let mut other: Vec<&str> = rest.iter().map(|(c, _)| c.as_str()).collect();
+        let mut other_bytes: u64 = rest.iter().map(|(_, b)| b).sum();
+        if let Some((small, bytes)) = &cats.other {
+            other.extend(small.iter().map(|c| c.as_str()));
+            other_bytes += bytes;
+        }
+        let _ = writeln!(
+            out,
+            "  {:<16} {:>11}  {:>6}  ({})",
+            "other",
+            h(other_bytes),
+            share_label(p, other_bytes),
+            other.join(", ")
+        );
+    }
+    if let Some(cache) = cats.allocator_cache {
+        let _ = writeln!(
+            out,
+            "  {:<16} {:>11}  (reserved, not allocated)",
+            "allocator_cache",
+            h(cache)
+        );
+    }
+    for s in &p.top_sites {
+        let _ = writeln!(
+            out,
+            "  top site: {} ({}, {}, {}x)",
+            s.site,
+            h(s.bytes),
+            s.category,
+            s.count
+        );
+    }
+    for o in &d.ooms {
+        let _ = writeln!(out, "  OOM at event {}: {}", o.event_index, o.verdict);
+    }
+    match &d.plan {
+        Some(plan) => {
+            let _ = writeln!(
+                out,
+                "  plan: {} for target {} (budget {} - headroom {}): {}",
+                plan.verdict.as_str(),
+                h(plan.target_bytes),
+                h(plan.budget_bytes),
+                h(plan.headroom_bytes),
+                plan.reason
+            );
+            for (i, s) in plan.steps.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "    {}. {} -> peak {} (saves {}){}",
+                    i + 1,
+                    s.lever,
+                    h(s.peak_after_bytes),
+                    h(s.saved_bytes),
+                    if s.peak_moved {
+                        format!(", peak moves to {}", phase_label(&s.peak_moved_to))
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            if let Some(o) = &plan.oom_plan {
+                let _ = writeln!(
+                    out,
+                    "  at the OOM (event {}): {}: {}",
+                    o.event_index,
+                    o.verdict.as_str(),
+                    o.reason
+                );
+            }
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "  plan: pass --budget SIZE (e.g. --budget 80GiB) to get a cut plan"
+            );
+        }
+    }
 }

@@ -129,8 +129,20 @@ pub fn replay(device: &DeviceTrace) -> Replay {
             (reserved_curve(device, &mut notes), notes)
         },
     );
-    replay.reserved = reserved;
     replay.diagnostics.extend(notes);
+    // Reserved memory holds every allocated byte: a curve below the
+    // allocated one somewhere (segments missing from the dump) does not
+    // describe this device, and "unknown" is the truthful answer.
+    let below = reserved
+        .as_ref()
+        .and_then(|r| r.iter().zip(&replay.allocated).position(|(r, a)| r < a));
+    match below {
+        Some(p) => replay.diagnostics.push(Diagnostic::warning(format!(
+            "reserved memory is unknown: the dumped segments hold less than is allocated (at event {}); reserved and the allocator cache are left out",
+            p.saturating_sub(1)
+        ))),
+        None => replay.reserved = reserved,
+    }
     replay
 }
 
