@@ -9,8 +9,9 @@
 use std::fmt::Write;
 
 use super::{
-    category_lines, major_devices, minor_devices_line, overview_row, peak_instant, phase_label,
-    plan_step_row, share_label, OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
+    attribution_line, before_recording_row, category_lines, major_devices, minor_devices_line,
+    overview_row, peak_instant, phase_label, plan_step_row, share_label, BEFORE_RECORDING_COLUMNS,
+    OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
 };
 use crate::model::{Category, Level};
 use crate::schema::{DeviceReport, Report};
@@ -189,6 +190,7 @@ fn device(out: &mut String, d: &DeviceReport) {
         "Baseline (allocated before recording)",
         &h(d.baseline_bytes),
     );
+    fact(out, "Categories at the peak", &escape(&attribution_line(p)));
     if let Some(c) = d.capacity_bytes {
         fact(
             out,
@@ -240,6 +242,17 @@ fn device(out: &mut String, d: &DeviceReport) {
         );
     }
     out.push_str("</tbody>\n</table>\n");
+
+    if !d.before_recording.is_empty() {
+        out.push_str("<h3>Memory that existed before recording</h3>\n");
+        numeric_table(
+            out,
+            &BEFORE_RECORDING_COLUMNS,
+            &[1],
+            None,
+            d.before_recording.iter().map(before_recording_row),
+        );
+    }
 
     if !p.top_sites.is_empty() {
         out.push_str("<h3>Top sites at the peak</h3>\n<table>\n<thead><tr><th>Site (innermost meaningful frames)</th><th>Category</th><th class=\"num\">Bytes</th><th class=\"num\">Share</th><th class=\"num\">Count</th></tr></thead>\n<tbody>\n");

@@ -2,7 +2,10 @@
 
 use std::fmt::Write;
 
-use super::{category_lines, is_tiny, major_devices, minor_devices_line, phase_label, share_label};
+use super::{
+    attribution_line, before_recording_line, category_lines, is_tiny, major_devices,
+    minor_devices_line, phase_label, share_label,
+};
 use crate::model::Category;
 use crate::schema::{DeviceReport, Report};
 use crate::units::human_bytes as h;
@@ -45,22 +48,34 @@ fn device(out: &mut String, d: &DeviceReport) {
         p.event_index,
         phase_label(&p.phase)
     );
-    if let Some(r) = p.reserved_bytes {
-        let _ = write!(out, ", {} reserved", h(r));
+    match p.reserved_bytes {
+        Some(r) => {
+            let _ = write!(out, ", {} reserved", h(r));
+        }
+        None => {
+            let _ = write!(out, ", reserved unknown");
+        }
     }
     let _ = writeln!(out);
     if d.baseline_bytes > 0 {
         let _ = writeln!(
             out,
-            "  baseline (allocated before recording): {}",
-            h(d.baseline_bytes)
+            "  existed before recording: {}: {}",
+            h(d.baseline_bytes),
+            before_recording_line(d)
         );
     }
+    let _ = writeln!(out, "  categories at the peak: {}", attribution_line(p));
     // Shares of the allocated peak, as every report shows them; the
     // cache is reserved on top of it, so it gets a line but no share.
+    // Six rows at most; the rest, and rows under 0.05% (`0.0%`), are summed
+    // in one `other` line, so the lines still add up to the peak.
     let cats = category_lines(p);
-    let shown: Vec<&(Category, u64)> = cats.rows.iter().filter(|(_, b)| !is_tiny(p, *b)).collect();
-    for (c, b) in shown.iter().take(6) {
+    let (shown, mut rest): (Vec<(Category, u64)>, Vec<(Category, u64)>) =
+        cats.rows.iter().partition(|(_, b)| !is_tiny(p, *b));
+    let (shown, more) = shown.split_at(shown.len().min(6));
+    rest.extend_from_slice(more);
+    for (c, b) in shown {
         let _ = writeln!(
             out,
             "  {:<16} {:>11}  {:>6}",
@@ -69,16 +84,13 @@ fn device(out: &mut String, d: &DeviceReport) {
             p.share_text(*b)
         );
     }
-    // Past six rows, the rest in one line; rows under 0.05% (`0.0%`) are
-    // left out, unless that line already counts them.
-    let rest = shown.get(6..).unwrap_or_default();
-    if !rest.is_empty() {
-        let mut other: Vec<&str> = rest.iter().map(|(c, _)| c.as_str()).collect();
-        let mut other_bytes: u64 = rest.iter().map(|(_, b)| b).sum();
-        if let Some((small, bytes)) = &cats.other {
-            other.extend(small.iter().map(|c| c.as_str()));
-            other_bytes += bytes;
-        }
+    let mut other: Vec<&str> = rest.iter().map(|(c, _)| c.as_str()).collect();
+    let mut other_bytes: u64 = rest.iter().map(|(_, b)| b).sum();
+    if let Some((small, bytes)) = &cats.other {
+        other.extend(small.iter().map(|c| c.as_str()));
+        other_bytes += bytes;
+    }
+    if !other.is_empty() {
         let _ = writeln!(
             out,
             "  {:<16} {:>11}  {:>6}  ({})",

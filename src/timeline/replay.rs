@@ -129,21 +129,36 @@ pub fn replay(device: &DeviceTrace) -> Replay {
             (reserved_curve(device, &mut notes), notes)
         },
     );
+    replay.reserved = reserved;
     replay.diagnostics.extend(notes);
-    // Reserved memory holds every allocated byte: a curve below the
-    // allocated one somewhere (segments missing from the dump) does not
-    // describe this device, and "unknown" is the truthful answer.
-    let below = reserved
-        .as_ref()
-        .and_then(|r| r.iter().zip(&replay.allocated).position(|(r, a)| r < a));
-    match below {
-        Some(p) => replay.diagnostics.push(Diagnostic::warning(format!(
-            "reserved memory is unknown: the dumped segments hold less than is allocated (at event {}); reserved and the allocator cache are left out",
-            p.saturating_sub(1)
-        ))),
-        None => replay.reserved = reserved,
-    }
+    drop_impossible_reserved(&mut replay);
     replay
+}
+
+/// Reserved memory holds every allocated byte: a reserved curve that falls
+/// below the allocated one anywhere (a `Total Reserved` of 0 or below
+/// `Total Allocated`, segments that do not add up) says nothing reliable,
+/// so reserved memory is unknown rather than an impossible number.
+fn drop_impossible_reserved(replay: &mut Replay) {
+    let Some(reserved) = &replay.reserved else {
+        return;
+    };
+    let Some(p) = reserved
+        .iter()
+        .zip(&replay.allocated)
+        .position(|(r, a)| r < a)
+    else {
+        return;
+    };
+    let at = match p {
+        0 => "the start".to_owned(),
+        p => format!("event {}", p - 1),
+    };
+    replay.diagnostics.push(Diagnostic::warning(format!(
+        "reserved memory is unknown: the file's reserved bytes ({}) are below the allocated bytes ({}) at {at}, which no allocator reports",
+        reserved[p], replay.allocated[p]
+    )));
+    replay.reserved = None;
 }
 
 /// Everything of [`replay`] but the reserved curve.
