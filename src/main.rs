@@ -94,16 +94,16 @@ fn analyze_layout(args: &AnalyzeArgs) -> Result<Layout, String> {
 }
 
 fn analyze(args: &AnalyzeArgs) -> Exit {
-    let layout = match analyze_layout(args) {
-        Ok(l) => l,
-        Err(msg) => return usage(msg),
-    };
     if let Some(dir) = args.output.as_deref().filter(|p| p.is_dir()) {
         return usage(format!(
             "--output {}: is a folder; give a file name (`memcut batch --out-dir DIR` writes one report per input)",
             dir.display()
         ));
     }
+    let layout = match analyze_layout(args) {
+        Ok(l) => l,
+        Err(msg) => return usage(msg),
+    };
     let mut options = AnalyzeOptions::new();
     options.analysis.device = args.device.clone();
     options.analysis.top = args
