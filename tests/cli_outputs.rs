@@ -501,3 +501,53 @@ fn damaged_content_is_said_on_stderr_with_the_report_in_a_file() {
     assert!(r.stderr.contains("memcut: warning: "), "{}", r.stderr);
     assert!(r.stderr.contains("256 TiB"), "{}", r.stderr);
 }
+
+/// Item 3: every format gives a category's share of the *allocated* peak,
+/// and shows the allocator cache (reserved − allocated) on its own line,
+/// without a share (text used to divide by reserved and list the cache
+/// among the categories).
+#[test]
+fn shares_are_of_the_allocated_peak_in_every_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let frames = serde_json::json!([{"filename": "train.py", "line": 7, "name": "forward"}]);
+    let mib = 1u64 << 20;
+    let snapshot = serde_json::json!({
+        "segments": [{"device": 0, "address": 0, "total_size": 8 * mib,
+                      "allocated_size": mib, "active_size": mib,
+                      "blocks": [{"address": 4096, "size": mib, "state": "active_allocated"},
+                                 {"address": mib + 4096, "size": 7 * mib, "state": "inactive"}]}],
+        "device_traces": [[
+            {"action": "alloc", "addr": 4096, "size": mib, "frames": frames},
+            {"action": "alloc", "addr": mib + 4096, "size": 3 * mib, "frames": frames},
+            {"action": "free_completed", "addr": mib + 4096, "size": 3 * mib, "frames": frames}
+        ]]
+    });
+    let input = dir.path().join("seg.json");
+    std::fs::write(&input, snapshot.to_string()).unwrap();
+    let input = input.to_str().unwrap();
+    // Peak: 4 MiB allocated (3 MiB temporary, 1 MiB activation), 8 MiB reserved.
+    let text = run(&["analyze", input, "-f", "text"]).stdout;
+    assert!(
+        text.contains("4.0 MiB allocated at event 1 (forward), 8.0 MiB reserved"),
+        "{text}"
+    );
+    assert!(
+        text.contains("temporary            3.0 MiB   75.0%"),
+        "{text}"
+    );
+    assert!(
+        text.contains("allocator_cache      4.0 MiB  (reserved, not allocated)"),
+        "{text}"
+    );
+    let md = run(&["analyze", input, "-f", "md"]).stdout;
+    assert!(md.contains("| temporary | 3.0 MiB | 75.0% |"), "{md}");
+    assert!(md.contains("| activation | 1.0 MiB | 25.0% |"), "{md}");
+    let html = run(&["analyze", input, "-f", "html"]).stdout;
+    assert!(html.contains("<td class=\"num\">75.0%</td>"), "{html}");
+    for out in [&text, &md, &html] {
+        assert!(
+            !out.contains("37.5%") && !out.contains("50.0%"),
+            "a share of reserved: {out}"
+        );
+    }
+}
