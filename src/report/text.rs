@@ -6,7 +6,6 @@ use super::{
     attribution_line, before_recording_line, category_lines, is_tiny, major_devices,
     minor_devices_line, phase_label, share_label,
 };
-use crate::model::Category;
 use crate::schema::{DeviceReport, Report};
 use crate::units::human_bytes as h;
 
@@ -71,8 +70,7 @@ fn device(out: &mut String, d: &DeviceReport) {
     // Six rows at most; the rest, and rows under 0.05% (`0.0%`), are summed
     // in one `other` line, so the lines still add up to the peak.
     let cats = category_lines(p);
-    let (shown, mut rest): (Vec<(Category, u64)>, Vec<(Category, u64)>) =
-        cats.rows.iter().partition(|(_, b)| !is_tiny(p, *b));
+    let (shown, mut rest): (Vec<_>, Vec<_>) = cats.rows.iter().partition(|(_, b)| !is_tiny(p, *b));
     let (shown, more) = shown.split_at(shown.len().min(6));
     rest.extend_from_slice(more);
     for (c, b) in shown {
