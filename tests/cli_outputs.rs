@@ -487,19 +487,37 @@ fn rules_match_the_printed_site_and_report_what_they_matched() {
 #[test]
 fn damaged_content_is_said_on_stderr_with_the_report_in_a_file() {
     let dir = tempfile::tempdir().unwrap();
-    let input = manifest("tests/data/broken/fuzz_chrome_size_over_i64.json");
-    let report = dir.path().join("r.md");
-    let r = run(&[
-        "analyze",
-        input.to_str().unwrap(),
-        "-o",
-        report.to_str().unwrap(),
-    ]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(r.stdout, "");
-    assert!(report.exists());
-    assert!(r.stderr.contains("memcut: warning: "), "{}", r.stderr);
-    assert!(r.stderr.contains("256 TiB"), "{}", r.stderr);
+    for (file, says) in [
+        (
+            "fuzz_chrome_size_over_i64.json",
+            "claim more than 281474976710656 bytes (256 TiB)",
+        ),
+        ("snapshot_negative_size.pkl", "are negative or not integers"),
+        (
+            "snapshot_free_unknown_address.pkl",
+            "the history starts with a free",
+        ),
+    ] {
+        let input = manifest(&format!("tests/data/broken/{file}"));
+        let report = dir.path().join(format!("{file}.md"));
+        let r = run(&[
+            "analyze",
+            input.to_str().unwrap(),
+            "-o",
+            report.to_str().unwrap(),
+        ]);
+        assert_eq!(r.code, 0, "{file}: {}", r.stderr);
+        assert_eq!(r.stdout, "");
+        assert!(report.exists());
+        let line = format!("memcut: warning: {}: ", input.display());
+        assert!(
+            r.stderr
+                .lines()
+                .any(|l| l.starts_with(&line) && l.contains(says)),
+            "{file}: {}",
+            r.stderr
+        );
+    }
 }
 
 /// Item 3: every format gives a category's share of the *allocated* peak,
@@ -550,4 +568,52 @@ fn shares_are_of_the_allocated_peak_in_every_format() {
             "a share of reserved: {out}"
         );
     }
+}
+
+/// Item 9 (clutter): devices with a trivial peak beside a larger one get
+/// one line; "Peak moves to" only when the peak moved; punctuation in the
+/// plan's reason; `1 file`; one default for `-j`.
+#[test]
+fn reports_leave_out_the_clutter() {
+    let ten = manifest("tests/data/broken/snapshot_ten_devices.pkl");
+    let ten = ten.to_str().unwrap();
+    let text = run(&["analyze", ten, "-f", "text"]).stdout;
+    assert_eq!(text.matches(": peak ").count(), 1, "{text}");
+    assert!(text.contains(
+        "Also recorded, with a peak under 1.0 MiB each (in the JSON report): cuda:8 (9.0 KiB), cuda:7 (8.0 KiB)"
+    ), "{text}");
+    let md = run(&["analyze", ten, "-f", "md"]).stdout;
+    assert_eq!(md.matches("## Device `").count(), 1, "{md}");
+    let r = json(&run(&["analyze", ten, "-f", "json"]).stdout);
+    assert_eq!(
+        r["devices"].as_array().unwrap().len(),
+        10,
+        "JSON keeps them all"
+    );
+
+    let md = run(&["analyze", MANY_SITES, "-f", "md", "--budget", "12MiB"]).stdout;
+    let step = md.lines().find(|l| l.starts_with("| 1 | ")).unwrap();
+    assert!(step.ends_with("| — |"), "{step}");
+    let r = json(&run(&["analyze", SNAPSHOT, "-f", "json", "--budget", "1KiB"]).stdout);
+    let reason = r["devices"][0]["plan"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(", the peak is still") || reason.contains("applies: the peak"),
+        "{reason}"
+    );
+
+    let r = run(&["batch", SNAPSHOT]);
+    assert!(
+        r.stdout.starts_with("# memcut batch: 1 file\n"),
+        "{}",
+        r.stdout
+    );
+    let help = run(&["batch", "--help"]).stdout;
+    let jobs = help
+        .split("--jobs")
+        .nth(1)
+        .unwrap()
+        .split("\n\n")
+        .next()
+        .unwrap();
+    assert_eq!(jobs.matches("[default").count(), 1, "{jobs}");
 }
