@@ -106,7 +106,7 @@ pub use schema::{
     ReportedInstant, SegmentMap, SegmentState, SegmentsView, SiteChange, SiteStatus, SourceInfo,
     StackTable, TimelineSeries, Tool, TopSite, Verdict, DIFF_SCHEMA_VERSION, SCHEMA_VERSION,
 };
-pub use units::{parse_size, SizeError};
+pub use units::{human_bytes, parse_positive_size, parse_size, SizeError};
 
 /// Single stages, for the benches, examples and fuzz targets that time or
 /// fuzz one stage alone. Not a stable API.

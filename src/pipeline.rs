@@ -80,12 +80,27 @@ pub fn analyze_path(path: &Path, options: &AnalyzeOptions) -> Result<Report> {
     analyze_parsed(&trace, &path.display().to_string(), size, options)
 }
 
+/// Analyses a parsed trace; a `device` option that names no device of the
+/// trace is an error listing the ones it has.
 fn analyze_parsed(
     trace: &Trace,
     display_path: &str,
     size_bytes: u64,
     options: &AnalyzeOptions,
 ) -> Result<Report> {
+    if let Some(wanted) = &options.analysis.device {
+        if !trace.devices.iter().any(|d| &d.device == wanted) {
+            let have: Vec<&str> = trace.devices.iter().map(|d| d.device.as_str()).collect();
+            return Err(Error::NoSuchDevice {
+                device: wanted.clone(),
+                available: if have.is_empty() {
+                    "none".into()
+                } else {
+                    have.join(", ")
+                },
+            });
+        }
+    }
     // `--at` that names no instant of any device is the caller's mistake.
     if let Some(why) = analysis::unresolved_at(trace, &options.analysis) {
         return Err(Error::Usage(why));

@@ -5,7 +5,8 @@
 
 use std::fmt::Write;
 
-use super::html::{byte_unit, escape, nice_ticks, points, tick_label, STYLE};
+use super::chart::{byte_unit, nice_ticks, points, tick_label};
+use super::html::{escape, STYLE};
 use super::OutputFormat;
 use crate::model::{Category, Level};
 use crate::schema::{Change, DeviceDiff, DiffReport, PeakInstant, PlanSummary, SiteChange};
