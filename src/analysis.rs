@@ -4,12 +4,17 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::classify::{self, site_facts, Builtin, Classification, Phase, Rule, UserRule};
+use crate::instant::At;
 use crate::model::{Action, BlockState, Category, DeviceTrace, Sites, Trace};
 use crate::schema::{
-    Attribution, BeforeRecordingPart, DeviceReport, LiveAllocation, OomFinding, Peak, Report,
-    SourceInfo, TimelineSeries, Tool, TopSite, SCHEMA_VERSION,
+    Attribution, BeforeRecordingPart, DeviceReport, EventRef, LiveAllocation, OomFinding, Peak,
+    Report, ReportedInstant, SegmentState, SegmentsView, SourceInfo, TimelineSeries, Tool, TopSite,
+    SCHEMA_VERSION,
 };
-use crate::timeline::{self, DeviceTimeline, Interval};
+use crate::segments;
+use crate::timeline::{self, DeviceTimeline, Interval, Replay};
+
+mod stacks;
 
 /// Knobs of the analysis that come from the command line.
 #[derive(Debug, Clone)]
@@ -23,6 +28,8 @@ pub struct Options {
     /// Points per category in the plotted timeline; 0 for outputs without
     /// plots (the series are left empty, saving a walk over every position).
     pub plot_points: usize,
+    /// Report this instant instead of the peak (`--at`).
+    pub at: Option<At>,
 }
 
 impl Default for Options {
@@ -32,6 +39,7 @@ impl Default for Options {
             top: 10,
             user_rules: Vec::new(),
             plot_points: 2000,
+            at: None,
         }
     }
 }
@@ -128,6 +136,13 @@ pub fn report(
             diagnostics.push(d);
         }
         let (report, before) = device_report(trace, device, cd, options);
+        if let (Some(at), None) = (&options.at, &report.at) {
+            if let Err(why) = at.resolve(device, &cd.timeline.replay) {
+                diagnostics.push(crate::model::Diagnostic::warning(format!(
+                    "{why}; this device's report shows its peak"
+                )));
+            }
+        }
         devices.push(report);
         unattributed.push(before);
     }
@@ -224,7 +239,13 @@ fn device_report(
     options: &Options,
 ) -> (DeviceReport, u64) {
     let replay = &cd.timeline.replay;
-    let position = replay.peak_position();
+    let peak_position = replay.peak_position();
+    // `--at` where it names an instant of this device (see `unresolved_at`).
+    let at = options
+        .at
+        .as_ref()
+        .and_then(|at| Some((at, at.resolve(device, replay).ok()?)));
+    let position = at.map_or(peak_position, |(_, p)| p);
     let (allocated, reserved, live) = cd.state_at(position);
     let unattributed: u64 = live
         .iter()
@@ -245,36 +266,16 @@ fn device_report(
             )
         })
         .collect();
-    // Live allocations share sites: describe each site once.
-    let mut described = HashMap::new();
-    let mut allocations: Vec<LiveAllocation> = live
-        .iter()
-        .map(|(i, c)| LiveAllocation {
-            addr: i.addr,
-            size: i.size,
-            category: c.category,
-            site: if i.origin == timeline::Origin::Untracked {
-                // No event names it: the allocator's total says it is there.
-                "(allocated before recording; no event)".to_owned()
-            } else {
-                described
-                    .entry(i.site)
-                    .or_insert_with(|| describe_site(&trace.sites, i.site))
-                    .clone()
-            },
-            rule: c.rule.name(&options.user_rules),
-        })
-        .collect();
-    allocations.sort_by(|a, b| {
-        b.size
-            .cmp(&a.size)
-            .then(a.addr.cmp(&b.addr))
-            .then(a.site.cmp(&b.site))
-    });
+    let (allocations, stacks) = live_allocations(trace, device, replay, &live, options);
     let top_sites = top_sites(&allocations, options.top);
     let event_index = position.saturating_sub(1) as u64;
     let ts_us = event_ts(device, position);
     let reserved_peak_position = replay.reserved_peak_position();
+    let label = at.map_or("peak".to_owned(), |(a, _)| format!("at {a}"));
+    let (segments, timeline) = rayon::join(
+        || segments_view(device, cd, label, position),
+        || timeline_series(device, &cd.timeline, options.plot_points, position),
+    );
     let report = DeviceReport {
         device: device.device.clone(),
         events: replay.events as u64,
@@ -295,11 +296,127 @@ fn device_report(
         reserved_peak_bytes: reserved_peak_position
             .and_then(|p| replay.reserved.as_ref().map(|r| r[p as usize])),
         reserved_peak_event_index: reserved_peak_position.map(|p| p.saturating_sub(1) as u64),
-        ooms: oom_findings(device, cd),
+        ooms: oom_findings(device, cd, segments.as_ref()),
         plan: None,
-        timeline: timeline_series(device, &cd.timeline, options.plot_points),
+        timeline,
+        at: at.map(|(a, _)| ReportedInstant {
+            spec: a.to_string(),
+            event_index,
+            peak_allocated_bytes: replay.allocated[peak_position as usize],
+            peak_event_index: peak_position.saturating_sub(1) as u64,
+        }),
+        segments,
+        stacks,
     };
     (report, unattributed)
+}
+
+/// Why `--at` names no instant on any device `options` select, if so
+/// (devices where it names none report their peak, with a warning).
+pub fn unresolved_at(trace: &Trace, options: &Options) -> Option<String> {
+    let at = options.at.as_ref()?;
+    let mut why = None;
+    for device in selected(trace, options) {
+        match at.resolve(device, &timeline::replay(device)) {
+            Ok(_) => return None,
+            Err(e) => why = why.or(Some(e)),
+        }
+    }
+    why
+}
+
+/// Every allocation in `live`, largest first, with its whole stack (in the
+/// returned table), its site's short name and the events that made and
+/// ended it.
+fn live_allocations(
+    trace: &Trace,
+    device: &DeviceTrace,
+    replay: &Replay,
+    live: &[(&Interval, &Classification)],
+    options: &Options,
+) -> (Vec<LiveAllocation>, crate::schema::StackTable) {
+    let t0 = replay.timestamped.then(|| device.events[0].ts_us);
+    let event = |position: u32| {
+        let k = position as usize - 1;
+        EventRef(k as u64, t0.map(|t0| device.events[k].ts_us - t0))
+    };
+    // Live allocations share sites: describe each site once.
+    let mut described = HashMap::new();
+    let mut rows: Vec<(LiveAllocation, crate::model::SiteId)> = live
+        .iter()
+        .map(|(i, c)| {
+            let row = LiveAllocation {
+                addr: i.addr,
+                size: i.size,
+                category: c.category,
+                site: if i.origin == timeline::Origin::Untracked {
+                    // No event names it: the allocator's total says it is there.
+                    "(allocated before recording; no event)".to_owned()
+                } else {
+                    described
+                        .entry(i.site)
+                        .or_insert_with(|| describe_site(&trace.sites, i.site))
+                        .clone()
+                },
+                rule: c.rule.name(&options.user_rules),
+                stack: None,
+                alloc: (!i.origin.is_baseline() && i.start > 0).then(|| event(i.start)),
+                free: (i.end < replay.positions()).then(|| event(i.end)),
+            };
+            (row, i.site)
+        })
+        .collect();
+    rows.sort_by(|(a, _), (b, _)| {
+        b.size
+            .cmp(&a.size)
+            .then(a.addr.cmp(&b.addr))
+            .then(a.site.cmp(&b.site))
+    });
+    // Stacks numbered in the order of the rows: the same bytes every run.
+    let mut stacks = stacks::StackTableBuilder::default();
+    let allocations = rows
+        .into_iter()
+        .map(|(mut row, site)| {
+            row.stack = stacks.stack_of(&trace.sites, site);
+            row
+        })
+        .collect();
+    (allocations, stacks.finish())
+}
+
+/// The segments at the reported instant, at each OOM and at dump time.
+fn segments_view(
+    device: &DeviceTrace,
+    cd: &ClassifiedDevice,
+    label: String,
+    position: u32,
+) -> Option<SegmentsView> {
+    let replay = &cd.timeline.replay;
+    let mut instants = vec![segments::Instant {
+        label,
+        position,
+        request: None,
+    }];
+    for (n, &k) in replay.ooms.iter().enumerate().take(SegmentsView::MAX_OOMS) {
+        instants.push(segments::Instant {
+            label: format!("oom {n}"),
+            position: k + 1,
+            request: Some(device.events[k as usize].size),
+        });
+    }
+    instants.push(segments::Instant {
+        label: "dump".into(),
+        position: replay.events,
+        request: None,
+    });
+    let left_out = replay.ooms.len().saturating_sub(SegmentsView::MAX_OOMS) as u64;
+    segments::view(
+        device,
+        replay,
+        &|k| cd.classes[k].category,
+        &instants,
+        left_out,
+    )
 }
 
 /// Bytes by category among `live`; the allocator total beyond the live sum
@@ -377,19 +494,31 @@ fn trim_to<K: Ord + Copy>(by: &mut BTreeMap<K, u64>, sum: u64, target: u64) {
 }
 
 fn top_sites(allocations: &[LiveAllocation], top: usize) -> Vec<TopSite> {
-    let mut groups: HashMap<(&str, Category), (u64, u64)> = HashMap::new();
+    /// Bytes, count, and bytes per stack of one (site, category) group.
+    type Group = (u64, u64, BTreeMap<Option<u32>, u64>);
+    let mut groups: HashMap<(&str, Category), Group> = HashMap::new();
     for a in allocations {
         let g = groups.entry((a.site.as_str(), a.category)).or_default();
         g.0 = g.0.saturating_add(a.size);
         g.1 += 1;
+        let s = g.2.entry(a.stack).or_default();
+        *s = s.saturating_add(a.size);
     }
     let mut rows: Vec<TopSite> = groups
         .into_iter()
-        .map(|((site, category), (bytes, count))| TopSite {
-            site: site.to_owned(),
-            category,
-            bytes,
-            count,
+        .map(|((site, category), (bytes, count, by_stack))| {
+            let mut stacks: Vec<(u32, u64)> = by_stack
+                .into_iter()
+                .filter_map(|(s, b)| Some((s?, b)))
+                .collect();
+            stacks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            TopSite {
+                site: site.to_owned(),
+                category,
+                bytes,
+                count,
+                stacks: stacks.into_iter().take(3).map(|(s, _)| s).collect(),
+            }
         })
         .collect();
     rows.sort_by(|a, b| {
@@ -451,8 +580,13 @@ fn phase_name(trace: &Trace, device: &DeviceTrace, position: u32) -> String {
     }
 }
 
-fn oom_findings(device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<OomFinding> {
-    let largest_free = device.segments.as_ref().and_then(|segs| {
+fn oom_findings(
+    device: &DeviceTrace,
+    cd: &ClassifiedDevice,
+    segments: Option<&SegmentsView>,
+) -> Vec<OomFinding> {
+    // The dump's free blocks, for an OOM whose segments were not rebuilt.
+    let dumped_largest_free = device.segments.as_ref().and_then(|segs| {
         segs.iter()
             .flat_map(|s| s.blocks.iter())
             .filter(|b| b.state == BlockState::Inactive)
@@ -463,12 +597,22 @@ fn oom_findings(device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<OomFinding> 
         .replay
         .ooms
         .iter()
-        .map(|&k| {
+        .enumerate()
+        .map(|(n, &k)| {
             let e = &device.events[k as usize];
             // The state when the request failed: before this event.
             let position = k;
             let (allocated, reserved, live) = cd.state_at(position);
             let device_free = (e.device_free() > 0).then_some(e.device_free());
+            let state = segments.and_then(|v| {
+                let label = format!("oom {n}");
+                v.instants
+                    .iter()
+                    .find(|s| s.label.split(", ").any(|l| l == label))
+            });
+            let largest_free = state
+                .map(|s| s.largest_free_block_bytes)
+                .or(dumped_largest_free);
             OomFinding {
                 event_index: k as u64,
                 ts_us: e.ts(),
@@ -478,7 +622,14 @@ fn oom_findings(device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<OomFinding> 
                 reserved_bytes: reserved,
                 by_category: categories_at(&live, allocated, reserved),
                 largest_free_block_bytes: largest_free,
-                verdict: oom_verdict(e.size, device_free, allocated, reserved, largest_free),
+                verdict: oom_verdict(
+                    e.size,
+                    device_free,
+                    allocated,
+                    reserved,
+                    largest_free,
+                    state,
+                ),
             }
         })
         .collect()
@@ -490,13 +641,24 @@ fn oom_verdict(
     allocated: u64,
     reserved: Option<u64>,
     largest_free: Option<u64>,
+    segments: Option<&SegmentState>,
 ) -> String {
     use crate::units::human_bytes as h;
     let cached = reserved.map(|r| r.saturating_sub(allocated)).unwrap_or(0);
     let free = device_free.unwrap_or(0);
+    // What the segments show: the free blocks and how much of them is too small.
+    let blocks = segments.map_or(String::new(), |s| {
+        format!(
+            " ({} in free blocks, {} of it in blocks smaller than the request, across {} segment{})",
+            h(s.inactive_bytes),
+            h(s.fragmentation_bytes),
+            s.segment_count,
+            if s.segment_count == 1 { "" } else { "s" }
+        )
+    });
     match largest_free {
         Some(largest) if cached >= requested && largest < requested => format!(
-            "fragmentation: {} cached but the largest free block is {} < {} requested; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+            "fragmentation: {} cached{blocks} but the largest free block is {} < {} requested; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
             h(cached), h(largest), h(requested)
         ),
         _ if device_free.is_none() => format!(
@@ -517,8 +679,14 @@ fn oom_verdict(
 
 /// Memory by category over positions, downsampled to about `points` x values
 /// by bucket: each bucket keeps the position of its largest total (so every
-/// local maximum, and the peak, survive).
-fn timeline_series(device: &DeviceTrace, tl: &DeviceTimeline, points: usize) -> TimelineSeries {
+/// local maximum, and the peak, survive). `peak_x` marks `shown`: the peak,
+/// or the `--at` instant the report shows instead.
+fn timeline_series(
+    device: &DeviceTrace,
+    tl: &DeviceTimeline,
+    points: usize,
+    shown: u32,
+) -> TimelineSeries {
     let positions = tl.replay.positions() as usize;
     let has_ts = tl.replay.timestamped;
     let t0 = device.events.first().and_then(|e| e.ts()).unwrap_or(0.0);
@@ -560,7 +728,7 @@ fn timeline_series(device: &DeviceTrace, tl: &DeviceTimeline, points: usize) -> 
             out.series.insert(Category::ALL[c], values);
         }
     }
-    out.peak_x = x_of(tl.replay.peak_position() as usize);
+    out.peak_x = x_of(shown as usize);
     out.oom_x = tl
         .replay
         .ooms

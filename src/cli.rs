@@ -65,6 +65,8 @@ pub enum Command {
     Analyze(AnalyzeArgs),
     /// Plan cuts for a component list `[{"name", "peak_gb", "cuttable"}]` against a target in GB.
     Plan(PlanArgs),
+    /// Compare two inputs (traces, snapshots or saved JSON reports): peaks, categories, sites, plans.
+    Diff(DiffArgs),
     /// Analyse many traces (files, folders, globs) in parallel: one report each plus a summary.
     Batch(BatchArgs),
 }
@@ -98,10 +100,46 @@ pub struct AnalyzeArgs {
     pub strict: bool,
     #[command(flatten)]
     pub budget: BudgetArgs,
+    /// Report this instant instead of the peak: an event index (1234), a time since the
+    /// first event (1.5s, 300ms, 20us), oom:N (the N-th OOM, from 0), peak or end.
+    #[arg(long, value_name = "EVENT|TIME|oom:N", value_parser = memcut::At::parse)]
+    pub at: Option<memcut::At>,
     /// Exit 3 when some device's peak does not fit the budget (after any
     /// other outcome: a failed input still exits 1).
     #[arg(long, requires = "budget")]
     pub fail_over_budget: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The run before (any input `analyze` reads, or a JSON report memcut wrote).
+    pub before: PathBuf,
+    /// The run after.
+    pub after: PathBuf,
+    /// Output format [default: text on a terminal, md otherwise].
+    #[arg(long, short = 'f', value_enum)]
+    pub format: Option<FormatArg>,
+    /// Write the comparison here instead of stdout.
+    #[arg(long, short = 'o')]
+    pub output: Option<PathBuf>,
+    /// Only this device (matched by name in both inputs).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// How many changed sites to list per device.
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+    /// Exit 4 when a device's allocated peak grew by more than PCT percent (0: any growth).
+    #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+    pub fail_if_peak_grows: Option<f64>,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
+}
+
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a percentage (a number >= 0)")),
+    }
 }
 
 /// What the cut plan is planned against (shared by every command that plans).

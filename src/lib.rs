@@ -64,16 +64,19 @@
 mod analysis;
 pub mod batch;
 mod classify;
+mod diff;
 mod error;
 mod formats;
 #[cfg(any(test, feature = "fuzzing"))]
 mod generated_checks;
 mod input;
+mod instant;
 mod model;
 mod pipeline;
 mod plan;
 mod report;
 mod schema;
+mod segments;
 #[cfg(test)]
 mod test_support;
 mod timeline;
@@ -81,9 +84,11 @@ mod units;
 
 pub use analysis::Options as AnalysisOptions;
 pub use classify::UserRule;
+pub use diff::{diff, DiffOptions};
 pub use error::{Error, Result};
 pub use formats::pickle::Limits as PickleLimits;
 pub use input::Limits;
+pub use instant::At;
 pub use model::{Category, Diagnostic, Level};
 pub use pipeline::{analyze_bytes, analyze_path, analyze_reader, AnalyzeOptions};
 pub use plan::components::{
@@ -93,11 +98,13 @@ pub use plan::components::{
 pub use plan::levers::{parse_levers, Cost, Lever, LeversError};
 pub use plan::search::Order;
 pub use plan::{Headroom, PlanOptions};
-pub use report::{render, OutputFormat};
+pub use report::{render, render_diff, OutputFormat};
 pub use schema::{
-    Attribution, BeforeRecordingPart, DeviceReport, LiveAllocation, OomFinding, OomPlan, Peak,
-    PeakCategories, Plan, PlanStep, Report, SourceInfo, TimelineSeries, Tool, TopSite, Verdict,
-    SCHEMA_VERSION,
+    Attribution, BeforeRecordingPart, BlockSpan, BlockUse, CategoryChange, Change, DeviceDiff,
+    DeviceReport, DiffReport, DiffTimeline, EventRef, LiveAllocation, NormalisedSeries, OomFinding,
+    OomPlan, Peak, PeakCategories, PeakCheck, PeakInstant, Plan, PlanStep, PlanSummary, Report,
+    ReportedInstant, SegmentMap, SegmentState, SegmentsView, SiteChange, SiteStatus, SourceInfo,
+    StackTable, TimelineSeries, Tool, TopSite, Verdict, DIFF_SCHEMA_VERSION, SCHEMA_VERSION,
 };
 pub use units::{human_bytes, parse_positive_size, parse_size, SizeError};
 

@@ -4,14 +4,16 @@
 mod cli;
 mod output;
 
-use std::io::{IsTerminal, Read};
+use std::io::{IsTerminal, Read, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use cli::{AnalyzeArgs, BatchArgs, BudgetArgs, Cli, Command, FormatArg, PlanArgs, PlanFormat};
+use cli::{
+    AnalyzeArgs, BatchArgs, BudgetArgs, Cli, Command, DiffArgs, FormatArg, PlanArgs, PlanFormat,
+};
 use memcut::{AnalyzeOptions, Error, Level, OutputFormat, Report};
 use output::{Layout, Sink, WriteError};
 
@@ -22,6 +24,8 @@ enum Exit {
     InputFailed = 1,
     Usage = 2,
     OverBudget = 3,
+    /// `diff --fail-if-peak-grows`: a peak grew more than allowed.
+    PeakGrew = 4,
 }
 
 impl Exit {
@@ -30,7 +34,7 @@ impl Exit {
     fn and(self, other: Exit) -> Exit {
         let rank = |e: Exit| match e {
             Exit::Ok => 0,
-            Exit::OverBudget => 1,
+            Exit::OverBudget | Exit::PeakGrew => 1,
             Exit::InputFailed => 2,
             Exit::Usage => 3,
         };
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
         Command::Analyze(args) => analyze(&args),
         Command::Plan(args) => plan_components(&args),
         Command::Batch(args) => batch(&args),
+        Command::Diff(args) => diff(&args),
     };
     ExitCode::from(exit as u8)
 }
@@ -113,6 +118,7 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
         } else {
             10
         });
+    options.analysis.at = args.at.clone();
     if let Some(path) = &args.rules {
         match load_rules(path) {
             Ok(rules) => options.analysis.user_rules = rules,
@@ -148,7 +154,12 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
             Ok(report) => report,
             Err(e) => {
                 eprintln!("memcut: error: {name}: {e}");
-                exit = exit.and(Exit::InputFailed);
+                // `--at` naming no instant of the input is the caller's mistake.
+                exit = exit.and(if matches!(e, Error::Usage(_)) {
+                    Exit::Usage
+                } else {
+                    Exit::InputFailed
+                });
                 continue;
             }
         };
@@ -171,6 +182,86 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
         Ok(()) => exit,
         Err(e) => write_failed(e, exit),
     }
+}
+
+fn diff(args: &DiffArgs) -> Exit {
+    let mut options = AnalyzeOptions::new();
+    options.analysis.device = args.device.clone();
+    // Every format places each peak on the same normalised time axis.
+    options.analysis.plot_points = 500;
+    match plan_options(&args.budget) {
+        Ok(plan) => options.plan = plan,
+        Err(msg) => return usage(msg),
+    }
+    let format = match (args.format, &args.output) {
+        (Some(f), _) => OutputFormat::from(f),
+        (None, Some(path)) => match FormatArg::from_path(path) {
+            Some(f) => OutputFormat::from(f),
+            None => {
+                return usage(format!(
+                    "--output {}: the extension names no report format; name it .txt, .md, .json or .html, or pass --format",
+                    path.display()
+                ))
+            }
+        },
+        (None, None) if std::io::stdout().is_terminal() => OutputFormat::Text,
+        (None, None) => OutputFormat::Md,
+    };
+    let read = |path: &Path| -> Option<Report> {
+        match report_or_analysis(path, &options) {
+            Ok(report) => Some(report),
+            Err(e) => {
+                eprintln!("memcut: error: {}: {e}", path.display());
+                None
+            }
+        }
+    };
+    let (before, after) = (read(&args.before), read(&args.after));
+    let (Some(before), Some(after)) = (before, after) else {
+        return Exit::InputFailed;
+    };
+    let mut diff_options = memcut::DiffOptions::default();
+    diff_options.device = args.device.clone();
+    diff_options.top = args.top;
+    diff_options.max_growth_percent = args.fail_if_peak_grows;
+    let report = memcut::diff(&before, &after, &diff_options);
+    let text = memcut::render_diff(&report, format);
+    let written = match &args.output {
+        Some(path) => std::fs::write(path, &text).map_err(|e| format!("{}: {e}", path.display())),
+        None => {
+            let mut stdout = std::io::stdout().lock();
+            match stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush())
+            {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("stdout: {e}")),
+                _ => Ok(()),
+            }
+        }
+    };
+    if let Err(e) = written {
+        eprintln!("memcut: error: cannot write the comparison: {e}");
+        return Exit::InputFailed;
+    }
+    if report.check_failed() {
+        Exit::PeakGrew
+    } else {
+        Exit::Ok
+    }
+}
+
+/// A JSON report memcut wrote (read back as it is), or the analysis of any
+/// other input.
+fn report_or_analysis(path: &Path, options: &AnalyzeOptions) -> Result<Report, String> {
+    let mut head = [0u8; 24];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|e| e.to_string())?;
+    if head[..n].starts_with(b"{\n  \"schema_version\"") {
+        let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+        return Report::from_json(&text).map_err(|e| format!("not a memcut analysis report: {e}"));
+    }
+    memcut::analyze_path(path, options).map_err(|e| e.to_string())
 }
 
 /// A report could not be written: a closed pipe ends quietly (`memcut … |

@@ -101,6 +101,10 @@ fn analyze_parsed(
             });
         }
     }
+    // `--at` that names no instant of any device is the caller's mistake.
+    if let Some(why) = analysis::unresolved_at(trace, &options.analysis) {
+        return Err(Error::Usage(why));
+    }
     let source = SourceInfo::new(display_path, trace.format.as_str(), size_bytes);
     Ok(analyze_trace(trace, source, options))
 }

@@ -98,6 +98,18 @@ pub struct DeviceReport {
     /// when the report was made without plots (`plot_points` 0).
     #[serde(default)]
     pub timeline: TimelineSeries,
+    /// Set when `peak` holds another instant than the peak (`--at`): which
+    /// one, and where the real peak is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<ReportedInstant>,
+    /// The caching allocator's segments and blocks, for snapshots that
+    /// record them (see [`SegmentsView`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segments: Option<SegmentsView>,
+    /// The whole stacks that `peak.allocations` and `peak.top_sites` point
+    /// into, each frame written once.
+    #[serde(default, skip_serializing_if = "StackTable::is_empty")]
+    pub stacks: StackTable,
 }
 
 impl DeviceReport {
@@ -235,10 +247,14 @@ pub struct TopSite {
     pub category: Category,
     pub bytes: u64,
     pub count: u64,
+    /// The group's distinct stacks (indices into the device's
+    /// `stacks.stacks`), most bytes first, at most three.
+    #[serde(default)]
+    pub stacks: Vec<u32>,
 }
 
 /// One allocation live at the peak.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct LiveAllocation {
     pub addr: u64,
@@ -248,6 +264,81 @@ pub struct LiveAllocation {
     /// The classification rule that chose the category (`user:NAME` for a
     /// rule from `--rules`).
     pub rule: String,
+    /// Its whole stack: an index into the device's `stacks.stacks`; `None`
+    /// when the file recorded no frames for it.
+    #[serde(default)]
+    pub stack: Option<u32>,
+    /// The event that allocated it; `None` when it was allocated before
+    /// recording began.
+    #[serde(default)]
+    pub alloc: Option<EventRef>,
+    /// The event that freed it; `None` when it is still alive at the end.
+    #[serde(default)]
+    pub free: Option<EventRef>,
+}
+
+/// An event of the trace, written `[event_index, t_us]`: its index, and the
+/// time since the first event in microseconds (`null` when the trace has no
+/// usable timestamps), the clock of `timeline.x`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EventRef(pub u64, pub Option<f64>);
+
+impl EventRef {
+    pub fn event_index(&self) -> u64 {
+        self.0
+    }
+    pub fn t_us(&self) -> Option<f64> {
+        self.1
+    }
+}
+
+/// Interned whole stacks: each frame's text once, each stack a list of
+/// frame indices, innermost first.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct StackTable {
+    /// `file:line function` (the operator or annotation name for Chrome
+    /// traces), object addresses left out so that runs compare.
+    pub frames: Vec<String>,
+    /// Indices of the frames that are allocator, interpreter or framework
+    /// plumbing (the frames a site's short name skips); renderers may fold them.
+    pub internal: Vec<u32>,
+    /// Stacks as indices into `frames`, innermost first.
+    pub stacks: Vec<Vec<u32>>,
+}
+
+impl StackTable {
+    pub fn is_empty(&self) -> bool {
+        self.stacks.is_empty()
+    }
+
+    /// The frames of stack `index`, innermost first, each with whether it is
+    /// internal; empty for an index out of range (a damaged saved report).
+    pub fn frames_of(&self, index: u32) -> Vec<(&str, bool)> {
+        let Some(stack) = self.stacks.get(index as usize) else {
+            return Vec::new();
+        };
+        stack
+            .iter()
+            .filter_map(|&f| {
+                let text = self.frames.get(f as usize)?;
+                Some((text.as_str(), self.internal.binary_search(&f).is_ok()))
+            })
+            .collect()
+    }
+}
+
+/// The instant a report shows when it is not the peak (`--at`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ReportedInstant {
+    /// As asked for: `oom:0`, `1234` (an event), `1.5s` (a time), `end`.
+    pub spec: String,
+    /// The event after which the shown state holds (as `peak.event_index`).
+    pub event_index: u64,
+    /// The real peak, which `peak` does not show.
+    pub peak_allocated_bytes: u64,
+    pub peak_event_index: u64,
 }
 
 /// One failed allocation.
@@ -373,3 +464,9 @@ pub struct OomPlan {
     pub gap_bytes: u64,
     pub reason: String,
 }
+
+mod diff;
+mod segments;
+
+pub use diff::*;
+pub use segments::*;

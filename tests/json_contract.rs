@@ -74,6 +74,69 @@ struct Device {
     ooms: Vec<Oom>,
     plan: Option<Plan>,
     timeline: Timeline,
+    /// Written only for `--at`.
+    #[serde(default)]
+    at: Option<ReportedInstant>,
+    /// Written only for snapshots that record the allocator's segments.
+    #[serde(default)]
+    segments: Option<SegmentsView>,
+    /// Written only when some live allocation has frames.
+    #[serde(default)]
+    stacks: Option<StackTable>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReportedInstant {
+    spec: String,
+    event_index: u64,
+    peak_allocated_bytes: u64,
+    peak_event_index: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SegmentsView {
+    instants: Vec<SegmentState>,
+    ooms_left_out: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SegmentState {
+    label: String,
+    event_index: Option<u64>,
+    exact: bool,
+    segment_count: u64,
+    reserved_bytes: u64,
+    allocated_bytes: u64,
+    pending_free_bytes: u64,
+    inactive_bytes: u64,
+    largest_free_block_bytes: u64,
+    request_bytes: u64,
+    fragmentation_bytes: u64,
+    unplaced_bytes: u64,
+    /// `[address, size, expandable, [[offset, size, state, category], …]]`.
+    segments: Vec<(u64, u64, bool, Vec<Block>)>,
+}
+
+/// `[offset, size, state, category]`.
+type Block = (u64, u64, BlockUse, Option<Category>);
+
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum BlockUse {
+    Allocated,
+    PendingFree,
+    Inactive,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StackTable {
+    frames: Vec<String>,
+    internal: Vec<u32>,
+    stacks: Vec<Vec<u32>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -114,6 +177,8 @@ struct TopSite {
     category: Category,
     bytes: u64,
     count: u64,
+    /// Indices into the device's `stacks.stacks`.
+    stacks: Vec<u32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -124,6 +189,10 @@ struct Allocation {
     category: Category,
     site: String,
     rule: String,
+    stack: Option<u32>,
+    /// `[event_index, t_us]`.
+    alloc: Option<(u64, Option<f64>)>,
+    free: Option<(u64, Option<f64>)>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -290,6 +359,66 @@ fn check(what: &str, text: &str) -> Report {
             "{what}: {}: before recording",
             d.device
         );
+        let stacks = d.stacks.as_ref().map_or(0, |t| t.stacks.len());
+        for a in &d.peak.allocations {
+            assert!(
+                a.stack.is_none_or(|s| (s as usize) < stacks),
+                "{what}: stack index"
+            );
+            assert!(
+                a.alloc.is_none_or(|e| e.0 <= d.peak.event_index),
+                "{what}: alloc after the peak"
+            );
+            assert!(
+                a.free.is_none_or(|e| e.0 > d.peak.event_index),
+                "{what}: freed before the peak"
+            );
+        }
+        if let Some(t) = &d.stacks {
+            let frames = t.frames.len() as u32;
+            assert!(
+                t.stacks
+                    .iter()
+                    .flatten()
+                    .chain(&t.internal)
+                    .all(|&f| f < frames),
+                "{what}"
+            );
+        }
+        for s in d.segments.iter().flat_map(|v| &v.instants) {
+            let mut by_state = [0u64; 3];
+            let mut reserved = 0;
+            for (_, size, _, blocks) in &s.segments {
+                reserved += size;
+                // Blocks cover their segment from start to end.
+                let mut cursor = 0;
+                for (offset, bytes, state, category) in blocks {
+                    assert_eq!(*offset, cursor, "{what}: {}: blocks leave a gap", s.label);
+                    assert_eq!(category.is_none(), *state == BlockUse::Inactive, "{what}");
+                    cursor += bytes;
+                    by_state[match state {
+                        BlockUse::Allocated => 0,
+                        BlockUse::PendingFree => 1,
+                        BlockUse::Inactive => 2,
+                    }] += bytes;
+                }
+                assert_eq!(
+                    cursor, *size,
+                    "{what}: {}: blocks do not fill their segment",
+                    s.label
+                );
+            }
+            assert_eq!(s.segment_count as usize, s.segments.len(), "{what}");
+            assert_eq!(reserved, s.reserved_bytes, "{what}: {}", s.label);
+            assert_eq!(
+                by_state,
+                [s.allocated_bytes, s.pending_free_bytes, s.inactive_bytes],
+                "{what}: {}",
+                s.label
+            );
+            assert!(s.fragmentation_bytes <= s.inactive_bytes);
+            assert!(s.largest_free_block_bytes <= s.inactive_bytes);
+        }
         let t = &d.timeline;
         assert!(t.series.values().all(|s| s.len() == t.x.len()), "{what}");
         assert!(t.reserved.as_ref().is_none_or(|r| r.len() == t.x.len()));
@@ -355,6 +484,14 @@ fn plans_ooms_and_damaged_inputs_are_on_the_contract() {
     assert!(cut.diagnostics.iter().any(|d| d.partial_read));
     let timeline = run("sample_traces/train_adamw.timeline.json.gz", &[]);
     assert_eq!(timeline.source.format, InputFormat::MemoryTimeline);
+    let fragmented = run("tests/data/segments/fragmented_oom.pickle", &[]);
+    let segments = fragmented.devices[0].segments.as_ref().expect("segments");
+    assert!(segments.instants.iter().any(|s| s.label.contains("oom 0")));
+    let at = run(
+        "sample_traces/train_adamw.snapshot.pickle.gz",
+        &["--at", "100"],
+    );
+    assert_eq!(at.devices[0].at.as_ref().map(|a| a.event_index), Some(100));
     let trace = run("sample_traces/train_adamw.trace.json.gz", &[]);
     assert_eq!(trace.devices[0].timeline.x_unit, XUnit::TimeUs);
 }
@@ -377,5 +514,181 @@ fn the_mirror_refuses_what_is_off_the_contract() {
             serde_json::from_str::<Report>(&changed).is_err(),
             "accepted {from} -> {to}"
         );
+    }
+}
+
+// The diff's JSON (`memcut diff -f json`): a contract of its own, with its
+// own `schema_version`.
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DiffReport {
+    schema_version: u32,
+    kind: String,
+    tool: Tool,
+    before: Source,
+    after: Source,
+    devices: Vec<DeviceDiff>,
+    only_before: Vec<String>,
+    only_after: Vec<String>,
+    check: Option<PeakCheck>,
+    diagnostics: Vec<Diagnostic>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PeakCheck {
+    max_growth_percent: f64,
+    failed: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeviceDiff {
+    device: String,
+    after_device: Option<String>,
+    peak: Change,
+    reserved_at_peak: Option<Change>,
+    reserved_peak: Option<Change>,
+    by_category: Vec<CategoryChange>,
+    sites: Vec<SiteChange>,
+    sites_left_out: u64,
+    before_peak: PeakInstant,
+    after_peak: PeakInstant,
+    before_plan: Option<PlanSummary>,
+    after_plan: Option<PlanSummary>,
+    timeline: DiffTimeline,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Change {
+    before: u64,
+    after: u64,
+    change_bytes: i64,
+    change_percent: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CategoryChange {
+    category: Category,
+    before: u64,
+    after: u64,
+    change_bytes: i64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SiteChange {
+    site: String,
+    category: Category,
+    status: SiteStatus,
+    before_bytes: u64,
+    after_bytes: u64,
+    change_bytes: i64,
+    before_count: u64,
+    after_count: u64,
+}
+
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum SiteStatus {
+    Appeared,
+    Disappeared,
+    Grew,
+    Shrank,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PeakInstant {
+    event_index: u64,
+    events: u64,
+    phase: String,
+    t_us: Option<f64>,
+    fraction: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanSummary {
+    verdict: Verdict,
+    target_bytes: u64,
+    estimated_peak_bytes: u64,
+    levers: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DiffTimeline {
+    before: NormalisedSeries,
+    after: NormalisedSeries,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NormalisedSeries {
+    x_unit: XUnit,
+    span: f64,
+    x: Vec<f64>,
+    allocated: Vec<u64>,
+    reserved: Option<Vec<u64>>,
+    peak_x: f64,
+}
+
+/// Mixed formats, a budget (plans on both sides) and the check: every
+/// field of the diff's contract, and its numbers agreeing.
+#[test]
+fn the_diff_json_is_on_its_contract() {
+    let out = assert_cmd::Command::cargo_bin("memcut")
+        .unwrap()
+        .current_dir(manifest())
+        .args([
+            "diff",
+            "sample_traces/checkpointing.snapshot.pickle.gz",
+            "sample_traces/train_adamw.trace.json.gz",
+            "-f",
+            "json",
+            "--budget",
+            "12MiB",
+            "--fail-if-peak-grows",
+            "5",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("{\n  \"schema_version\": 1,\n  \"kind\": \"diff\","));
+    let r: DiffReport =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("off the contract: {e}"));
+    assert_eq!(r.tool.name, "memcut");
+    assert_eq!(r.check.as_ref().unwrap().failed.len(), 1);
+    for d in &r.devices {
+        assert!(d.before_plan.is_some() && d.after_plan.is_some());
+        let sum = |f: fn(&CategoryChange) -> u64| -> u64 {
+            d.by_category
+                .iter()
+                .filter(|c| c.category != Category::AllocatorCache)
+                .map(f)
+                .sum()
+        };
+        assert_eq!(sum(|c| c.before), d.peak.before);
+        assert_eq!(sum(|c| c.after), d.peak.after);
+        assert_eq!(
+            d.peak.change_bytes,
+            d.peak.after as i64 - d.peak.before as i64
+        );
+        for s in &d.sites {
+            assert_eq!(s.change_bytes, s.after_bytes as i64 - s.before_bytes as i64);
+        }
+        for (t, p) in [
+            (&d.timeline.before, &d.before_peak),
+            (&d.timeline.after, &d.after_peak),
+        ] {
+            assert_eq!(t.x.len(), t.allocated.len());
+            assert!(t.x.iter().all(|x| (0.0..=1.0).contains(x)));
+            assert!((0.0..=1.0).contains(&p.fraction) && p.event_index < p.events);
+        }
     }
 }

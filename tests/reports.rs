@@ -237,14 +237,30 @@ fn html_escapes_every_trace_string() {
 #[test]
 fn markdown_keeps_trace_strings_inert() {
     let md = render(&hostile_report(), OutputFormat::Md);
-    // Sites are code spans (literal on every renderer); no raw tags outside them.
+    // Sites are code spans and stacks fenced code blocks (literal on every
+    // renderer); no raw tags outside them.
+    let mut fenced = false;
     for line in md.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            // A frame cannot close the fence early.
+            assert!(!line.contains("```"), "fence closed by a frame: {line}");
+            continue;
+        }
         let outside_code: String = line.split('`').step_by(2).collect();
         assert!(
             !outside_code.contains("<script") && !outside_code.contains("<img"),
             "raw HTML outside a code span: {line}"
         );
     }
+    assert!(!fenced, "a stack's fence is left open");
+    assert!(
+        md.contains("<script>alert(1)</script>"),
+        "the stacks block is missing"
+    );
     // Every table row keeps its column count.
     for line in md.lines().filter(|l| l.starts_with("| `")) {
         let unescaped_pipes = line.replace("\\|", "").matches('|').count();
@@ -313,13 +329,31 @@ fn html_loads_in_headless_chromium_without_errors() {
         panic!("chromium not installed (apt-get install chromium)");
     };
     let dir = tempfile::tempdir().unwrap();
+    let manifest = manifest();
+    let fragmented = memcut::analyze_path(
+        &manifest.join("tests/data/segments/fragmented_oom.pickle"),
+        &AnalyzeOptions::new(),
+    )
+    .unwrap();
+    let checkpointing =
+        analyze_sample(&manifest.join("sample_traces/checkpointing.snapshot.pickle.gz"));
+    let plain = analyze_sample(&manifest.join("sample_traces/train_adamw.snapshot.pickle.gz"));
+    let diff = memcut::diff(&checkpointing, &plain, &memcut::DiffOptions::default());
     let pages = [
-        ("sample.html", analyze_sample(&sample_snapshots()[0])),
-        ("hostile.html", hostile_report()),
+        (
+            "sample.html",
+            render(&analyze_sample(&sample_snapshots()[0]), OutputFormat::Html),
+        ),
+        (
+            "hostile.html",
+            render(&hostile_report(), OutputFormat::Html),
+        ),
+        ("segments.html", render(&fragmented, OutputFormat::Html)),
+        ("diff.html", memcut::render_diff(&diff, OutputFormat::Html)),
     ];
-    for (name, report) in pages {
+    for (name, html) in pages {
         let page = dir.path().join(name);
-        std::fs::write(&page, render(&report, OutputFormat::Html)).unwrap();
+        std::fs::write(&page, html).unwrap();
         let profile = tempfile::tempdir().unwrap();
         let out = std::process::Command::new("timeout")
             .arg("120")
@@ -353,5 +387,38 @@ fn html_loads_in_headless_chromium_without_errors() {
         }
         assert!(dom.contains("<svg"), "{name}: no chart in the DOM");
         assert!(!dom.contains("<script"), "{name}: a script element got in");
+        // A screenshot: the page paints (a blank page is a few KB of PNG).
+        let shot = dir.path().join(format!("{name}.png"));
+        let profile = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new("timeout")
+            .arg("120")
+            .arg(browser)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--hide-scrollbars",
+                "--window-size=1100,1400",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg(format!("--screenshot={}", shot.display()))
+            .arg(format!("file://{}", page.display()))
+            .output()
+            .expect("run chromium");
+        assert!(out.status.success(), "{name}: screenshot failed");
+        let png = std::fs::read(&shot).unwrap_or_default();
+        assert!(
+            png.starts_with(b"\x89PNG") && png.len() > 20_000,
+            "{name}: {} bytes of screenshot",
+            png.len()
+        );
     }
+    assert!(dom_has_segment_map(&dir.path().join("segments.html")));
+}
+
+/// The segment map is in the page written for the fragmented OOM.
+fn dom_has_segment_map(page: &std::path::Path) -> bool {
+    let html = std::fs::read_to_string(page).unwrap();
+    html.contains("<svg class=\"segments\"") && html.contains("Segment map at oom 0")
 }

@@ -179,7 +179,17 @@ pub(crate) fn render(out: &mut String, d: &DeviceReport) {
         _ => (0.0, 0.0),
     };
     if t.x.len() < 2 || x_max <= x_min || y_top == 0 {
-        out.push_str("<p class=\"note\">No allocation history to plot (the trace holds a single instant).</p>\n");
+        out.push_str(
+            "<p class=\"note\">No allocation history to plot (the trace holds a single instant).",
+        );
+        if d.segments.is_some() {
+            let _ = write!(
+                out,
+                " The segment map under <a href=\"#{}\">Allocator segments</a> shows the allocator's state.",
+                super::allocator::anchor(d)
+            );
+        }
+        out.push_str("</p>\n");
         return;
     }
     let time = t.x_unit == "time_us";
@@ -436,7 +446,7 @@ fn steps(xs: &[f64], ys: impl Iterator<Item = f64>) -> Vec<(f64, f64)> {
 /// height (flat stretches are common: parameters, reserved memory) and
 /// repeats of the same point, which draws the same line with far fewer
 /// points.
-fn points(pts: &[(f64, f64)]) -> String {
+pub(crate) fn points(pts: &[(f64, f64)]) -> String {
     let mut rounded: Vec<(i64, i64)> = pts
         .iter()
         .map(|(x, y)| ((x * 10.0).round() as i64, (y * 10.0).round() as i64))
@@ -484,7 +494,7 @@ impl std::fmt::Display for Tenths {
 }
 
 /// The binary unit that makes `max` read between 1 and 1024.
-fn byte_unit(max: u64) -> (&'static str, f64) {
+pub(crate) fn byte_unit(max: u64) -> (&'static str, f64) {
     const K: f64 = 1024.0;
     let m = max as f64;
     if m >= K * K * K {
@@ -524,7 +534,7 @@ fn nice_step(max: f64) -> f64 {
 }
 
 /// Ticks 0, step, 2·step, … covering `max` with a 1-2-5 step (4 to 10 ticks).
-fn nice_ticks(max: f64) -> Vec<f64> {
+pub(crate) fn nice_ticks(max: f64) -> Vec<f64> {
     if max <= 0.0 || !max.is_finite() {
         return vec![0.0, 1.0];
     }
@@ -534,7 +544,7 @@ fn nice_ticks(max: f64) -> Vec<f64> {
 }
 
 /// A tick value with as many decimals as its step needs.
-fn tick_label(v: f64, ticks: &[f64]) -> String {
+pub(crate) fn tick_label(v: f64, ticks: &[f64]) -> String {
     let step = ticks.get(1).copied().unwrap_or(1.0);
     let decimals = (-step.log10().floor()).max(0.0) as usize;
     format!("{v:.decimals$}")

@@ -66,7 +66,7 @@ pub fn render(report: &Report) -> String {
     out
 }
 
-const STYLE: &str = "\
+pub(crate) const STYLE: &str = "\
 :root{color-scheme:light;--fg:#1d1d1f;--muted:#5f6368;--line:#d9dce1;--zebra:#f6f7f9}
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,Helvetica,Arial,sans-serif;color:var(--fg);margin:2rem auto;max-width:1080px;padding:0 1rem;line-height:1.45}
 h1{margin:0 0 .2rem;font-size:1.6rem}h2{margin-top:2.2rem;border-bottom:2px solid var(--line);padding-bottom:.2rem}h3{margin:1.6rem 0 .5rem;font-size:1.05rem}
@@ -84,6 +84,9 @@ figcaption{display:flex;flex-wrap:wrap;gap:.3rem 1.1rem;font-size:.88rem;margin-
 .ln{display:inline-block;width:1.6em;height:0;vertical-align:.25em;margin-right:.4em;border-top:2px solid #000}.ln.reserved{border-top:2px dashed #222}.ln.oom{border-top-color:#d00}
 .verdict{font-weight:600}.does_not_fit{color:#b00020}.fits_after_cuts{color:#a05a00}.fits{color:#1b7f3b}
 li.warning b{color:#b00020}.note{color:var(--muted)}
+details.stack{margin:.2rem 0}details.stack summary{cursor:pointer}ol.frames{margin:.2rem 0 .6rem;padding-left:2.4rem;font-size:.85rem}ol.frames li.internal{color:#9aa0a6}
+svg.segments text{font-size:10px}svg .seg{stroke:#c4c7cc;stroke-width:.5}.sw.hatch{background:repeating-linear-gradient(45deg,#fff 0 2px,#9aa0a6 2px 4px);outline:1px solid #c4c7cc}
+figcaption.title{font-weight:600;margin:0 0 .3rem}.at{background:#fff4e5;border-left:4px solid #a05a00;padding:.4rem .7rem}
 @media print{body{margin:0;max-width:none}h2{break-before:auto}figure,table{break-inside:avoid}}";
 
 /// Stable colour per category (legend, areas and table swatches).
@@ -200,6 +203,9 @@ fn device(out: &mut String, d: &DeviceReport) {
     }
     fact(out, "Events", &d.events.to_string());
     out.push_str("</tbody>\n</table>\n");
+    if let Some(note) = super::at_note(d) {
+        let _ = writeln!(out, "<p class=\"at\">{}</p>", escape(&note));
+    }
 
     super::chart::render(out, d);
 
@@ -269,6 +275,7 @@ fn device(out: &mut String, d: &DeviceReport) {
             );
         }
         out.push_str("</tbody>\n</table>\n");
+        super::stacks::html(out, d);
     }
 
     if !d.ooms.is_empty() {
@@ -294,6 +301,7 @@ fn device(out: &mut String, d: &DeviceReport) {
         out.push_str("</tbody>\n</table>\n");
     }
 
+    super::allocator::html(out, d);
     out.push_str("<h3>Cut plan</h3>\n");
     match &d.plan {
         Some(plan) => {

@@ -11,6 +11,11 @@ use serde_json::ser::Formatter;
 use crate::schema::Report;
 
 pub fn render(report: &Report) -> String {
+    to_json(report)
+}
+
+/// Any report (an analysis, a diff) in this layout, with a final newline.
+pub(crate) fn to_json<T: Serialize>(report: &T) -> String {
     let mut out = Vec::with_capacity(64 * 1024);
     let mut ser = serde_json::Serializer::with_formatter(&mut out, ReportFormatter::default());
     report
@@ -32,7 +37,8 @@ enum Layout {
 }
 
 /// serde_json's `PrettyFormatter` (two-space indent), but arrays whose
-/// first element is a number are written on one line. The separator before
+/// first element is a number are written on one line, with every array
+/// inside them. The separator before
 /// an array element is held back until the element shows what it is.
 #[derive(Debug, Default)]
 struct ReportFormatter {
@@ -130,7 +136,13 @@ impl Formatter for ReportFormatter {
 
     fn begin_array<W: ?Sized + Write>(&mut self, w: &mut W) -> io::Result<()> {
         self.element(w, false)?;
-        self.arrays.push(Layout::Undecided);
+        // Inside a one-line array (a tuple such as a segment), one line too.
+        let inner = if self.arrays.last() == Some(&Layout::OneLine) {
+            Layout::OneLine
+        } else {
+            Layout::Undecided
+        };
+        self.arrays.push(inner);
         self.indent += 1;
         self.has_value = false;
         w.write_all(b"[")
@@ -198,6 +210,7 @@ mod tests {
         let value = serde_json::json!({
             "a": [], "b": {}, "c": ["x", "y"], "d": [1, 2.5, -3], "e": [[1, 2], [3]],
             "f": [{"g": [null, 1]}, {}], "h": "s", "i": null, "j": [true, false],
+            "k": [7, false, [[1, "x"], []]],
         });
         let mut out = Vec::new();
         let mut ser = serde_json::Serializer::with_formatter(&mut out, ReportFormatter::default());
@@ -208,7 +221,11 @@ mod tests {
             .replace("[\n    1,\n    2.5,\n    -3\n  ]", "[1,2.5,-3]")
             .replace("[\n      1,\n      2\n    ]", "[1,2]")
             .replace("[\n      3\n    ]", "[3]")
-            .replace("[\n        null,\n        1\n      ]", "[null,1]");
+            .replace("[\n        null,\n        1\n      ]", "[null,1]")
+            .replace(
+                "[\n    7,\n    false,\n    [\n      [\n        1,\n        \"x\"\n      ],\n      []\n    ]\n  ]",
+                "[7,false,[[1,\"x\"],[]]]",
+            );
         assert_eq!(got, want);
     }
 }

@@ -2,10 +2,13 @@
 //! the report (so a saved JSON renders the same pages) and share the few
 //! cells that two of them show alike.
 
+pub mod allocator;
 mod chart;
+pub mod diff;
 pub mod html;
 pub mod json;
 pub mod markdown;
+pub mod stacks;
 pub mod text;
 
 use crate::model::Category;
@@ -36,6 +39,11 @@ impl OutputFormat {
             OutputFormat::Html => "html",
         }
     }
+}
+
+/// Renders a comparison (`memcut diff`) in the given format.
+pub fn render_diff(report: &crate::schema::DiffReport, format: OutputFormat) -> String {
+    diff::render(report, format)
 }
 
 /// Renders a report in the given format.
@@ -235,6 +243,25 @@ pub(crate) fn peak_instant(device: &DeviceReport) -> String {
     } else {
         format!("event {}", device.peak.event_index)
     }
+}
+
+/// When the report shows another instant than the peak (`--at`): one
+/// sentence that says so, and where the peak is.
+pub(crate) fn at_note(device: &DeviceReport) -> Option<String> {
+    let at = device.at.as_ref()?;
+    if at.event_index == at.peak_event_index {
+        return Some(format!(
+            "This report shows the state after event {} (--at {}), which is the peak.",
+            at.event_index, at.spec
+        ));
+    }
+    Some(format!(
+        "This report shows the state after event {} (--at {}), not the peak: the peak is {} at event {}. \"Peak\" below means the instant shown.",
+        at.event_index,
+        at.spec,
+        human_bytes(at.peak_allocated_bytes),
+        at.peak_event_index
+    ))
 }
 
 /// How the peak's bytes got their category, in one line:

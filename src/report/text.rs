@@ -56,6 +56,9 @@ fn device(out: &mut String, d: &DeviceReport) {
         }
     }
     let _ = writeln!(out);
+    if let Some(note) = super::at_note(d) {
+        let _ = writeln!(out, "  {note}");
+    }
     if d.baseline_bytes > 0 {
         let _ = writeln!(
             out,
@@ -119,6 +122,7 @@ fn device(out: &mut String, d: &DeviceReport) {
     for o in &d.ooms {
         let _ = writeln!(out, "  OOM at event {}: {}", o.event_index, o.verdict);
     }
+    super::allocator::text(out, d);
     match &d.plan {
         Some(plan) => {
             let _ = writeln!(

@@ -1,0 +1,138 @@
+//! The allocator's view (`devices[].segments`): the caching allocator's
+//! segments (one `cudaMalloc`, or one mapped range of an expandable
+//! segment) and the blocks they are cut into, at the instants a post-mortem
+//! asks about. Part of the report contract (see the parent module).
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Category;
+
+/// The segments at the reported instant (the peak, or `--at`), at each OOM
+/// (the first [`SegmentsView::MAX_OOMS`]) and at dump time, in that order.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SegmentsView {
+    pub instants: Vec<SegmentState>,
+    /// OOMs after the first [`SegmentsView::MAX_OOMS`], not shown.
+    pub ooms_left_out: u64,
+}
+
+impl SegmentsView {
+    /// OOMs whose segments are kept (a trace may hold hundreds of retries).
+    pub const MAX_OOMS: usize = 8;
+}
+
+/// The allocator's state at one instant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SegmentState {
+    /// What the instant is: `peak`, `at` (`--at`), `oom N` (index into
+    /// `ooms`), `dump`; joined with `, ` when they coincide (`peak, dump`).
+    pub label: String,
+    /// The event after which this state holds; `None` for the dump of a
+    /// snapshot without history.
+    pub event_index: Option<u64>,
+    /// `true`: the file's own segments and blocks (dump time). `false`: an
+    /// estimate rebuilt from the history (segment events walked back from
+    /// the dump; live allocations placed at their addresses, sizes rounded
+    /// as the allocator rounds them).
+    pub exact: bool,
+    pub segment_count: u64,
+    /// Σ segment sizes.
+    pub reserved_bytes: u64,
+    /// Σ blocks handed to the program (allocator-rounded sizes).
+    pub allocated_bytes: u64,
+    /// Σ blocks freed by the program but still in use by another stream.
+    pub pending_free_bytes: u64,
+    /// Σ free (`inactive`) blocks: the cache.
+    pub inactive_bytes: u64,
+    pub largest_free_block_bytes: u64,
+    /// The request fragmentation is measured against: the failed request at
+    /// an OOM, else the largest request of the trace (the largest live
+    /// block for a snapshot without history).
+    pub request_bytes: u64,
+    /// Free bytes in blocks smaller than `request_bytes`: cached memory that
+    /// cannot serve that request.
+    pub fragmentation_bytes: u64,
+    /// Bytes of live allocations that fall in no known segment (the history
+    /// does not say where the segment was).
+    pub unplaced_bytes: u64,
+    /// By address.
+    pub segments: Vec<SegmentMap>,
+}
+
+impl SegmentState {
+    /// `fragmentation_bytes` as a share of the free bytes, in percent.
+    pub fn fragmentation_percent(&self) -> f64 {
+        self.fragmentation_bytes as f64 * 100.0 / self.inactive_bytes.max(1) as f64
+    }
+}
+
+/// One segment and its blocks, which cover it from start to end. Written
+/// on one line as `[address, size, expandable, [block, …]]`: a snapshot can
+/// hold thousands of segments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "SegmentTuple", into = "SegmentTuple")]
+#[non_exhaustive]
+pub struct SegmentMap {
+    pub address: u64,
+    pub size: u64,
+    pub expandable: bool,
+    /// In address order.
+    pub blocks: Vec<BlockSpan>,
+}
+
+/// How a [`SegmentMap`] is written.
+#[derive(Serialize, Deserialize)]
+struct SegmentTuple(u64, u64, bool, Vec<BlockSpan>);
+
+impl From<SegmentTuple> for SegmentMap {
+    fn from(t: SegmentTuple) -> SegmentMap {
+        SegmentMap {
+            address: t.0,
+            size: t.1,
+            expandable: t.2,
+            blocks: t.3,
+        }
+    }
+}
+
+impl From<SegmentMap> for SegmentTuple {
+    fn from(m: SegmentMap) -> SegmentTuple {
+        SegmentTuple(m.address, m.size, m.expandable, m.blocks)
+    }
+}
+
+/// A block, written `[offset, size, state, category]`: its offset from the
+/// segment's address, its size, what it holds, and the category of the
+/// allocation in it (`null` for a free block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockSpan(pub u64, pub u64, pub BlockUse, pub Option<Category>);
+
+impl BlockSpan {
+    pub fn offset(&self) -> u64 {
+        self.0
+    }
+    pub fn size(&self) -> u64 {
+        self.1
+    }
+    pub fn state(&self) -> BlockUse {
+        self.2
+    }
+    pub fn category(&self) -> Option<Category> {
+        self.3
+    }
+}
+
+/// What a block holds (PyTorch's `active_allocated`, `active_pending_free`,
+/// `inactive`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BlockUse {
+    /// Handed to the program.
+    Allocated,
+    /// Freed by the program, still used by another stream.
+    PendingFree,
+    /// Free: cached for reuse.
+    Inactive,
+}

@@ -1,0 +1,87 @@
+//! The allocator's view: `devices[].segments` in JSON, the segment map in
+//! HTML, fragmentation at an OOM.
+
+mod common;
+
+use memcut::{analyze_path, render, AnalyzeOptions, BlockUse, OutputFormat, Report};
+
+const MIB: u64 = 1 << 20;
+
+fn analyze(path: &std::path::Path) -> Report {
+    analyze_path(path, &AnalyzeOptions::new()).unwrap()
+}
+
+/// tests/data/segments/make_segments.py: 32 MiB cached in 8 MiB holes, a
+/// 16 MiB request fails with 4 MiB free on the device. Only the state
+/// rebuilt at the OOM shows why: by dump time two holes have merged.
+#[test]
+fn a_request_larger_than_every_free_block_but_not_the_free_total_is_fragmentation() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/segments/fragmented_oom.pickle");
+    let r = analyze(&path);
+    let d = &r.devices[0];
+    let oom = &d.ooms[0];
+    assert_eq!(oom.requested_bytes, 16 * MIB);
+    assert_eq!(oom.largest_free_block_bytes, Some(8 * MIB));
+    assert!(oom.verdict.starts_with("fragmentation: 32.0 MiB cached (32.0 MiB in free blocks, 32.0 MiB of it in blocks smaller than the request, across 1 segment) but the largest free block is 8.0 MiB < 16.0 MiB requested"), "{}", oom.verdict);
+    let view = d.segments.as_ref().unwrap();
+    let labels: Vec<&str> = view.instants.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(labels, ["peak", "oom 0", "dump"]);
+    let at_oom = &view.instants[1];
+    assert!(!at_oom.exact);
+    assert_eq!(
+        (
+            at_oom.allocated_bytes,
+            at_oom.inactive_bytes,
+            at_oom.largest_free_block_bytes,
+            at_oom.fragmentation_bytes
+        ),
+        (32 * MIB, 32 * MIB, 8 * MIB, 32 * MIB)
+    );
+    // Blocks alternate: allocated, free, allocated, … in the one segment.
+    let states: Vec<BlockUse> = at_oom.segments[0]
+        .blocks
+        .iter()
+        .map(|b| b.state())
+        .collect();
+    assert_eq!(states.len(), 8);
+    assert!(states
+        .iter()
+        .enumerate()
+        .all(|(k, s)| (*s == BlockUse::Inactive) == (k % 2 == 1)));
+    let dump = &view.instants[2];
+    assert!(dump.exact);
+    assert_eq!(dump.largest_free_block_bytes, 16 * MIB);
+    let html = render(&r, OutputFormat::Html);
+    assert!(html.contains("<svg class=\"segments\""));
+    assert!(html.contains("Segment map at oom 0"));
+}
+
+/// Snapshots without history (verl) and with (sketchkv2) get a segment
+/// map and fragmentation figures; without history, the dump's own.
+#[test]
+#[ignore = "needs ../shared/corpus (or MEMCUT_CORPUS)"]
+fn segments_only_and_history_snapshots_get_a_segment_map() {
+    for (rel, exact, segments) in [
+        ("verl/mem.pickle", true, 127),
+        ("sketchkv2/my_snapshot.pickle", false, 259),
+    ] {
+        let r = analyze(&common::corpus().join(rel));
+        let d = &r.devices[0];
+        let first = &d.segments.as_ref().expect(rel).instants[0];
+        assert_eq!(
+            (first.exact, first.segment_count),
+            (exact, segments),
+            "{rel}"
+        );
+        assert!(
+            first.inactive_bytes > 0 && first.largest_free_block_bytes > 0,
+            "{rel}"
+        );
+        assert!(first.fragmentation_bytes <= first.inactive_bytes, "{rel}");
+        assert_eq!(Some(first.reserved_bytes), d.peak.reserved_bytes, "{rel}");
+        let html = render(&r, OutputFormat::Html);
+        assert!(html.contains("<svg class=\"segments\""), "{rel}");
+        assert!(html.contains("largest free block"), "{rel}");
+    }
+}
