@@ -21,7 +21,7 @@
 //! - `memcut::batch::{rows_of, Row::for_input, skip_reason, one_line,
 //!   sort_rows, SummaryFormat}` (the summary rows of `memcut batch`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
@@ -66,11 +66,37 @@ struct OptionArgs {
     order: String,
 }
 
-/// Reads a file named in an option, with the CLI's message when it cannot.
-fn read_option_file(path: &Path) -> PyResult<String> {
-    std::fs::read_to_string(path)
-        .map_err(|e| error(format!("{}: cannot read: {e}", path.display())))
+/// A levers or rules option: the JSON text of its file (read now, with the
+/// CLI's message when it cannot be) or the text given, and the label its
+/// errors start with (the file as the CLI names it, else `what`).
+fn json_option(
+    text: Option<String>,
+    file: Option<PathBuf>,
+    what: &str,
+) -> PyResult<(Option<String>, String)> {
+    match file {
+        Some(path) => {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| error(format!("{}: cannot read: {e}", path.display())))?;
+            Ok((Some(text), path.display().to_string()))
+        }
+        None => Ok((text, what.to_owned())),
+    }
 }
+
+/// `Options(...)`'s positional arguments, as `__reduce__` gives them back.
+type NewArgs = (
+    Option<String>,
+    String,
+    Option<String>,
+    Option<PathBuf>,
+    Option<String>,
+    Option<PathBuf>,
+    Option<String>,
+    usize,
+    u32,
+    String,
+);
 
 #[pymethods]
 impl Options {
@@ -116,19 +142,13 @@ impl Options {
             }
         };
         // Levers and rules: a file (named in messages as the CLI does) or JSON text.
-        let (levers, levers_label) = match (levers, levers_file) {
-            (_, Some(path)) => (Some(read_option_file(&path)?), path.display().to_string()),
-            (text, None) => (text, "levers".to_owned()),
-        };
+        let (levers, levers_label) = json_option(levers, levers_file, "levers")?;
         if let Some(text) = &levers {
             let parsed =
                 plan::parse_levers(text).map_err(|e| error(format!("{levers_label}: {e}")))?;
             inner.plan.levers = Some(parsed);
         }
-        let (rules, rules_label) = match (rules, rules_file) {
-            (_, Some(path)) => (Some(read_option_file(&path)?), path.display().to_string()),
-            (text, None) => (text, "rules".to_owned()),
-        };
+        let (rules, rules_label) = json_option(rules, rules_file, "rules")?;
         if let Some(text) = &rules {
             inner.analysis.user_rules = serde_json::from_str(text)
                 .map_err(|e| error(format!("{rules_label}: bad rules file: {e}")))?;
@@ -149,41 +169,13 @@ impl Options {
     }
 
     /// Pickles as the constructor call with every file already read.
-    #[allow(clippy::type_complexity)]
-    fn __reduce__<'py>(
-        slf: &Bound<'py, Self>,
-    ) -> (
-        Bound<'py, pyo3::types::PyType>,
-        (
-            Option<String>,
-            String,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            usize,
-            u32,
-            String,
-        ),
-    ) {
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> (Bound<'py, pyo3::types::PyType>, NewArgs) {
         let a = slf.get().args.clone();
-        let no_file: Option<String> = None;
-        (
-            slf.get_type(),
-            (
-                a.budget,
-                a.headroom,
-                a.levers,
-                no_file.clone(),
-                a.rules,
-                no_file,
-                a.device,
-                a.top,
-                a.dp_ranks,
-                a.order,
-            ),
-        )
+        let args = (
+            a.budget, a.headroom, a.levers, None, a.rules, None, a.device, a.top, a.dp_ranks,
+            a.order,
+        );
+        (slf.get_type(), args)
     }
 }
 

@@ -203,3 +203,15 @@ def test_the_gil_is_released_while_analysing(big_snapshot):
     middle = [t for t in ticks if t0 + 0.3 * (t1 - t0) < t < t0 + 0.7 * (t1 - t0)]
     assert t1 - t0 > 0.01, "the input is too small to tell"
     assert middle, f"no Python progress during a {t1 - t0:.3f} s analysis: the GIL was held"
+
+
+def test_options_pickle_with_their_files_read(in_root, tmp_path):
+    """Ray ships the checked options to workers that may not see the files."""
+    levers = tmp_path / "levers.json"
+    levers.write_text(json.dumps([{"name": "halve", "scales": {"activation": 0.5}, "cost": "cheap", "action": "halve"}]))
+    options = _native.Options(budget="12MB", levers_file=str(levers), order="largest")
+    shipped = pickle.loads(pickle.dumps(options))
+    levers.unlink()
+    data = (ROOT / ADAMW).read_bytes()
+    assert _native.analyze_bytes(data, "x", shipped)[0] == _native.analyze_bytes(data, "x", options)[0]
+    assert '"lever": "halve"' in _native.analyze_bytes(data, "x", shipped)[0]
