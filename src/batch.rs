@@ -102,7 +102,7 @@ pub struct Row {
 }
 
 impl Row {
-    fn for_input(input: &Input, status: Status, error: String) -> Row {
+    pub fn for_input(input: &Input, status: Status, error: String) -> Row {
         Row {
             file: input.display.clone(),
             status,
@@ -439,7 +439,7 @@ pub fn skip_reason(e: &Error) -> Option<String> {
     }
 }
 
-fn one_line(s: &str) -> String {
+pub fn one_line(s: &str) -> String {
     let line = s.lines().map(str::trim).collect::<Vec<_>>().join(" ");
     if line.chars().count() > 300 {
         let mut cut: String = line.chars().take(297).collect();
