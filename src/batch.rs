@@ -24,7 +24,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
-use crate::pipeline::{analyze_path, AnalyzeOptions};
+use crate::pipeline::{analyze_bytes, analyze_path, AnalyzeOptions};
 use crate::report::{self, OutputFormat};
 use crate::schema::{DeviceReport, Report, Verdict};
 use crate::units::human_bytes;
@@ -102,7 +102,7 @@ pub struct Row {
 }
 
 impl Row {
-    pub fn for_input(input: &Input, status: Status, error: String) -> Row {
+    fn for_input(input: &Input, status: Status, error: String) -> Row {
         Row {
             file: input.display.clone(),
             status,
@@ -374,6 +374,26 @@ fn process_with(input: &Input, options: &BatchOptions, analyze: Analyze) -> Vec<
     rows_of(input, &report, options)
 }
 
+/// The summary rows of one input held in memory, exactly as [`run`] makes
+/// them for a file: for engines that hand memcut bytes rather than paths
+/// (the Python binding under Ray, …). `name` is the rows' `file`; no report
+/// is written. A skip, a failure or a panic is the input's one row.
+pub fn rows_of_bytes(name: &str, bytes: &[u8], analyze: &AnalyzeOptions) -> Vec<Row> {
+    let input = Input {
+        path: PathBuf::from(name),
+        display: name.to_owned(),
+        name: String::new(),
+        size_bytes: bytes.len() as u64,
+    };
+    let options = BatchOptions {
+        analyze: analyze.clone(),
+        ..BatchOptions::default()
+    };
+    process_with(&input, &options, &|input, o| {
+        analyze_bytes(bytes, &input.display, o)
+    })
+}
+
 /// The summary rows of an analysed input: one per device.
 pub fn rows_of(input: &Input, report: &Report, options: &BatchOptions) -> Vec<Row> {
     let report_name = if options.out_dir.is_some() && !options.formats.is_empty() {
@@ -439,7 +459,7 @@ pub fn skip_reason(e: &Error) -> Option<String> {
     }
 }
 
-pub fn one_line(s: &str) -> String {
+fn one_line(s: &str) -> String {
     let line = s.lines().map(str::trim).collect::<Vec<_>>().join(" ");
     if line.chars().count() > 300 {
         let mut cut: String = line.chars().take(297).collect();

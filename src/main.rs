@@ -47,10 +47,10 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
     options.analysis.device = args.device.clone();
     options.analysis.top = args.top;
     if let Some(path) = &args.rules {
-        match load_rules(path) {
+        match memcut::read_rules_file(path) {
             Ok(rules) => options.analysis.user_rules = rules,
-            Err(msg) => {
-                eprintln!("memcut: error: {}: {msg}", path.display());
+            Err(e) => {
+                eprintln!("memcut: error: {e}");
                 return Exit::Usage;
             }
         }
@@ -135,21 +135,10 @@ fn emit(text: &str, output: Option<&Path>) -> std::io::Result<()> {
     }
 }
 
-fn load_rules(path: &Path) -> Result<Vec<memcut::UserRule>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
-    serde_json::from_str(&text).map_err(|e| format!("bad rules file: {e}"))
-}
-
 /// The planner's options from the command line (`--levers` is read here).
 fn plan_options(args: &BudgetArgs) -> Result<memcut::PlanOptions, String> {
     let levers = match &args.levers {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-            let levers =
-                memcut::parse_levers(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-            Some(levers)
-        }
+        Some(path) => Some(memcut::read_levers_file(path).map_err(|e| e.to_string())?),
         None => None,
     };
     let mut options = memcut::PlanOptions::default();

@@ -53,19 +53,10 @@ class MemcutWarning(UserWarning):
     """An input was read only in part (the CLI prints these as warnings)."""
 
 
-class Report(dict):  # type: ignore[type-arg]
-    """The JSON report as a dict, as :func:`analyze` returns it.
-
-    A plain ``dict`` in every way (it compares equal to ``json.loads`` of the
-    CLI's output, and pickles and copies as a plain dict). It also remembers
-    the analysis that made it, because the JSON does not carry the plotted
-    timeline: :func:`render` draws the HTML chart from it.
-    """
-
-    _analysis: Optional[_native.Analysis] = None
-
-    def __reduce__(self) -> Any:
-        return (dict, (dict(self),))
+#: The JSON report of ``memcut analyze -f json`` as a plain dict: what
+#: :func:`analyze` returns and :func:`render` takes (a saved report loaded
+#: with ``json.load`` is one too; it carries the plotted series).
+Report = Dict[str, Any]
 
 
 def _size(value: Optional[Size], what: str) -> Optional[str]:
@@ -158,11 +149,10 @@ def analyze(
     options = _options(budget, headroom, levers, rules, device, top, dp_ranks, order)
     data = _data(path_or_bytes)
     if data is None:
-        text, analysis = _native.analyze_file(os.fspath(path_or_bytes), options)  # type: ignore[arg-type]
+        text = _native.analyze_file(os.fspath(path_or_bytes), options)  # type: ignore[arg-type]
     else:
-        text, analysis = _native.analyze_bytes(data, "-" if name is None else name, options)
-    report = Report(json.loads(text))
-    report._analysis = analysis
+        text = _native.analyze_bytes(data, "-" if name is None else name, options)
+    report: Report = json.loads(text)
     for d in report["diagnostics"]:
         if d.get("partial_read"):
             warnings.warn(f"{report['source']['path']}: {d['message']}", MemcutWarning, stacklevel=2)
@@ -174,12 +164,10 @@ def render(report: Mapping[str, Any], format: str = "md") -> str:
     report loaded with ``json.load``) as ``"md"``, ``"html"``, ``"text"`` or
     ``"json"``: the same bytes as ``memcut analyze -f FORMAT``.
 
-    The report is read from the dict, so edits show. The HTML chart is drawn
-    from the analysis that made the dict (the JSON does not carry the
-    timeline); a dict loaded from a file has no chart.
+    The report is read from the dict, so edits show. The JSON carries the
+    plotted series, so a report loaded from a file draws the same HTML chart.
     """
-    analysis = getattr(report, "_analysis", None)
-    return _native.render(json.dumps(report), format, analysis)
+    return _native.render(json.dumps(report), format)
 
 
 def summary_rows(

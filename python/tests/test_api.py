@@ -84,26 +84,32 @@ def test_render_gives_the_cli_bytes(cli, in_root, fmt):
         assert memcut.render(report, fmt) == out.stdout.decode()
 
 
-def test_render_reads_the_dict(in_root):
+def test_render_reads_the_dict(in_root, tmp_path):
     report = memcut.analyze(ADAMW)
-    plain = json.loads(json.dumps(report))  # a saved report, loaded again
-    assert type(plain) is dict
-    for fmt in ("md", "text", "json"):
-        assert memcut.render(plain, fmt) == memcut.render(report, fmt)
+    assert type(report) is dict
     edited = copy.deepcopy(report)
     edited["source"]["path"] = "renamed.pickle"
     assert "# memcut report: `renamed.pickle`" in memcut.render(edited, "md")
-    # The chart is drawn from the analysis that made the dict; JSON has no timeline.
-    assert "<svg" in memcut.render(report, "html")
-    assert "<svg" not in memcut.render(plain, "html")
     assert memcut.render(report) == memcut.render(report, "md")
 
 
-def test_report_pickles_and_copies_as_a_plain_dict(in_root):
-    report = memcut.analyze(ADAMW)
-    for other in (pickle.loads(pickle.dumps(report)), copy.deepcopy(report), copy.copy(report)):
-        assert type(other) is dict
-        assert other == report
+@pytest.mark.parametrize("sample", [ADAMW, "sample_traces/kv_cache_decode.trace.json.gz"])
+def test_a_saved_report_renders_the_same_pages_chart_included(cli, in_root, tmp_path, sample):
+    """The JSON carries the plotted series: a report saved by the CLI and
+    loaded again renders the HTML chart the analysis drew."""
+    saved = tmp_path / "report.json"
+    out = run_cli(cli, ["analyze", sample, "--budget", "16MiB", "-f", "json", "-o", str(saved)])
+    assert out.returncode == 0, out.stderr.decode()
+    with open(saved) as f:
+        loaded = json.load(f)
+    assert any(d.get("timeline") for d in loaded["devices"])
+    for fmt in ("md", "html", "text", "json"):
+        direct = run_cli(cli, ["analyze", sample, "--budget", "16MiB", "-f", fmt]).stdout.decode()
+        assert memcut.render(loaded, fmt) == direct
+    assert "<svg" in memcut.render(loaded, "html")
+    # Pickled and copied, it is still the same report.
+    for other in (pickle.loads(pickle.dumps(loaded)), copy.deepcopy(loaded)):
+        assert memcut.render(other, "html") == memcut.render(loaded, "html")
 
 
 def test_render_errors_are_memcut_errors(in_root):
@@ -184,7 +190,7 @@ def test_the_gil_is_released_while_analysing(big_snapshot):
     GIL held for the whole call it would make no progress in its middle."""
     data = big_snapshot.read_bytes()
     options = _native.Options()
-    _native.analyze_bytes(data, "big", options, False)  # warm up: page in, start rayon
+    _native.analyze_bytes(data, "big", options)  # warm up: page in, start rayon
     ticks = []
     stop = threading.Event()
 
@@ -196,7 +202,7 @@ def test_the_gil_is_released_while_analysing(big_snapshot):
     worker.start()
     time.sleep(0.05)
     t0 = time.perf_counter()
-    _native.analyze_bytes(data, "big", options, False)
+    _native.analyze_bytes(data, "big", options)
     t1 = time.perf_counter()
     stop.set()
     worker.join()
@@ -209,9 +215,14 @@ def test_options_pickle_with_their_files_read(in_root, tmp_path):
     """Ray ships the checked options to workers that may not see the files."""
     levers = tmp_path / "levers.json"
     levers.write_text(json.dumps([{"name": "halve", "scales": {"activation": 0.5}, "cost": "cheap", "action": "halve"}]))
-    options = _native.Options(budget="12MB", levers_file=str(levers), order="largest")
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps([{"name": "adam", "category": "temporary", "site_contains": "adam.py"}]))
+    options = _native.Options(budget="12MB", levers_file=str(levers), rules_file=str(rules),
+                              order="largest", top=3, dp_ranks=2, headroom="5%")
     shipped = pickle.loads(pickle.dumps(options))
     levers.unlink()
+    rules.unlink()
     data = (ROOT / ADAMW).read_bytes()
-    assert _native.analyze_bytes(data, "x", shipped)[0] == _native.analyze_bytes(data, "x", options)[0]
-    assert '"lever": "halve"' in _native.analyze_bytes(data, "x", shipped)[0]
+    assert _native.analyze_bytes(data, "x", shipped) == _native.analyze_bytes(data, "x", options)
+    assert '"lever": "halve"' in _native.analyze_bytes(data, "x", shipped)
+    assert '"rule": "user:adam"' in _native.analyze_bytes(data, "x", shipped)
