@@ -85,7 +85,7 @@ pub use classify::{parse_rules, RulesError, UserRule};
 pub use error::{Error, Result};
 pub use formats::pickle::Limits as PickleLimits;
 pub use input::Limits;
-pub use model::{Category, Diagnostic, Level};
+pub use model::{Category, Diagnostic, Distributed, Level};
 pub use pipeline::{
     analyze_bytes, analyze_path, analyze_reader, read_levers_file, read_rules_file, AnalyzeOptions,
     OptionsFileError,

@@ -139,7 +139,8 @@ fn analyze_parsed(
     size_bytes: u64,
     options: &AnalyzeOptions,
 ) -> Report {
-    let source = SourceInfo::new(display_path, trace.format.as_str(), size_bytes);
+    let mut source = SourceInfo::new(display_path, trace.format.as_str(), size_bytes);
+    source.distributed = trace.distributed;
     analyze_trace(trace, source, options)
 }
 

@@ -16,7 +16,10 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::attribute::{BeRec, Instant, OpKind, OpRec};
-use super::skeleton::{drain_map, DeviceProp, EventSeed, Id, Num, RawEvent, TopKey, TopKeySeen};
+use super::skeleton::{
+    drain_map, DeviceProp, DistributedInfo, EventSeed, Id, Num, RawEvent, TopKey, TopKeySeen,
+};
+use crate::model::Distributed;
 
 /// One `[memory]` or `[OutOfMemory]` event.
 #[derive(Debug, Clone, Copy)]
@@ -73,6 +76,8 @@ pub(super) struct Collected<'a> {
     pub(super) devices: Vec<DeviceInfo>,
     /// `baseTimeNanoseconds`.
     pub(super) base_time_ns: Option<i64>,
+    /// `distributedInfo`'s rank and world size.
+    pub(super) distributed: Option<Distributed>,
     /// A top-level key only ROCm builds of Kineto write was seen.
     pub(super) amd_hint: bool,
     pub(super) dropped: Dropped,
@@ -212,6 +217,14 @@ impl<'a> Collector<'a> {
             .collect();
     }
 
+    pub(super) fn set_distributed(&mut self, info: DistributedInfo) {
+        let number = |n: Num| n.u64().and_then(|v| u32::try_from(v).ok());
+        self.out.distributed = match (number(info.rank), number(info.world_size)) {
+            (Some(rank), Some(world_size)) => Distributed::new(rank, world_size),
+            _ => None,
+        };
+    }
+
     pub(super) fn set_base_time(&mut self, ns: Option<i64>) {
         self.out.base_time_ns = ns;
     }
@@ -247,6 +260,7 @@ impl<'de, 'c> Visitor<'de> for TopSeed<'c, 'de> {
                     let props: Option<Vec<DeviceProp<'de>>> = map.next_value()?;
                     self.0.set_device_props(props.unwrap_or_default());
                 }
+                TopKey::DistributedInfo => self.0.set_distributed(map.next_value()?),
                 TopKey::BaseTime => self.0.set_base_time(map.next_value::<Num>()?.i64()),
                 TopKey::Other => {
                     self.0.note_top_key(&raw);
