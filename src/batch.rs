@@ -16,6 +16,10 @@
 //! know (or a trace without memory events) is *skipped* with its reason; a
 //! file that looks like a trace but cannot be read is *failed*.
 
+pub mod merge;
+pub mod ranks;
+pub mod shard;
+
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -99,6 +103,10 @@ pub struct Row {
     pub report: String,
     /// One-line reason for `skipped` and `failed` rows.
     pub error: String,
+    /// The rank of a distributed job this device's trace is, when known
+    /// ([`ranks`]): in JSON Lines only (not a CSV column), absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distributed: Option<ranks::RankOf>,
 }
 
 impl Row {
@@ -114,6 +122,7 @@ impl Row {
             verdict: String::new(),
             report: String::new(),
             error,
+            distributed: None,
         }
     }
 }
@@ -434,6 +443,7 @@ pub fn rows_of(input: &Input, report: &Report, options: &BatchOptions) -> Vec<Ro
                 },
                 report: report_name.clone(),
                 error: String::new(),
+                distributed: ranks::rank_of(&input.display, report, d),
             }
         })
         .collect()
@@ -566,6 +576,7 @@ pub fn render_markdown(rows: &[Row]) -> String {
         "\n{} analysed ({} over budget), {} skipped, {} failed.",
         t.analysed, t.over_budget, t.skipped, t.failed
     );
+    out.push_str(&ranks::render_markdown(rows));
     out
 }
 
@@ -703,6 +714,7 @@ mod tests {
             verdict: String::new(),
             report: String::new(),
             error: "a, \"quoted\" reason".into(),
+            distributed: None,
         }
     }
 

@@ -10,7 +10,10 @@ use std::process::ExitCode;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use cli::{AnalyzeArgs, BatchArgs, BudgetArgs, Cli, Command, PlanArgs, PlanFormat};
+use cli::{
+    AnalyzeArgs, BatchArgs, BudgetArgs, Cli, Command, MergeArgs, PlanArgs, PlanFormat,
+    SummaryCommand,
+};
 use memcut::{AnalyzeOptions, Error, OutputFormat, Report};
 
 /// Exit codes (DESIGN.md §8).
@@ -34,6 +37,9 @@ fn main() -> ExitCode {
         Command::Analyze(args) => analyze(&args),
         Command::Plan(args) => plan_components(&args),
         Command::Batch(args) => batch(&args),
+        Command::Summary(args) => match &args.command {
+            SummaryCommand::Merge(args) => merge_summaries(args),
+        },
     };
     ExitCode::from(exit as u8)
 }
@@ -222,7 +228,11 @@ fn batch(args: &BatchArgs) -> Exit {
             .map_or(String::new(), |l| format!(" at {}:{}", l.file(), l.line()));
         eprintln!("memcut: internal error{at}; the summary names the file");
     }));
-    let (inputs, mut rows) = batch::discover(&args.paths);
+    let (mut inputs, mut rows) = batch::discover(&args.paths);
+    // --shard I/N: this process's part; names come from the whole listing.
+    if let Some(shard) = args.shard {
+        (inputs, rows) = shard.select(inputs, rows);
+    }
     let bar = progress_bar(&inputs, std::io::stderr().is_terminal());
     let ran = batch::run(&inputs, &options, &|input, done| {
         bar.set_message(format!("{done}/{}", inputs.len()));
@@ -240,21 +250,62 @@ fn batch(args: &BatchArgs) -> Exit {
     for r in rows.iter().filter(|r| r.status == batch::Status::Failed) {
         eprintln!("memcut: error: {}: {}", r.file, r.error);
     }
-    let tally = batch::tally(&rows);
+    write_summaries(
+        &rows,
+        args.summary.as_deref().zip(summary_format),
+        args.fail_over_budget,
+    )
+}
+
+/// `memcut summary merge`: the shards' .jsonl summaries → the summary of
+/// one run (stdout and `--summary`), with the batch's exit codes.
+fn merge_summaries(args: &MergeArgs) -> Exit {
+    use memcut::batch::{self, SummaryFormat};
+    let summary_format = match args.summary.as_deref().map(SummaryFormat::from_path) {
+        Some(Err(msg)) => {
+            eprintln!("memcut: error: {msg}");
+            return Exit::Usage;
+        }
+        Some(Ok(f)) => Some(f),
+        None => None,
+    };
+    let rows = match batch::merge::read_summaries(&args.files) {
+        Ok(rows) => rows,
+        Err(e) => {
+            eprintln!("memcut: error: {e}");
+            return Exit::Usage;
+        }
+    };
+    write_summaries(
+        &rows,
+        args.summary.as_deref().zip(summary_format),
+        args.fail_over_budget,
+    )
+}
+
+/// The end of `batch` and `summary merge`: the summary file (if asked),
+/// the Markdown summary on stdout, and the batch's exit code.
+fn write_summaries(
+    rows: &[memcut::batch::Row],
+    summary: Option<(&std::path::Path, memcut::batch::SummaryFormat)>,
+    fail_over_budget: bool,
+) -> Exit {
+    use memcut::batch;
+    let tally = batch::tally(rows);
     let mut exit = if tally.failed > 0 {
         Exit::InputFailed
-    } else if tally.over_budget > 0 && args.fail_over_budget {
+    } else if tally.over_budget > 0 && fail_over_budget {
         Exit::OverBudget
     } else {
         Exit::Ok
     };
-    if let (Some(path), Some(format)) = (&args.summary, summary_format) {
-        if let Err(e) = std::fs::write(path, format.render(&rows)) {
+    if let Some((path, format)) = summary {
+        if let Err(e) = std::fs::write(path, format.render(rows)) {
             eprintln!("memcut: error: cannot write {}: {e}", path.display());
             exit = Exit::InputFailed;
         }
     }
-    if let Err(e) = emit(&batch::render_markdown(&rows), None) {
+    if let Err(e) = emit(&batch::render_markdown(rows), None) {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
             eprintln!("memcut: error: cannot write summary: {e}");
             return Exit::InputFailed;
