@@ -81,6 +81,7 @@ pub(super) fn build_trace(
 ) -> Result<Trace, ReadError> {
     let Collected {
         mut ops,
+        evidence,
         be,
         mems,
         devices: device_info,
@@ -101,6 +102,7 @@ pub(super) fn build_trace(
         )));
     }
     trace.annotations = annotations(&ops, &mems);
+    trace.evidence = evidence;
 
     let total_mem = mems.len();
     let ops = Operators::new(ops);
