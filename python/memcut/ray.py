@@ -23,17 +23,18 @@ Paths = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
 
 
 class _Rows:
-    """The per-file step: a trace's bytes → its summary rows. A class, so
-    Ray pickles the checked options once per worker, not once per file."""
+    """The per-file step: a trace's bytes → its summary rows, each as one
+    JSON string. A class, so Ray pickles the checked options once per
+    worker, not once per file. Strings, not dicts: Ray Data stores rows as
+    Arrow tables, whose struct columns would give every row the union of all
+    rows' keys (a rank's ``peak_by_category`` would gain null categories)."""
 
     def __init__(self, options: _native.Options) -> None:
         self.options = options
 
-    def __call__(self, item: Dict[str, Any]) -> List[Dict[str, Any]]:
-        rows: List[Dict[str, Any]] = json.loads(
-            _native.summary_rows(item["bytes"], item["path"], self.options)
-        )
-        return rows
+    def __call__(self, item: Dict[str, Any]) -> List[Dict[str, str]]:
+        rows = json.loads(_native.summary_rows(item["bytes"], item["path"], self.options))
+        return [{"row": json.dumps(r)} for r in rows]
 
 
 def analyze_dataset(
@@ -70,8 +71,8 @@ def analyze_dataset(
         paths = [os.fspath(p) for p in paths_or_uri]
     files = ray.data.read_binary_files(paths, include_paths=True, **read_args)
     rows = files.flat_map(_Rows(options)).take_all()
-    # Ray's rows are dict-like; through JSON they come back plain and sorted.
-    ordered: List[Dict[str, Any]] = json.loads(_native.sort_rows(json.dumps([dict(r) for r in rows])))
+    joined = "[" + ",".join(r["row"] for r in rows) + "]"
+    ordered: List[Dict[str, Any]] = json.loads(_native.sort_rows(joined))
     if summary is not None:
         write_summary(ordered, summary)
     return ordered
@@ -82,17 +83,40 @@ def write_summary(rows: List[Dict[str, Any]], path: Union[str, "os.PathLike[str]
     ``memcut batch --summary`` does, or ``.parquet`` (needs pyarrow)."""
     target = os.fspath(path)
     if target.lower().endswith(".parquet"):
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        schema = pa.schema(
-            [
-                (c, pa.int64() if c.endswith("_bytes") else pa.string())
-                for c in _native.SUMMARY_COLUMNS
-            ]
-        )
-        pq.write_table(pa.Table.from_pylist(rows, schema=schema), target)
+        _write_parquet(rows, target)
         return
     text = _native.render_summary(json.dumps(rows), target)
     with open(target, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def _write_parquet(rows: List[Dict[str, Any]], target: str) -> None:
+    """The summary's columns, then a row's rank (``rank``, ``world_size``,
+    ``rank_from``: null when the row has none) and its bytes by category at
+    the peak (``peak_by_category``, a map), so a query can group by job and
+    rank."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = [
+        (c, pa.int64() if c.endswith("_bytes") else pa.string()) for c in _native.SUMMARY_COLUMNS
+    ]
+    rank_columns = [
+        ("rank", pa.int64()),
+        ("world_size", pa.int64()),
+        ("rank_from", pa.string()),
+        ("peak_by_category", pa.map_(pa.string(), pa.int64())),
+    ]
+    flat = []
+    for r in rows:
+        d = r.get("distributed") or {}
+        flat.append(
+            {
+                **{c: r.get(c) for c, _ in columns},
+                "rank": d.get("rank"),
+                "world_size": d.get("world_size"),
+                "rank_from": d.get("from"),
+                "peak_by_category": d.get("peak_by_category"),
+            }
+        )
+    pq.write_table(pa.Table.from_pylist(flat, schema=pa.schema(columns + rank_columns)), target)

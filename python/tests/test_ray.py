@@ -22,9 +22,11 @@ if os.environ.get("MEMCUT_REQUIRE_RAY") == "1":
 else:
     ray = pytest.importorskip("ray", reason="Ray is not installed: pip install '.[ray]' (CI installs it)")
 
-# A folder of traces and non-traces, plus a broken file and a skipped one.
+# A folder of traces and non-traces, the 4 ranks of a DDP step, a broken
+# file and a skipped one.
 INPUTS = [
     str(ROOT / "sample_traces"),
+    str(ROOT / "tests" / "data" / "ranks"),  # rows with `distributed`
     str(ROOT / "tests" / "data" / "broken" / "truncated_pickle_at_40.pkl"),
     str(ROOT / "tests" / "data" / "broken" / "chrome_deeply_nested.json.gz"),
 ]
@@ -59,7 +61,18 @@ def test_rows_equal_memcut_batch(cli, local_ray, tmp_path):
     import pyarrow.parquet as pq
 
     write_summary(rows, tmp_path / "ray.parquet")
-    assert pq.read_table(tmp_path / "ray.parquet").to_pylist() == rows
+    table = pq.read_table(tmp_path / "ray.parquet").to_pylist()
+    assert len(table) == len(rows)
+    ranked = 0
+    for t, r in zip(table, rows):
+        d = r.get("distributed")
+        ranked += d is not None
+        assert {c: t[c] for c in memcut._native.SUMMARY_COLUMNS} == {c: r[c] for c in memcut._native.SUMMARY_COLUMNS}
+        assert (t["rank"], t["world_size"], t["rank_from"]) == (
+            (d["rank"], d["world_size"], d["from"]) if d else (None, None, None)
+        )
+        assert dict(t["peak_by_category"] or []) == (d["peak_by_category"] if d else {})
+    assert ranked == 4, "the DDP step's 4 ranks"
 
 
 def test_rows_without_a_budget_and_one_file(cli, local_ray, tmp_path):
