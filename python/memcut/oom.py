@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Union
 
 if TYPE_CHECKING:
@@ -52,7 +53,12 @@ def install_oom_report(
     the disk. The OOM itself still raises as before; a failure to write the
     report is printed to stderr and never raised from inside the allocator.
 
-    Returns the observer it attached (call it to test the wiring).
+    Without a CUDA device (``torch.cuda.is_available()`` is false: a CPU
+    run of the same script) there is nothing to record: it warns
+    (``RuntimeWarning``) and attaches nothing, rather than stop the script.
+
+    Returns the observer (attached when CUDA is there; call it to test the
+    wiring).
     """
     try:
         import torch
@@ -60,8 +66,17 @@ def install_oom_report(
         raise ImportError("memcut.install_oom_report needs PyTorch: `import torch` failed") from None
 
     directory = os.fspath(path_dir)
-    os.makedirs(directory, exist_ok=True)
-    torch.cuda.memory._record_memory_history(max_entries=max_entries)
+    cuda = bool(torch.cuda.is_available())
+    if cuda:
+        os.makedirs(directory, exist_ok=True)
+        torch.cuda.memory._record_memory_history(max_entries=max_entries)
+    else:
+        warnings.warn(
+            "memcut.install_oom_report: no CUDA device (torch.cuda.is_available() is False); "
+            "no OOM report will be written",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     written: List[str] = []
 
     def observer(device: int, alloc: int, device_alloc: int, device_free: int) -> None:
@@ -91,5 +106,6 @@ def install_oom_report(
         except Exception as e:  # never raise inside the allocator's OOM path
             print(f"memcut: error: OOM report {base}: {e}", file=sys.stderr)
 
-    torch._C._cuda_attach_out_of_memory_observer(observer)
+    if cuda:
+        torch._C._cuda_attach_out_of_memory_observer(observer)
     return observer

@@ -17,10 +17,10 @@ import memcut
 
 
 class FakeTorch(types.ModuleType):
-    """The four names the hook uses: _record_memory_history, _dump_snapshot,
-    _cuda_attach_out_of_memory_observer, and torch.distributed."""
+    """The names the hook uses: cuda.is_available, _record_memory_history,
+    _dump_snapshot, _cuda_attach_out_of_memory_observer, and torch.distributed."""
 
-    def __init__(self, snapshot: Path, rank=None) -> None:
+    def __init__(self, snapshot: Path, rank=None, cuda: bool = True) -> None:
         super().__init__("torch")
         self.calls = []
         self.observers = []
@@ -33,7 +33,8 @@ class FakeTorch(types.ModuleType):
             shutil.copyfile(snapshot, filename)
 
         self.cuda = types.SimpleNamespace(
-            memory=types.SimpleNamespace(_record_memory_history=record, _dump_snapshot=dump)
+            is_available=lambda: cuda,
+            memory=types.SimpleNamespace(_record_memory_history=record, _dump_snapshot=dump),
         )
         self._C = types.SimpleNamespace(_cuda_attach_out_of_memory_observer=self.observers.append)
         self.distributed = types.SimpleNamespace(
@@ -99,6 +100,15 @@ def test_without_torch_the_hook_says_so(monkeypatch, tmp_path):
         memcut.install_oom_report(tmp_path)
 
 
+def test_without_cuda_the_hook_warns_and_attaches_nothing(monkeypatch, tmp_path):
+    torch = FakeTorch(tmp_path / "unused", cuda=False)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    with pytest.warns(RuntimeWarning, match=r"no CUDA device \(torch.cuda.is_available\(\) is False\)"):
+        memcut.install_oom_report(tmp_path / "oom")
+    assert torch.calls == [] and torch.observers == []
+    assert not (tmp_path / "oom").exists()
+
+
 def test_import_memcut_needs_neither_torch_nor_ray():
     code = "import sys, memcut, memcut.oom, memcut.ray; assert 'torch' not in sys.modules and 'ray' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -107,5 +117,6 @@ def test_import_memcut_needs_neither_torch_nor_ray():
 def test_the_fakes_match_pytorch():
     torch = pytest.importorskip("torch", reason="PyTorch is not installed: the fakes' names are checked where it is")
     assert callable(torch._C._cuda_attach_out_of_memory_observer)
+    assert callable(torch.cuda.is_available)
     assert "max_entries" in inspect.signature(torch.cuda.memory._record_memory_history).parameters
     assert list(inspect.signature(torch.cuda.memory._dump_snapshot).parameters)[0] == "filename"
