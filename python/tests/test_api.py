@@ -42,6 +42,21 @@ def test_analyze_returns_the_cli_json(cli, in_root, sample):
     assert list(report)[0] == "schema_version"
 
 
+@pytest.mark.parametrize("rank", range(4))
+def test_a_rank_of_a_ddp_run_says_which(cli, in_root, rank):
+    # tests/data/ranks: a 4-rank gloo DDP step; Kineto's distributedInfo
+    # becomes source.distributed (schema_version 2) and the rows' rank.
+    path = f"tests/data/ranks/rank_step.{rank}.pt.trace.json.gz"
+    report = memcut.analyze(path)
+    assert report == cli_json(cli, [path])
+    assert report["schema_version"] == 2
+    assert report["source"]["distributed"] == {"rank": rank, "world_size": 4}
+    assert "distributed" not in memcut.analyze(ADAMW)["source"]
+    (row,) = memcut.summary_rows(path)
+    assert row["distributed"]["rank"] == rank and row["distributed"]["from"] == "distributed_info"
+    assert sum(row["distributed"]["peak_by_category"].values()) == row["peak_bytes"]
+
+
 @pytest.mark.parametrize("sample", SAMPLES)
 def test_analyze_with_a_budget_returns_the_cli_json(cli, in_root, sample):
     expected = cli_json(cli, [sample, "--budget", "16MiB", "--headroom", "1MiB"])
