@@ -105,6 +105,7 @@ mod tests {
             report: String::new(),
             error: String::new(),
             distributed: None,
+            warnings: Vec::new(),
         }
     }
 

@@ -504,6 +504,7 @@ mod tests {
                 },
                 peak_by_category: cats.iter().copied().collect(),
             }),
+            warnings: Vec::new(),
         }
     }
 
