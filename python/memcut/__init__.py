@@ -50,7 +50,8 @@ JsonArg = Union[str, "os.PathLike[str]", Sequence[Mapping[str, Any]]]
 
 
 class MemcutWarning(UserWarning):
-    """An input was read only in part (the CLI prints these as warnings)."""
+    """A warning of the report (damaged content, an input read only in part, …):
+    what the CLI prints on stderr as `memcut: warning: …`."""
 
 
 #: The JSON report of ``memcut analyze -f json`` as a plain dict: what
@@ -154,7 +155,7 @@ def analyze(
         text = _native.analyze_bytes(data, "-" if name is None else name, options)
     report: Report = json.loads(text)
     for d in report["diagnostics"]:
-        if d.get("partial_read"):
+        if d.get("level") == "warning":  # what the CLI prints on stderr
             warnings.warn(f"{report['source']['path']}: {d['message']}", MemcutWarning, stacklevel=2)
     return report
 

@@ -93,7 +93,8 @@ def test_bytes_are_analysed_like_stdin(cli, in_root):
 @pytest.mark.parametrize("fmt", ["md", "html", "text", "json"])
 def test_render_gives_the_cli_bytes(cli, in_root, fmt):
     for sample in (ADAMW, "sample_traces/kv_cache_decode.trace.json.gz"):
-        out = run_cli(cli, ["analyze", sample, "--budget", "16MiB", "-f", fmt])
+        # --top 10: analyze's default; the CLI's text alone defaults to 3.
+        out = run_cli(cli, ["analyze", sample, "--budget", "16MiB", "--top", "10", "-f", fmt])
         assert out.returncode == 0
         report = memcut.analyze(sample, budget="16MiB")
         assert memcut.render(report, fmt) == out.stdout.decode()
@@ -119,7 +120,7 @@ def test_a_saved_report_renders_the_same_pages_chart_included(cli, in_root, tmp_
         loaded = json.load(f)
     assert any(d.get("timeline") for d in loaded["devices"])
     for fmt in ("md", "html", "text", "json"):
-        direct = run_cli(cli, ["analyze", sample, "--budget", "16MiB", "-f", fmt]).stdout.decode()
+        direct = run_cli(cli, ["analyze", sample, "--budget", "16MiB", "--top", "10", "-f", fmt]).stdout.decode()
         assert memcut.render(loaded, fmt) == direct
     assert "<svg" in memcut.render(loaded, "html")
     # Pickled and copied, it is still the same report.
