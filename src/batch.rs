@@ -17,6 +17,10 @@
 //! know (or a trace without memory events) is *skipped* with its reason; a
 //! file that looks like a trace but cannot be read is *failed*.
 
+pub mod merge;
+pub mod ranks;
+pub mod shard;
+
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,7 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::model::Level;
-use crate::pipeline::{analyze_path, AnalyzeOptions};
+use crate::pipeline::{analyze_bytes, analyze_path, AnalyzeOptions};
 use crate::report::{self, OutputFormat};
 use crate::schema::{DeviceReport, Report, Verdict};
 use crate::units::human_bytes;
@@ -113,6 +117,10 @@ pub struct Row {
     /// One-line reason for `skipped`, `failed` and `partial` rows.
     #[serde(with = "empty_as_null")]
     pub error: String,
+    /// The rank of a distributed job this device's trace is, when known
+    /// ([`ranks`]): in JSON Lines only (not a CSV column), absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distributed: Option<ranks::RankOf>,
     /// The report's warnings (damaged content, …), on the file's first row
     /// only: the binary prints them to stderr. Not a summary column.
     #[serde(skip)]
@@ -150,6 +158,7 @@ impl Row {
             verdict: String::new(),
             report: String::new(),
             error,
+            distributed: None,
             warnings: Vec::new(),
         }
     }
@@ -418,6 +427,26 @@ fn process_with(input: &Input, options: &BatchOptions, analyze: Analyze) -> Vec<
     rows_of(input, &report, options)
 }
 
+/// The summary rows of one input held in memory, exactly as [`run`] makes
+/// them for a file: for engines that hand memcut bytes rather than paths
+/// (the Python binding under Ray, …). `name` is the rows' `file`; no report
+/// is written. A skip, a failure or a panic is the input's one row.
+pub fn rows_of_bytes(name: &str, bytes: &[u8], analyze: &AnalyzeOptions) -> Vec<Row> {
+    let input = Input {
+        path: PathBuf::from(name),
+        display: name.to_owned(),
+        name: String::new(),
+        size_bytes: bytes.len() as u64,
+    };
+    let options = BatchOptions {
+        analyze: analyze.clone(),
+        ..BatchOptions::default()
+    };
+    process_with(&input, &options, &|input, o| {
+        analyze_bytes(bytes, &input.display, o)
+    })
+}
+
 /// The summary rows of an analysed input: one per device, leaving out
 /// devices with a trivial peak beside a real one (see
 /// [`report::major_devices`]; the JSON report keeps them). A file read only
@@ -486,6 +515,7 @@ fn device_row(input: &Input, report: &Report, d: &DeviceReport, report_name: &st
             .map_or(String::new(), |plan| plan.verdict.as_str().to_owned()),
         report: report_name.to_owned(),
         error: String::new(),
+        distributed: ranks::rank_of(&input.display, report, d),
         warnings: Vec::new(),
     }
 }
@@ -629,6 +659,7 @@ pub fn render_markdown(rows: &[Row]) -> String {
         "\n{} analysed ({} over budget, {} partial), {} skipped, {} failed.",
         t.analysed, t.over_budget, t.partial, t.skipped, t.failed
     );
+    out.push_str(&ranks::render_markdown(rows));
     out
 }
 
@@ -766,6 +797,7 @@ mod tests {
             verdict: String::new(),
             report: String::new(),
             error: "a, \"quoted\" reason".into(),
+            distributed: None,
             warnings: Vec::new(),
         }
     }

@@ -365,6 +365,16 @@ pub struct UserRule {
     pub min_bytes: Option<u64>,
 }
 
+/// Why a rules file was refused (one line).
+#[derive(Debug, thiserror::Error)]
+#[error("bad rules file: {0}")]
+pub struct RulesError(serde_json::Error);
+
+/// Parses a rules file (JSON list of [`UserRule`]).
+pub fn parse_rules(text: &str) -> Result<Vec<UserRule>, RulesError> {
+    serde_json::from_str(text).map_err(RulesError)
+}
+
 impl UserRule {
     /// `sites_ok`: [`UserRule::site_table`] for this rule.
     fn matches(&self, sites_ok: Option<&[bool]>, interval: &Interval, alive_at_end: bool) -> bool {

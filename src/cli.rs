@@ -69,6 +69,8 @@ pub enum Command {
     Diff(DiffArgs),
     /// Analyse many traces (files, folders, globs) in parallel: one report each plus a summary.
     Batch(BatchArgs),
+    /// Work with batch summaries (`memcut summary merge` joins the shards of a batch).
+    Summary(SummaryArgs),
 }
 
 #[derive(Debug, Args)]
@@ -252,6 +254,39 @@ pub struct BatchArgs {
     pub summary: Option<PathBuf>,
     /// Exit 3 when some input does not fit the budget.
     #[arg(long, requires = "budget")]
+    pub fail_over_budget: bool,
+    /// Exit 1 when some input was read only in part (status `partial`).
+    #[arg(long)]
+    pub strict: bool,
+    /// Analyse only shard I of N (0 <= I < N): the files whose path hashes to I.
+    /// Run N shards with the same arguments, then `memcut summary merge` their .jsonl summaries.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<memcut::batch::shard::Shard>,
+}
+
+#[derive(Debug, Args)]
+pub struct SummaryArgs {
+    #[command(subcommand)]
+    pub command: SummaryCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SummaryCommand {
+    /// Join the .jsonl summaries of a batch run in shards (`--shard I/N`) into
+    /// the summary a single run gives: Markdown on stdout, `--summary` by extension.
+    Merge(MergeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The shards' summaries (`memcut batch … --shard I/N --summary part-I.jsonl`).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Also write the merged summary to FILE: .csv, .jsonl or .md by extension.
+    #[arg(long, value_name = "FILE")]
+    pub summary: Option<PathBuf>,
+    /// Exit 3 when some input does not fit its budget.
+    #[arg(long)]
     pub fail_over_budget: bool,
     /// Exit 1 when some input was read only in part (status `partial`).
     #[arg(long)]

@@ -20,7 +20,10 @@
 //!
 //! - Analyse: [`analyze_path`] (a file, read on a second thread),
 //!   [`analyze_bytes`] (a buffer, e.g. handed over from Python),
-//!   [`analyze_reader`] (any reader), all with [`AnalyzeOptions`].
+//!   [`analyze_reader`] (any reader), all with [`AnalyzeOptions`]. The
+//!   options files of `--levers` and `--rules` are read by
+//!   [`read_levers_file`] and [`read_rules_file`] (the CLI's messages);
+//!   [`parse_levers`] and [`parse_rules`] take their JSON text.
 //! - The result: a [`Report`], the JSON contract (`schema_version`
 //!   [`SCHEMA_VERSION`]); [`Report::from_json`] reads a saved one back, and
 //!   [`render`] writes one as text, Markdown, JSON or HTML. A saved report
@@ -29,7 +32,7 @@
 //!   [`components`] module (the seed's three functions, with its names).
 //! - Many files: the [`batch`] driver (progress through a callback).
 //! - Errors are one line each and typed: [`Error`], [`SizeError`],
-//!   [`ComponentsError`], [`LeversError`].
+//!   [`ComponentsError`], [`LeversError`], [`RulesError`], [`OptionsFileError`].
 //!
 //! # Inside: the pipeline (DESIGN.md §1)
 //!
@@ -46,7 +49,7 @@
 //!
 //! ```text
 //! batch    -> error, pipeline, report, schema, units
-//! pipeline -> analysis, error, input, model, plan, schema, +report
+//! pipeline -> analysis, classify, error, input, model, plan, schema, +report
 //! analysis -> classify, model, schema, timeline, units
 //! plan     -> model, schema, timeline, units
 //! report   -> model, schema, units
@@ -83,14 +86,17 @@ mod timeline;
 mod units;
 
 pub use analysis::Options as AnalysisOptions;
-pub use classify::UserRule;
+pub use classify::{parse_rules, RulesError, UserRule};
 pub use diff::{diff, DiffOptions};
 pub use error::{Error, Result};
 pub use formats::pickle::Limits as PickleLimits;
 pub use input::Limits;
 pub use instant::At;
-pub use model::{Category, Diagnostic, Level};
-pub use pipeline::{analyze_bytes, analyze_path, analyze_reader, AnalyzeOptions};
+pub use model::{Category, Diagnostic, Distributed, Level};
+pub use pipeline::{
+    analyze_bytes, analyze_path, analyze_reader, read_levers_file, read_rules_file, AnalyzeOptions,
+    OptionsFileError,
+};
 pub use plan::components::{
     self as components, parse_components, plan_components, Component, ComponentReport,
     ComponentsError,

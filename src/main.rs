@@ -12,7 +12,8 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use cli::{
-    AnalyzeArgs, BatchArgs, BudgetArgs, Cli, Command, DiffArgs, FormatArg, PlanArgs, PlanFormat,
+    AnalyzeArgs, BatchArgs, BudgetArgs, Cli, Command, DiffArgs, FormatArg, MergeArgs, PlanArgs,
+    PlanFormat, SummaryCommand,
 };
 use memcut::{AnalyzeOptions, Error, Level, OutputFormat, Report};
 use output::{Layout, Sink, WriteError};
@@ -59,6 +60,9 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan_components(&args),
         Command::Batch(args) => batch(&args),
         Command::Diff(args) => diff(&args),
+        Command::Summary(args) => match &args.command {
+            SummaryCommand::Merge(args) => merge_summaries(args),
+        },
     };
     ExitCode::from(exit as u8)
 }
@@ -120,9 +124,9 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
         });
     options.analysis.at = args.at.clone();
     if let Some(path) = &args.rules {
-        match load_rules(path) {
+        match memcut::read_rules_file(path) {
             Ok(rules) => options.analysis.user_rules = rules,
-            Err(msg) => return usage(format!("{}: {msg}", path.display())),
+            Err(e) => return usage(e),
         }
     }
     match plan_options(&args.budget) {
@@ -288,11 +292,6 @@ fn warn(name: &str, report: &Report) -> bool {
     report.diagnostics.iter().any(|d| d.partial_read)
 }
 
-fn load_rules(path: &Path) -> Result<Vec<memcut::UserRule>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
-    serde_json::from_str(&text).map_err(|e| format!("bad rules file: {e}"))
-}
-
 /// The planner's options from the command line (`--levers` is read here).
 fn plan_options(args: &BudgetArgs) -> Result<memcut::PlanOptions, String> {
     if let (Some(budget), memcut::Headroom::Bytes(room)) = (args.budget, args.headroom) {
@@ -305,13 +304,7 @@ fn plan_options(args: &BudgetArgs) -> Result<memcut::PlanOptions, String> {
         }
     }
     let levers = match &args.levers {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
-            let levers =
-                memcut::parse_levers(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-            Some(levers)
-        }
+        Some(path) => Some(memcut::read_levers_file(path).map_err(|e| e.to_string())?),
         None => None,
     };
     let mut options = memcut::PlanOptions::default();
@@ -402,7 +395,11 @@ fn batch(args: &BatchArgs) -> Exit {
             .map_or(String::new(), |l| format!(" at {}:{}", l.file(), l.line()));
         eprintln!("memcut: internal error{at}; the summary names the file");
     }));
-    let (inputs, mut rows) = batch::discover(&args.paths);
+    let (mut inputs, mut rows) = batch::discover(&args.paths);
+    // --shard I/N: this process's part; names come from the whole listing.
+    if let Some(shard) = args.shard {
+        (inputs, rows) = shard.select(inputs, rows);
+    }
     let bar = progress_bar(&inputs, std::io::stderr().is_terminal());
     let ran = batch::run(&inputs, &options, &|input, done| {
         bar.set_message(format!("{done}/{}", inputs.len()));
@@ -423,21 +420,61 @@ fn batch(args: &BatchArgs) -> Exit {
             eprintln!("memcut: error: {}: {}", r.file, r.error);
         }
     }
-    let tally = batch::tally(&rows);
+    write_summaries(
+        &rows,
+        args.summary.as_deref().zip(summary_format),
+        args.fail_over_budget,
+        args.strict,
+    )
+}
+
+/// `memcut summary merge`: the shards' .jsonl summaries → the summary of
+/// one run (stdout and `--summary`), with the batch's exit codes. The
+/// shards printed their inputs' warnings and errors; the merge does not
+/// repeat them.
+fn merge_summaries(args: &MergeArgs) -> Exit {
+    use memcut::batch::{self, SummaryFormat};
+    let summary_format = match args.summary.as_deref().map(SummaryFormat::from_path) {
+        Some(Err(msg)) => return usage(msg),
+        Some(Ok(f)) => Some(f),
+        None => None,
+    };
+    let rows = match batch::merge::read_summaries(&args.files) {
+        Ok(rows) => rows,
+        Err(e) => return usage(e),
+    };
+    write_summaries(
+        &rows,
+        args.summary.as_deref().zip(summary_format),
+        args.fail_over_budget,
+        args.strict,
+    )
+}
+
+/// The end of `batch` and `summary merge`: the summary file (if asked),
+/// the Markdown summary on stdout, and the batch's exit code.
+fn write_summaries(
+    rows: &[memcut::batch::Row],
+    summary: Option<(&Path, memcut::batch::SummaryFormat)>,
+    fail_over_budget: bool,
+    strict: bool,
+) -> Exit {
+    use memcut::batch;
+    let tally = batch::tally(rows);
     let mut exit = Exit::Ok;
-    if tally.failed > 0 || (tally.partial > 0 && args.strict) {
+    if tally.failed > 0 || (tally.partial > 0 && strict) {
         exit = exit.and(Exit::InputFailed);
     }
-    if tally.over_budget > 0 && args.fail_over_budget {
+    if tally.over_budget > 0 && fail_over_budget {
         exit = exit.and(Exit::OverBudget);
     }
-    if let (Some(path), Some(format)) = (&args.summary, summary_format) {
-        if let Err(e) = std::fs::write(path, format.render(&rows)) {
+    if let Some((path, format)) = summary {
+        if let Err(e) = std::fs::write(path, format.render(rows)) {
             eprintln!("memcut: error: cannot write {}: {e}", path.display());
             exit = exit.and(Exit::InputFailed);
         }
     }
-    match output::write_stdout(&batch::render_markdown(&rows)) {
+    match output::write_stdout(&batch::render_markdown(rows)) {
         Ok(()) => exit,
         Err(e) => write_failed(e, exit),
     }

@@ -340,9 +340,27 @@ pub struct Trace {
     pub sites: Sites,
     pub annotations: Vec<Annotation>,
     pub diagnostics: Vec<Diagnostic>,
+    /// Which rank of a distributed job recorded the trace, when the file
+    /// says (Kineto `distributedInfo`).
+    pub distributed: Option<Distributed>,
     /// Operator calls that say something about memory no event names
     /// (Chrome traces; empty for other formats).
     pub evidence: Vec<OperatorCall>,
+}
+
+/// A trace's place in a distributed job (Kineto's `distributedInfo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Distributed {
+    pub rank: u32,
+    pub world_size: u32,
+}
+
+impl Distributed {
+    /// A rank of a job of `world_size` ranks; `None` unless `rank < world_size`.
+    pub fn new(rank: u32, world_size: u32) -> Option<Distributed> {
+        (rank < world_size).then_some(Distributed { rank, world_size })
+    }
 }
 
 impl Trace {
@@ -353,6 +371,7 @@ impl Trace {
             sites: Sites::default(),
             annotations: Vec::new(),
             diagnostics: Vec::new(),
+            distributed: None,
             evidence: Vec::new(),
         }
     }

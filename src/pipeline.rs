@@ -3,10 +3,12 @@
 //! the planner's demand → one plan per device, which this module puts into
 //! the report. Each stage takes only the previous one's value.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use crate::classify::{parse_rules, RulesError, UserRule};
 use crate::error::{Error, Result};
 use crate::model::Trace;
+use crate::plan::levers::{parse_levers, Lever, LeversError};
 use crate::schema::{Report, SourceInfo};
 use crate::{analysis, input, plan};
 
@@ -27,6 +29,47 @@ impl AnalyzeOptions {
     pub fn new() -> AnalyzeOptions {
         AnalyzeOptions::default()
     }
+}
+
+/// A `--levers` or `--rules` file that cannot be used. One line, the
+/// message `memcut` prints after `memcut: error: `: `PATH: cannot read: …`,
+/// `PATH: bad levers file: …`, `PATH: bad rules file: …`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OptionsFileError {
+    #[error("{}: cannot read: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Levers { path: PathBuf, source: LeversError },
+    #[error("{}: {source}", path.display())]
+    Rules { path: PathBuf, source: RulesError },
+}
+
+fn read_options_file(path: &Path) -> std::result::Result<String, OptionsFileError> {
+    std::fs::read_to_string(path).map_err(|source| OptionsFileError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Reads and checks a levers file (`--levers`, for [`plan::PlanOptions::levers`]).
+/// The CLI and the Python binding both read it here, so its errors read the same.
+pub fn read_levers_file(path: &Path) -> std::result::Result<Vec<Lever>, OptionsFileError> {
+    parse_levers(&read_options_file(path)?).map_err(|source| OptionsFileError::Levers {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Reads a rules file (`--rules`, for [`analysis::Options::user_rules`]).
+pub fn read_rules_file(path: &Path) -> std::result::Result<Vec<UserRule>, OptionsFileError> {
+    parse_rules(&read_options_file(path)?).map_err(|source| OptionsFileError::Rules {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// Runs the whole pipeline on a trace already parsed.
@@ -101,11 +144,11 @@ fn analyze_parsed(
             });
         }
     }
-    // `--at` that names no instant of any device is the caller's mistake.
     if let Some(why) = analysis::unresolved_at(trace, &options.analysis) {
         return Err(Error::Usage(why));
     }
-    let source = SourceInfo::new(display_path, trace.format.as_str(), size_bytes);
+    let mut source = SourceInfo::new(display_path, trace.format.as_str(), size_bytes);
+    source.distributed = trace.distributed;
     Ok(analyze_trace(trace, source, options))
 }
 

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Category, Diagnostic};
+use crate::model::{Category, Diagnostic, Distributed};
 
 /// The `schema_version` this build writes.
 pub const SCHEMA_VERSION: u32 = 2;
@@ -61,6 +61,10 @@ pub struct SourceInfo {
     /// `torch_snapshot`, `chrome_trace` or `memory_timeline`.
     pub format: String,
     pub size_bytes: u64,
+    /// The rank of a distributed job that recorded the input, when the file
+    /// says (Kineto `distributedInfo`); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distributed: Option<Distributed>,
 }
 
 impl SourceInfo {
@@ -69,6 +73,7 @@ impl SourceInfo {
             path: path.into(),
             format: format.into(),
             size_bytes,
+            distributed: None,
         }
     }
 }

@@ -87,6 +87,44 @@ fn errors_are_typed_and_say_what_is_wrong() {
     );
 }
 
+/// `--levers` and `--rules` files are read by the library, with the
+/// messages the CLI prints (and the Python binding raises).
+#[test]
+fn options_files_are_read_with_the_cli_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.json");
+    let err = memcut::read_rules_file(&missing).unwrap_err();
+    assert!(matches!(err, memcut::OptionsFileError::Read { .. }));
+    assert!(err
+        .to_string()
+        .starts_with(&format!("{}: cannot read: ", missing.display())));
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, r#"[{"name": "x"}]"#).unwrap();
+    let err = memcut::read_rules_file(&bad).unwrap_err();
+    assert!(
+        err.to_string().starts_with(&format!(
+            "{}: bad rules file: missing field `category`",
+            bad.display()
+        )),
+        "{err}"
+    );
+    let err = memcut::read_levers_file(&bad).unwrap_err();
+    assert!(
+        err.to_string().starts_with(&format!(
+            "{}: bad levers file: missing field `scales`",
+            bad.display()
+        )),
+        "{err}"
+    );
+    let good = dir.path().join("rules.json");
+    std::fs::write(&good, r#"[{"name": "r", "category": "temporary"}]"#).unwrap();
+    let rules = memcut::read_rules_file(&good).unwrap();
+    assert_eq!(
+        rules,
+        memcut::parse_rules(r#"[{"name": "r", "category": "temporary"}]"#).unwrap()
+    );
+}
+
 /// The seed's worked example, through the library: largest source
 /// `weights` at 10.0 GB; target 15.0 → cut `activations`, peak 13.0.
 #[test]

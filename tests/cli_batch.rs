@@ -1,12 +1,12 @@
 //! `memcut batch` end to end: a bad file never stops the batch, outputs are
 //! the same at any `--jobs`, summaries parse, names never collide, exit codes.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 
 mod common;
+use common::files_in;
 
 fn sample(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -49,19 +49,6 @@ fn mixed_folder() -> tempfile::TempDir {
 
 fn memcut() -> Command {
     Command::cargo_bin("memcut").unwrap()
-}
-
-fn files_in(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let p = e.unwrap().path();
-            (
-                p.file_name().unwrap().to_string_lossy().into_owned(),
-                std::fs::read(&p).unwrap(),
-            )
-        })
-        .collect()
 }
 
 #[test]

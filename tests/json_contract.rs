@@ -35,6 +35,16 @@ struct Source {
     path: String,
     format: InputFormat,
     size_bytes: u64,
+    /// Only when the input says which rank recorded it.
+    #[serde(default)]
+    distributed: Option<Distributed>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Distributed {
+    rank: u32,
+    world_size: u32,
 }
 
 #[derive(Debug, Deserialize, PartialEq)]
@@ -494,6 +504,10 @@ fn plans_ooms_and_damaged_inputs_are_on_the_contract() {
     assert_eq!(at.devices[0].at.as_ref().map(|a| a.event_index), Some(100));
     let trace = run("sample_traces/train_adamw.trace.json.gz", &[]);
     assert_eq!(trace.devices[0].timeline.x_unit, XUnit::TimeUs);
+    assert!(trace.source.distributed.is_none());
+    let rank = run("tests/data/ranks/rank_step.3.pt.trace.json.gz", &[]);
+    let d = rank.source.distributed.expect("distributedInfo");
+    assert_eq!((d.rank, d.world_size), (3, 4));
 }
 
 /// The mirror is strict: an unknown field, a missing one or an unknown

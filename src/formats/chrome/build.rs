@@ -86,6 +86,7 @@ pub(super) fn build_trace(
         mems,
         devices: device_info,
         base_time_ns,
+        distributed,
         amd_hint,
         dropped,
     } = col;
@@ -93,6 +94,7 @@ pub(super) fn build_trace(
         return Err(ReadError::NoMemoryEvents);
     }
     let mut trace = Trace::new(Format::ChromeTrace);
+    trace.distributed = distributed;
     let unclosed = pair_begin_end(be, &mut ops);
     if unclosed > 0 {
         diagnostics.push(Diagnostic::warning(format!(

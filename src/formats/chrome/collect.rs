@@ -17,9 +17,10 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 
 use super::attribute::{BeRec, Instant, OpKind, OpRec};
 use super::skeleton::{
-    drain_map, DeviceProp, EventSeed, Id, Num, RawEvent, RawInputs, TopKey, TopKeySeen,
+    drain_map, DeviceProp, DistributedInfo, EventSeed, Id, Num, RawEvent, RawInputs, TopKey,
+    TopKeySeen,
 };
-use crate::model::{Dtype, EvidenceOp, OperatorCall, TensorShape};
+use crate::model::{Distributed, Dtype, EvidenceOp, OperatorCall, TensorShape};
 
 /// One `[memory]` or `[OutOfMemory]` event.
 #[derive(Debug, Clone, Copy)]
@@ -79,6 +80,8 @@ pub(super) struct Collected<'a> {
     pub(super) devices: Vec<DeviceInfo>,
     /// `baseTimeNanoseconds`.
     pub(super) base_time_ns: Option<i64>,
+    /// `distributedInfo`'s rank and world size.
+    pub(super) distributed: Option<Distributed>,
     /// A top-level key only ROCm builds of Kineto write was seen.
     pub(super) amd_hint: bool,
     pub(super) dropped: Dropped,
@@ -232,6 +235,14 @@ impl<'a> Collector<'a> {
             .collect();
     }
 
+    pub(super) fn set_distributed(&mut self, info: DistributedInfo) {
+        let number = |n: Num| n.u64().and_then(|v| u32::try_from(v).ok());
+        self.out.distributed = match (number(info.rank), number(info.world_size)) {
+            (Some(rank), Some(world_size)) => Distributed::new(rank, world_size),
+            _ => None,
+        };
+    }
+
     pub(super) fn set_base_time(&mut self, ns: Option<i64>) {
         self.out.base_time_ns = ns;
     }
@@ -280,6 +291,7 @@ impl<'de, 'c> Visitor<'de> for TopSeed<'c, 'de> {
                     let props: Option<Vec<DeviceProp<'de>>> = map.next_value()?;
                     self.0.set_device_props(props.unwrap_or_default());
                 }
+                TopKey::DistributedInfo => self.0.set_distributed(map.next_value()?),
                 TopKey::BaseTime => self.0.set_base_time(map.next_value::<Num>()?.i64()),
                 TopKey::Other => {
                     self.0.note_top_key(&raw);

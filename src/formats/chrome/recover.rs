@@ -15,7 +15,7 @@
 use serde::de::DeserializeSeed;
 
 use super::collect::{Collected, Collector};
-use super::skeleton::{DeviceProp, EventSeed, Num, RawEvent};
+use super::skeleton::{DeviceProp, DistributedInfo, EventSeed, Num, RawEvent};
 use super::ReadError;
 use crate::formats::json_repair::{sanitize, JsonErrorAt, Repairs};
 use crate::model::Diagnostic;
@@ -313,6 +313,11 @@ pub(super) fn recover<'a>(
                             serde_json::from_slice::<Option<Vec<DeviceProp<'_>>>>(&fixed.bytes)
                         {
                             col.set_device_props(props);
+                        }
+                    }
+                    b"distributedInfo" => {
+                        if let Ok(info) = serde_json::from_slice::<DistributedInfo>(slice) {
+                            col.set_distributed(info);
                         }
                     }
                     b"baseTimeNanoseconds" => {

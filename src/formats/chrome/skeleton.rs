@@ -695,11 +695,72 @@ pub(super) struct DeviceProp<'a> {
     pub(super) total_global_mem: Num,
 }
 
+/// `distributedInfo`: which rank of how many (the rest is skipped). Any
+/// other value (not an object) reads as neither, never as an error.
+#[derive(Debug, Default)]
+pub(super) struct DistributedInfo {
+    pub(super) rank: Num,
+    pub(super) world_size: Num,
+}
+
+struct DistributedInfoVisitor;
+
+impl<'de> Visitor<'de> for DistributedInfoVisitor {
+    type Value = DistributedInfo;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a distributedInfo object")
+    }
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut info = DistributedInfo::default();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match key.as_ref() {
+                "rank" => info.rank = map.next_value()?,
+                "world_size" => info.world_size = map.next_value()?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(info)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, a: A) -> std::result::Result<Self::Value, A::Error> {
+        drain_seq(a).map(|_| DistributedInfo::default())
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<Self::Value, E> {
+        Ok(DistributedInfo::default())
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<Self::Value, E> {
+        Ok(DistributedInfo::default())
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<Self::Value, E> {
+        Ok(DistributedInfo::default())
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<Self::Value, E> {
+        Ok(DistributedInfo::default())
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> std::result::Result<Self::Value, E> {
+        Ok(DistributedInfo::default())
+    }
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
+        Ok(DistributedInfo::default())
+    }
+}
+
+impl<'de> Deserialize<'de> for DistributedInfo {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        d.deserialize_any(DistributedInfoVisitor)
+    }
+}
+
 /// A top-level key of the object form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum TopKey {
     TraceEvents,
     DeviceProperties,
+    DistributedInfo,
     BaseTime,
     Other,
 }
@@ -713,6 +774,7 @@ impl<'de> Deserialize<'de> for TopKeySeen<'de> {
         let k = match s.as_ref() {
             "traceEvents" => TopKey::TraceEvents,
             "deviceProperties" => TopKey::DeviceProperties,
+            "distributedInfo" => TopKey::DistributedInfo,
             "baseTimeNanoseconds" => TopKey::BaseTime,
             _ => TopKey::Other,
         };

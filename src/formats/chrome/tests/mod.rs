@@ -293,3 +293,42 @@ fn events_sorted_by_time_stably() {
     assert_eq!(t.devices[0].events[1].action, Action::Alloc);
     assert_eq!(t.devices[0].events[2].action, Action::FreeCompleted);
 }
+
+/// Kineto's `distributedInfo` gives the trace's rank (fast path and
+/// recovery alike); anything else there is ignored, never an error.
+#[test]
+fn distributed_info_gives_the_rank() {
+    let with = |info: &str| {
+        obj(&basic_events()).replacen(
+            r#""traceName":"x""#,
+            &format!(r#""distributedInfo":{info},"traceName":"x""#),
+            1,
+        )
+    };
+    let info = r#"{"backend":"nccl","rank":3,"world_size":8,"pg_count":1,"pg_config":[{"pg_name":"0","ranks":[0,1,2,3,4,5,6,7]}]}"#;
+    let t = parse(&with(info));
+    assert_eq!(t.distributed, crate::model::Distributed::new(3, 8));
+    assert!(t.distributed.is_some());
+    // Recovery (a truncated file whose distributedInfo comes first).
+    let front = obj(&basic_events()).replacen(
+        r#"{"schemaVersion":1,"#,
+        &format!(r#"{{"schemaVersion":1,"distributedInfo":{info},"#),
+        1,
+    );
+    let cut = &front[..front.len() - 40];
+    assert_eq!(recovered(cut.as_bytes()).distributed, t.distributed);
+    for odd in [
+        r#""rank 3""#,
+        "null",
+        "[3, 8]",
+        r#"{"rank":8,"world_size":8}"#,
+        r#"{"rank":-1,"world_size":8}"#,
+        r#"{"world_size":8}"#,
+        r#"{"rank":"3","world_size":1e99}"#,
+    ] {
+        let t = parse(&with(odd));
+        assert_eq!(t.distributed, None, "{odd}");
+        assert_eq!(t.devices[0].events.len(), 2, "{odd}");
+    }
+    assert_eq!(parse(&obj(&basic_events())).distributed, None);
+}

@@ -1,0 +1,308 @@
+//! `memcut._native`: the Python binding of the memcut library.
+//!
+//! Deliberately thin. Every answer comes from the Rust library's public API,
+//! the one implementation; this file only converts arguments, releases the
+//! GIL while the library works, and turns the library's one-line errors into
+//! `memcut.MemcutError`. Values cross the boundary as JSON text made by the
+//! library's own serialisation, so Python sees exactly the bytes the CLI
+//! prints (`memcut analyze -f json`, `memcut plan -f json`, `memcut batch
+//! --summary x.jsonl`). The Python package (`python/memcut/`) shapes the API.
+//!
+//! Library calls made here: `analyze_path`, `analyze_bytes`, `render` and
+//! `Report::from_json`; the options' parsers (`parse_size`, `Headroom::parse`,
+//! `parse_levers`, `parse_rules`, `read_levers_file`, `read_rules_file`, the
+//! same the CLI uses); the seed's `components` module; and the batch
+//! summary's `batch::{rows_of_bytes, sort_rows, SummaryFormat, COLUMNS, Row}`
+//! and `batch::merge::merge_rows`.
+
+use std::path::PathBuf;
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use memcut::batch::{self, Row};
+use memcut::{components, AnalyzeOptions, Headroom, Order, OutputFormat, Report};
+
+create_exception!(
+    _native,
+    MemcutError,
+    PyValueError,
+    "memcut could not do what was asked: the message is the CLI's one-line error."
+);
+
+fn error(message: impl ToString) -> PyErr {
+    MemcutError::new_err(message.to_string())
+}
+
+/// Everything `memcut analyze`/`batch` can be told, checked once and kept in
+/// the library's form. Picklable (Ray ships it to its workers): files named
+/// by `levers_file`/`rules_file` are read here, on the caller's machine, and
+/// travel as the lists they hold.
+#[pyclass(module = "memcut._native", frozen)]
+struct Options {
+    inner: AnalyzeOptions,
+    /// The arguments that are not lists, as given: for `__reduce__`.
+    args: OptionArgs,
+}
+
+#[derive(Clone)]
+struct OptionArgs {
+    budget: Option<String>,
+    headroom: String,
+    order: String,
+}
+
+/// A levers or rules list given as a file (read and parsed by the library,
+/// whose message names the file as the CLI's does) or as JSON text (errors
+/// start with `what`).
+fn json_list<T>(
+    text: Option<String>,
+    file: Option<PathBuf>,
+    what: &str,
+    read: impl Fn(&std::path::Path) -> Result<T, memcut::OptionsFileError>,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> PyResult<Option<T>> {
+    match (file, text) {
+        (Some(path), _) => read(&path).map(Some).map_err(error),
+        (None, Some(t)) => parse(&t)
+            .map(Some)
+            .map_err(|e| error(format!("{what}: {e}"))),
+        (None, None) => Ok(None),
+    }
+}
+
+/// `Options(...)`'s positional arguments, as `__reduce__` gives them back.
+type NewArgs = (
+    Option<String>,
+    String,
+    Option<String>,
+    Option<PathBuf>,
+    Option<String>,
+    Option<PathBuf>,
+    Option<String>,
+    usize,
+    u32,
+    String,
+);
+
+#[pymethods]
+impl Options {
+    #[new]
+    #[pyo3(signature = (
+        budget=None, headroom="10%".to_owned(), levers=None, levers_file=None,
+        rules=None, rules_file=None, device=None, top=10, dp_ranks=1, order="cheapest".to_owned()
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        budget: Option<String>,
+        headroom: String,
+        levers: Option<String>,
+        levers_file: Option<PathBuf>,
+        rules: Option<String>,
+        rules_file: Option<PathBuf>,
+        device: Option<String>,
+        top: usize,
+        dp_ranks: u32,
+        order: String,
+    ) -> PyResult<Options> {
+        let mut inner = AnalyzeOptions::new();
+        // The same parsers as the CLI's --budget and --headroom.
+        if let Some(b) = &budget {
+            inner.plan.budget =
+                Some(memcut::parse_size(b).map_err(|e| error(format!("budget: {e}")))?);
+        }
+        inner.plan.headroom =
+            Headroom::parse(&headroom).map_err(|e| error(format!("headroom: {e}")))?;
+        if dp_ranks < 1 {
+            return Err(error(format!(
+                "dp_ranks must be at least 1, got {dp_ranks}"
+            )));
+        }
+        inner.plan.dp_ranks = dp_ranks;
+        inner.plan.order = match order.as_str() {
+            "cheapest" => Order::Cheapest,
+            "largest" => Order::Largest,
+            _ => {
+                return Err(error(format!(
+                    "order must be `cheapest` or `largest`, got `{order}`"
+                )))
+            }
+        };
+        inner.plan.levers = json_list(
+            levers,
+            levers_file,
+            "levers",
+            memcut::read_levers_file,
+            |t| memcut::parse_levers(t).map_err(|e| e.to_string()),
+        )?;
+        inner.analysis.user_rules =
+            json_list(rules, rules_file, "rules", memcut::read_rules_file, |t| {
+                memcut::parse_rules(t).map_err(|e| e.to_string())
+            })?
+            .unwrap_or_default();
+        inner.analysis.device = device;
+        inner.analysis.top = top;
+        let args = OptionArgs {
+            budget,
+            headroom,
+            order,
+        };
+        Ok(Options { inner, args })
+    }
+
+    /// Pickles as the constructor call, the levers and rules as the JSON of
+    /// the lists already read (no file is read again on the worker).
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> (Bound<'py, pyo3::types::PyType>, NewArgs) {
+        let o = slf.get();
+        let a = o.args.clone();
+        let i = &o.inner;
+        let rules = (!i.analysis.user_rules.is_empty()).then(|| to_json(&i.analysis.user_rules));
+        let args = (
+            a.budget,
+            a.headroom,
+            i.plan.levers.as_ref().map(to_json),
+            None,
+            rules,
+            None,
+            i.analysis.device.clone(),
+            i.analysis.top,
+            i.plan.dp_ranks,
+            a.order,
+        );
+        (slf.get_type(), args)
+    }
+}
+
+/// Analyses a file and returns its JSON report (with the plotted series, as
+/// `memcut analyze -f json` prints it); errors read `PATH: message`, as after
+/// `memcut: error: `.
+#[pyfunction]
+fn analyze_file(py: Python<'_>, path: PathBuf, options: &Options) -> PyResult<String> {
+    let report = py
+        .detach(|| memcut::analyze_path(&path, &options.inner))
+        .map_err(|e| error(format!("{}: {e}", path.display())))?;
+    Ok(memcut::render(&report, OutputFormat::Json))
+}
+
+/// Analyses bytes in memory; `name` is the report's `source.path` (`-` as
+/// for stdin in the CLI) and starts error messages.
+#[pyfunction]
+fn analyze_bytes(py: Python<'_>, data: &[u8], name: &str, options: &Options) -> PyResult<String> {
+    let report = py
+        .detach(|| memcut::analyze_bytes(data, name, &options.inner))
+        .map_err(|e| error(format!("{name}: {e}")))?;
+    Ok(memcut::render(&report, OutputFormat::Json))
+}
+
+/// Renders a JSON report (as `memcut analyze -f json` prints it, or a saved
+/// one) in a format of the CLI's `--format`. The JSON carries the plotted
+/// series, so HTML draws the same chart as the analysis did.
+#[pyfunction]
+fn render(py: Python<'_>, report_json: &str, format: &str) -> PyResult<String> {
+    let format = match format {
+        "text" => OutputFormat::Text,
+        "md" => OutputFormat::Md,
+        "json" => OutputFormat::Json,
+        "html" => OutputFormat::Html,
+        other => {
+            return Err(error(format!(
+                "format must be one of text, md, json, html; got `{other}`"
+            )))
+        }
+    };
+    let report =
+        Report::from_json(report_json).map_err(|e| error(format!("not a memcut report: {e}")))?;
+    Ok(py.detach(|| memcut::render(&report, format)))
+}
+
+// ---------------------------------------------------------------------------
+// The seed's component planner (`memcut plan COMPONENTS.json --target-gb N`)
+// ---------------------------------------------------------------------------
+
+fn parse_components(json: &str) -> PyResult<Vec<components::Component>> {
+    components::parse_components(json).map_err(|e| error(format!("components: {e}")))
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("plain data always serialises")
+}
+
+/// `summarize_peak_sources`: the library's `PeakSummary` as JSON.
+#[pyfunction]
+fn summarize_peak_sources(components_json: &str) -> PyResult<String> {
+    let list = parse_components(components_json)?;
+    Ok(to_json(&components::summarize_peak_sources(&list)))
+}
+
+/// `plan_memory_cuts`: the library's `CutPlan` as JSON.
+#[pyfunction]
+fn plan_memory_cuts(components_json: &str, target_gb: f64) -> PyResult<String> {
+    let list = parse_components(components_json)?;
+    Ok(to_json(&components::plan_memory_cuts(&list, target_gb)))
+}
+
+/// `recommend_memory_followup`: the library's `Recommendation` as JSON, from
+/// a `PeakSummary` and a `CutPlan` given as JSON.
+#[pyfunction]
+fn recommend(summary_json: &str, plan_json: &str) -> PyResult<String> {
+    let summary: components::PeakSummary =
+        serde_json::from_str(summary_json).map_err(|e| error(format!("summary: {e}")))?;
+    let cuts: components::CutPlan =
+        serde_json::from_str(plan_json).map_err(|e| error(format!("plan: {e}")))?;
+    Ok(to_json(&components::recommend(&summary, &cuts)))
+}
+
+// ---------------------------------------------------------------------------
+// `memcut batch` summary rows, for batches run by other engines (Ray, …)
+// ---------------------------------------------------------------------------
+
+/// The summary rows `memcut batch` writes for one input, as a JSON list:
+/// one row per device, or one `skipped`/`failed` row with the reason.
+/// `name` is the rows' `file`.
+#[pyfunction]
+fn summary_rows(py: Python<'_>, data: &[u8], name: &str, options: &Options) -> String {
+    let mut analyze = options.inner.clone();
+    // The summary has no chart: skip the walk that makes the series.
+    analyze.analysis.plot_points = 0;
+    to_json(&py.detach(|| batch::rows_of_bytes(name, data, &analyze)))
+}
+
+fn rows(rows_json: &str) -> PyResult<Vec<Row>> {
+    serde_json::from_str(rows_json).map_err(|e| error(format!("not summary rows: {e}")))
+}
+
+/// Rows in the summary's order (by peak, then failed, then skipped).
+#[pyfunction]
+fn sort_rows(rows_json: &str) -> PyResult<String> {
+    let mut r = rows(rows_json)?;
+    batch::sort_rows(&mut r);
+    Ok(to_json(&r))
+}
+
+/// The summary file `memcut batch --summary PATH` would write for these
+/// rows (format by PATH's extension: .csv, .jsonl or .md).
+#[pyfunction]
+fn render_summary(rows_json: &str, path: PathBuf) -> PyResult<String> {
+    let format = batch::SummaryFormat::from_path(&path).map_err(error)?;
+    Ok(format.render(&rows(rows_json)?))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // The library's version: what reports name in `tool.version`.
+    m.add("__version__", memcut::Tool::default().version)?;
+    m.add("MemcutError", m.py().get_type::<MemcutError>())?;
+    m.add("SUMMARY_COLUMNS", batch::COLUMNS.to_vec())?;
+    m.add_class::<Options>()?;
+    m.add_function(wrap_pyfunction!(analyze_file, m)?)?;
+    m.add_function(wrap_pyfunction!(analyze_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(render, m)?)?;
+    m.add_function(wrap_pyfunction!(summarize_peak_sources, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_memory_cuts, m)?)?;
+    m.add_function(wrap_pyfunction!(recommend, m)?)?;
+    m.add_function(wrap_pyfunction!(summary_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(sort_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(render_summary, m)?)?;
+    Ok(())
+}
