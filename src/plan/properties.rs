@@ -34,16 +34,12 @@ struct Case {
 
 fn case() -> impl Strategy<Value = Case> {
     (2u32..40).prop_flat_map(|positions| {
-        let interval = (
-            0..positions,
-            1..=positions,
-            1u64..1_000_000,
-            0..NCAT - 1,
-        )
-            .prop_map(move |(start, len, size, c)| {
+        let interval = (0..positions, 1..=positions, 1u64..1_000_000, 0..NCAT - 1).prop_map(
+            move |(start, len, size, c)| {
                 let end = (start + len).min(positions);
                 (start, end.max(start + 1), size, tensor_category(c))
-            });
+            },
+        );
         (
             prop::collection::vec(interval, 0..30),
             prop::option::of(prop::collection::vec(0u64..2_000_000, positions as usize)),
