@@ -6,7 +6,11 @@
 //! each report as soon as it is made, keep only [`Row`]s) → [`sort_rows`] →
 //! [`render_markdown`] / [`render_csv`] / [`render_jsonl`]. Memory stays
 //! bounded by the largest input times the number of jobs: no report outlives
-//! its file's task.
+//! its file's task. Progress goes to a callback (the binary draws a bar).
+//!
+//! A failure stays with its file: an error, and even a panic while a file is
+//! analysed, becomes that file's `failed` row; the other files' reports and
+//! the summary are still written.
 //!
 //! Files are recognised by content, never by name: a file the readers do not
 //! know (or a trace without memory events) is *skipped* with its reason; a
@@ -16,7 +20,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -27,7 +30,8 @@ use crate::schema::{DeviceReport, Report, Verdict};
 use crate::units::human_bytes;
 
 /// What `memcut batch` was asked to do.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct BatchOptions {
     pub analyze: AnalyzeOptions,
     /// Report formats written per input (none when `out_dir` is `None`).
@@ -276,35 +280,28 @@ fn sanitize(s: &str) -> String {
         .collect()
 }
 
-/// A progress bar over the inputs' bytes (files done/total as its message);
-/// drawn on stderr only when `visible` (main passes "stderr is a terminal").
-pub fn progress_bar(inputs: &[Input], visible: bool) -> ProgressBar {
-    let total: u64 = inputs.iter().map(|i| i.size_bytes).sum();
-    let bar = ProgressBar::with_draw_target(
-        Some(total),
-        if visible {
-            ProgressDrawTarget::stderr()
-        } else {
-            ProgressDrawTarget::hidden()
-        },
-    );
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed}] {wide_bar} {msg} files · {binary_bytes_per_sec} · ETA {eta}",
-        )
-        .expect("valid template"),
-    );
-    bar.set_message(format!("0/{}", inputs.len()));
-    bar
-}
-
 /// Analyses every input on a pool of `options.jobs` threads, writes its
 /// reports, and returns the rows (unsorted: see [`sort_rows`]). Never stops
-/// on a bad file.
+/// on a bad file. `on_done(input, n)` is called as each input is finished,
+/// `n` being how many are by then.
 pub fn run(
     inputs: &[Input],
     options: &BatchOptions,
-    progress: &ProgressBar,
+    on_done: &(dyn Fn(&Input, usize) + Sync),
+) -> Result<Vec<Row>, Error> {
+    run_with(inputs, options, on_done, &|input, options| {
+        analyze_path(&input.path, options)
+    })
+}
+
+/// How [`run`] analyses one input (tests give one that fails on purpose).
+type Analyze<'a> = &'a (dyn Fn(&Input, &AnalyzeOptions) -> Result<Report, Error> + Sync);
+
+fn run_with(
+    inputs: &[Input],
+    options: &BatchOptions,
+    on_done: &(dyn Fn(&Input, usize) + Sync),
+    analyze: Analyze,
 ) -> Result<Vec<Row>, Error> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(options.jobs)
@@ -316,28 +313,50 @@ pub fn run(
             .par_iter()
             .with_max_len(1)
             .map(|input| {
-                let rows = process(input, options);
-                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                progress.set_message(format!("{n}/{}", inputs.len()));
-                progress.inc(input.size_bytes);
+                let rows = process_with(input, options, analyze);
+                on_done(input, done.fetch_add(1, Ordering::Relaxed) + 1);
                 rows
             })
             .collect()
     });
-    progress.finish_and_clear();
     Ok(rows.into_iter().flatten().collect())
 }
 
 /// One input: analyse, write its reports, return its rows.
 pub fn process(input: &Input, options: &BatchOptions) -> Vec<Row> {
-    let report = match analyze_path(&input.path, &options.analyze) {
-        Ok(r) => r,
-        Err(e) => {
+    process_with(input, options, &|input, options| {
+        analyze_path(&input.path, options)
+    })
+}
+
+fn process_with(input: &Input, options: &BatchOptions, analyze: Analyze) -> Vec<Row> {
+    // A panic is a bug in memcut, but it is this file's: the batch goes on
+    // (the analysis holds no state shared with other files).
+    let analysed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        analyze(input, &options.analyze)
+    }));
+    let report = match analysed {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
             let (status, reason) = match skip_reason(&e) {
                 Some(reason) => (Status::Skipped, reason),
                 None => (Status::Failed, one_line(&e.to_string())),
             };
             return vec![Row::for_input(input, status, reason)];
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no message".into());
+            return vec![Row::for_input(
+                input,
+                Status::Failed,
+                one_line(&format!(
+                    "internal error (a bug in memcut; please report it with this file): {what}"
+                )),
+            )];
         }
     };
     if let Some(dir) = &options.out_dir {
@@ -413,10 +432,7 @@ pub fn over_budget(device: &DeviceReport) -> Option<bool> {
 /// A gzip stream that is itself damaged is a failure, not a skip.
 pub fn skip_reason(e: &Error) -> Option<String> {
     match e {
-        Error::NoMemoryEvents | Error::Empty => Some(one_line(&e.to_string())),
-        Error::UnknownFormat(msg)
-            if !(msg.starts_with("truncated gzip") || msg.starts_with("corrupt gzip")) =>
-        {
+        Error::NoMemoryEvents | Error::Empty | Error::UnknownFormat(_) => {
             Some(one_line(&e.to_string()))
         }
         _ => None,
@@ -583,8 +599,14 @@ pub enum SummaryFormat {
     Md,
 }
 
+/// A summary file whose extension names no summary format.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--summary {}: name it .csv, .jsonl or .md to choose its format", .0.display())]
+pub struct UnknownSummaryFormat(pub PathBuf);
+
 impl SummaryFormat {
-    pub fn from_path(path: &Path) -> Result<SummaryFormat, String> {
+    /// The format a summary file's extension names.
+    pub fn from_path(path: &Path) -> Result<SummaryFormat, UnknownSummaryFormat> {
         match path
             .extension()
             .map(|e| e.to_string_lossy().to_ascii_lowercase())
@@ -593,10 +615,7 @@ impl SummaryFormat {
             Some("csv") => Ok(SummaryFormat::Csv),
             Some("jsonl") | Some("ndjson") => Ok(SummaryFormat::Jsonl),
             Some("md") => Ok(SummaryFormat::Md),
-            _ => Err(format!(
-                "--summary {}: name it .csv, .jsonl or .md to choose its format",
-                path.display()
-            )),
+            _ => Err(UnknownSummaryFormat(path.to_owned())),
         }
     }
 
@@ -643,11 +662,8 @@ mod tests {
             "unrecognised content (first byte 0x23); expected a snapshot pickle, a Chrome trace JSON or gzip".into()
         ))
         .is_some());
-        assert!(skip_reason(&Error::UnknownFormat(
-            "corrupt gzip stream: bad header".into()
-        ))
-        .is_none());
-        assert!(skip_reason(&Error::UnknownFormat("truncated gzip stream".into())).is_none());
+        assert!(skip_reason(&Error::CorruptGzip("bad header".into())).is_none());
+        assert!(skip_reason(&Error::TruncatedGzip).is_none());
         assert!(skip_reason(&Error::Pickle {
             offset: 3,
             message: "bad opcode".into()
@@ -698,5 +714,77 @@ mod tests {
         );
         let back: Row = serde_json::from_str(render_jsonl(&rows).trim_end()).unwrap();
         assert_eq!(back, rows[0]);
+    }
+
+    /// A panic while one file is analysed (injected here: the known crash
+    /// input is fixed at its root) is that file's failed row; the other
+    /// files are analysed and their reports written.
+    #[test]
+    fn a_panic_is_its_files_failed_row_and_the_others_still_get_reports() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample_traces");
+        let files = [
+            root.join("grad_accum.snapshot.pickle.gz"),
+            root.join("train_sgd_momentum.snapshot.pickle.gz"),
+            root.join("kv_cache_decode.snapshot.pickle.gz"),
+        ];
+        let (inputs, errors) = discover(&files);
+        assert!(errors.is_empty());
+        let out = tempfile::tempdir().unwrap();
+        let options = BatchOptions {
+            out_dir: Some(out.path().to_owned()),
+            formats: vec![OutputFormat::Json, OutputFormat::Md],
+            jobs: 2,
+            ..BatchOptions::default()
+        };
+        let analyze = |input: &Input, o: &AnalyzeOptions| {
+            if input.name.starts_with("train_sgd") {
+                let frames: Vec<u32> = Vec::new();
+                let _ = frames[input.size_bytes as usize]; // index out of bounds
+            }
+            analyze_path(&input.path, o)
+        };
+        let calls = AtomicUsize::new(0);
+        let mut rows = run_with(
+            &inputs,
+            &options,
+            &|_, _| {
+                calls.fetch_add(1, Ordering::Relaxed);
+            },
+            &analyze,
+        )
+        .unwrap();
+        assert_eq!(calls.into_inner(), 3, "progress reported for every file");
+        sort_rows(&mut rows);
+        let failed: Vec<&Row> = rows.iter().filter(|r| r.status == Status::Failed).collect();
+        assert_eq!(failed.len(), 1, "{rows:?}");
+        assert!(failed[0]
+            .file
+            .ends_with("train_sgd_momentum.snapshot.pickle.gz"));
+        assert!(
+            failed[0]
+                .error
+                .starts_with("internal error (a bug in memcut")
+                && failed[0].error.contains("index out of bounds"),
+            "{}",
+            failed[0].error
+        );
+        let t = tally(&rows);
+        assert_eq!((t.analysed, t.failed), (2, 1));
+        for name in [
+            "grad_accum.snapshot.pickle.gz",
+            "kv_cache_decode.snapshot.pickle.gz",
+        ] {
+            for ext in ["json", "md"] {
+                assert!(
+                    out.path().join(format!("{name}.{ext}")).is_file(),
+                    "{name}.{ext}"
+                );
+            }
+        }
+        assert!(!out
+            .path()
+            .join("train_sgd_momentum.snapshot.pickle.gz.json")
+            .exists());
+        assert!(render_markdown(&rows).contains("| failed |"));
     }
 }

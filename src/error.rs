@@ -3,12 +3,24 @@
 
 use thiserror::Error;
 
+/// Why an input could not be analysed.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum Error {
     #[error("cannot read: {0}")]
     Io(#[from] std::io::Error),
     #[error("empty file")]
     Empty,
+    /// A path that names a folder was given as a trace.
+    #[error("is a directory, not a trace file")]
+    IsDirectory,
+    /// The gzip stream ends before its end marker.
+    #[error("not a memory trace: truncated gzip stream")]
+    TruncatedGzip,
+    /// The gzip stream is damaged (the decoder's reason).
+    #[error("not a memory trace: corrupt gzip stream: {0}")]
+    CorruptGzip(String),
+    /// The content is not a format memcut reads (why, in words).
     #[error("not a memory trace: {0}")]
     UnknownFormat(String),
     #[error("bad pickle at byte {offset}: {message}")]
@@ -25,4 +37,5 @@ pub enum Error {
     Usage(String),
 }
 
+/// A result whose error is an [`enum@Error`].
 pub type Result<T> = std::result::Result<T, Error>;

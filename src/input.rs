@@ -28,9 +28,10 @@ pub struct Limits {
     /// Most bytes a gzip stream may inflate to.
     pub max_inflated_bytes: u64,
     /// Most bytes a gzip layer may inflate to per compressed byte, checked
-    /// once it has inflated [`RATIO_CHECK_AFTER`] bytes. Deflate tops out near
+    /// once it has inflated 64 MiB (`RATIO_CHECK_AFTER`). Deflate tops out near
     /// 1032:1 and real traces compress 5–50:1, so only bombs come close.
     pub max_inflate_ratio: u64,
+    /// Bounds of the pickle reader.
     pub pickle: pickle::Limits,
 }
 
@@ -71,7 +72,7 @@ pub fn read_trace<R: Read>(reader: R, limits: &Limits) -> Result<Trace> {
 /// overlaps the parse instead of adding to it, and so does inflating a
 /// gzip file (with the same limits as [`read_trace`]). In a pickle, that
 /// thread also finds the tracebacks' runs of memo gets
-/// ([`pickle::GetRunFinder`]), so that the parser does not have to read
+/// (`pickle::GetRunFinder`), so that the parser does not have to read
 /// them.
 pub fn read_trace_ahead<R: Read + Send>(reader: R, limits: &Limits) -> Result<Trace> {
     read_trace_ahead_in(reader, limits, 1 << 20)
@@ -320,12 +321,10 @@ fn keep_failure(failure: &Cell<Option<std::io::Error>>, e: std::io::Error) -> st
 /// Turns inflate errors into one-line reasons.
 fn gzip_error(e: std::io::Error) -> Error {
     match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => Error::UnknownFormat("truncated gzip stream".into()),
-        _ if e.to_string().contains("incomplete deflate") => {
-            Error::UnknownFormat("truncated gzip stream".into())
-        }
+        std::io::ErrorKind::UnexpectedEof => Error::TruncatedGzip,
+        _ if e.to_string().contains("incomplete deflate") => Error::TruncatedGzip,
         std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput => {
-            Error::UnknownFormat(format!("corrupt gzip stream: {e}"))
+            Error::CorruptGzip(e.to_string())
         }
         std::io::ErrorKind::FileTooLarge => Error::Limit(e.to_string()),
         _ => Error::Io(e),

@@ -1,30 +1,88 @@
 //! memcut: the post-mortem on GPU memory.
 //!
-//! Pipeline (DESIGN.md §1), each stage a pure function of the previous one's
-//! value: bytes → [`input`] (sniff, gunzip) → [`formats`] (parse into a
-//! [`model::Trace`]) → [`timeline`] (replay) → [`classify`] → [`analysis`]
-//! (peak, contributors, OOMs) → [`plan`] → [`report`] (text, md, json, html).
-//! Only `main.rs` and [`batch`] touch files, threads and exit codes.
+//! Give it a PyTorch memory snapshot or a profiler trace; it rebuilds the
+//! memory timeline per device, sorts every allocation into a [`Category`],
+//! finds the peak and what was live there, and plans what to cut, in what
+//! order, to fit a budget. Nothing in the file is ever executed.
+//!
+//! ```no_run
+//! let mut options = memcut::AnalyzeOptions::default();
+//! options.plan.budget = Some(memcut::parse_size("80GiB")?);
+//! let report = memcut::analyze_path("snapshot.pickle".as_ref(), &options)?;
+//! for device in &report.devices {
+//!     println!("{}: peak {} bytes", device.device, device.peak.allocated_bytes);
+//! }
+//! print!("{}", memcut::render(&report, memcut::OutputFormat::Md));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # The API
+//!
+//! - Analyse: [`analyze_path`] (a file, read on a second thread),
+//!   [`analyze_bytes`] (a buffer, e.g. handed over from Python),
+//!   [`analyze_reader`] (any reader), all with [`AnalyzeOptions`].
+//! - The result: a [`Report`], the JSON contract (`schema_version`
+//!   [`SCHEMA_VERSION`]); [`Report::from_json`] reads a saved one back, and
+//!   [`render`] writes one as text, Markdown, JSON or HTML. A saved report
+//!   renders the same pages as the analysis did.
+//! - The seed's component-list mode: [`plan_components`] and the
+//!   [`components`] module (the seed's three functions, with its names).
+//! - Many files: the [`batch`] driver (progress through a callback).
+//! - Errors are one line each and typed: [`Error`], [`SizeError`],
+//!   [`ComponentsError`], [`LeversError`].
+//!
+//! # Inside: the pipeline (DESIGN.md §1)
+//!
+//! Each stage is a private module that takes only the previous stage's
+//! value: `input` (sniff, gunzip) → `formats` (parse into a `model::Trace`)
+//! → `timeline` (replay; bytes by category per position) → `classify`
+//! (category and rule per allocation) → `analysis` (peak, live set, OOMs,
+//! plotted series: the [`Report`]); beside the report, `plan` (demand,
+//! levers, search) makes each device's [`Plan`], which `pipeline` puts into
+//! the report. `report` renders a [`Report`] and reads nothing else.
+//! `schema` (the report's types) and `units` are leaves. Data flows one
+//! way; `tests/module_graph.rs` fails on an import cycle. The graph (`+`:
+//! test code only):
+//!
+//! ```text
+//! batch    -> error, pipeline, report, schema, units
+//! pipeline -> analysis, error, input, model, plan, schema, +report
+//! analysis -> classify, model, schema, timeline, units
+//! plan     -> model, schema, timeline, units
+//! report   -> model, schema, units
+//! input    -> error, formats, model
+//! classify -> model, timeline, +input
+//! formats  -> error, model
+//! timeline -> model
+//! schema   -> model, units
+//! model, units, error -> (nothing)
+//! ```
+//!
+//! Only `main.rs` and [`batch`] touch files, threads and exit codes (the
+//! read-ahead thread of [`analyze_path`] only reads bytes).
 
-pub mod analysis;
+mod analysis;
 pub mod batch;
-pub mod classify;
-pub mod error;
-pub mod formats;
-pub mod input;
-pub mod model;
-pub mod pipeline;
-pub mod plan;
-pub mod report;
-pub mod schema;
+mod classify;
+mod error;
+mod formats;
+#[cfg(any(test, feature = "fuzzing"))]
+mod generated_checks;
+mod input;
+mod model;
+mod pipeline;
+mod plan;
+mod report;
+mod schema;
 #[cfg(test)]
 mod test_support;
-pub mod timeline;
-pub mod units;
+mod timeline;
+mod units;
 
 pub use analysis::Options as AnalysisOptions;
 pub use classify::UserRule;
 pub use error::{Error, Result};
+pub use formats::pickle::Limits as PickleLimits;
 pub use input::Limits;
 pub use model::{Category, Diagnostic, Level};
 pub use pipeline::{analyze_bytes, analyze_path, analyze_reader, AnalyzeOptions};
@@ -37,17 +95,20 @@ pub use plan::search::Order;
 pub use plan::{Headroom, PlanOptions};
 pub use report::{render, OutputFormat};
 pub use schema::{
-    DeviceReport, LiveAllocation, OomFinding, OomPlan, Peak, PeakCategories, Plan, PlanStep,
-    Report, SourceInfo, TimelineSeries, Tool, TopSite, Verdict, SCHEMA_VERSION,
+    Attribution, BeforeRecordingPart, DeviceReport, LiveAllocation, OomFinding, OomPlan, Peak,
+    PeakCategories, Plan, PlanStep, Report, SourceInfo, TimelineSeries, Tool, TopSite, Verdict,
+    SCHEMA_VERSION,
 };
 pub use units::{parse_size, SizeError};
 
-/// Stages for benches, examples and the fuzz targets, which time or fuzz
-/// one stage alone. Not a stable API.
+/// Single stages, for the benches, examples and fuzz targets that time or
+/// fuzz one stage alone. Not a stable API.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::classify::classify;
+    pub use crate::classify::{classify, Builtin};
     pub use crate::formats::{chrome, pickle};
+    #[cfg(feature = "fuzzing")]
+    pub use crate::generated_checks::check_generated;
     pub use crate::input::{parse_bytes, read_trace, read_trace_ahead};
     pub use crate::model::Trace;
     pub use crate::pipeline::analyze_trace;

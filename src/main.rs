@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Parser;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use cli::{AnalyzeArgs, BatchArgs, BudgetArgs, Cli, Command, PlanArgs, PlanFormat};
 use memcut::{AnalyzeOptions, Error, OutputFormat, Report};
@@ -69,7 +70,9 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
         },
         OutputFormat::from,
     );
-    if format != OutputFormat::Html {
+    // Only HTML draws the series, and JSON carries them for a later
+    // rendering; text and Markdown skip the walk that makes them.
+    if matches!(format, OutputFormat::Text | OutputFormat::Md) {
         options.analysis.plot_points = 0;
     }
     let mut exit = Exit::Ok;
@@ -78,7 +81,7 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
         let result = if name == "-" {
             let mut bytes = Vec::new();
             match std::io::stdin().read_to_end(&mut bytes) {
-                Ok(_) => memcut::analyze_reader(&bytes[..], "-", bytes.len() as u64, &options),
+                Ok(_) => memcut::analyze_bytes(&bytes, "-", &options),
                 Err(e) => Err(Error::Io(e)),
             }
         } else {
@@ -217,15 +220,27 @@ fn batch(args: &BatchArgs) -> Exit {
             return Exit::Usage;
         }
     }
-    let options = batch::BatchOptions {
-        analyze,
-        formats,
-        out_dir: args.out_dir.clone(),
-        jobs: args.jobs,
-    };
+    let mut options = batch::BatchOptions::default();
+    options.analyze = analyze;
+    options.formats = formats;
+    options.out_dir = args.out_dir.clone();
+    options.jobs = args.jobs;
+    // A panic becomes its file's failed row (the batch goes on); one line
+    // here says where, instead of a backtrace per worker.
+    std::panic::set_hook(Box::new(|info| {
+        let at = info
+            .location()
+            .map_or(String::new(), |l| format!(" at {}:{}", l.file(), l.line()));
+        eprintln!("memcut: internal error{at}; the summary names the file");
+    }));
     let (inputs, mut rows) = batch::discover(&args.paths);
-    let bar = batch::progress_bar(&inputs, std::io::stderr().is_terminal());
-    match batch::run(&inputs, &options, &bar) {
+    let bar = progress_bar(&inputs, std::io::stderr().is_terminal());
+    let ran = batch::run(&inputs, &options, &|input, done| {
+        bar.set_message(format!("{done}/{}", inputs.len()));
+        bar.inc(input.size_bytes);
+    });
+    bar.finish_and_clear();
+    match ran {
         Ok(more) => rows.extend(more),
         Err(e) => {
             eprintln!("memcut: error: {e}");
@@ -257,4 +272,26 @@ fn batch(args: &BatchArgs) -> Exit {
         }
     }
     exit
+}
+
+/// A progress bar over the inputs' bytes (files done/total as its message);
+/// drawn on stderr only when `visible` (stderr is a terminal).
+fn progress_bar(inputs: &[memcut::batch::Input], visible: bool) -> ProgressBar {
+    let total: u64 = inputs.iter().map(|i| i.size_bytes).sum();
+    let bar = ProgressBar::with_draw_target(
+        Some(total),
+        if visible {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        },
+    );
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed}] {wide_bar} {msg} files · {binary_bytes_per_sec} · ETA {eta}",
+        )
+        .expect("valid template"),
+    );
+    bar.set_message(format!("0/{}", inputs.len()));
+    bar
 }

@@ -10,11 +10,14 @@ use crate::model::Trace;
 use crate::schema::{Report, SourceInfo};
 use crate::{analysis, input, plan};
 
-/// Everything `memcut analyze` can be told.
+/// Everything `memcut analyze` can be told (`AnalyzeOptions::default()`,
+/// then set what differs).
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct AnalyzeOptions {
+    /// Device filter, top sites, user rules, plot points.
     pub analysis: analysis::Options,
+    /// Bounds on what an input may make memcut do (gzip, pickle).
     pub limits: input::Limits,
     /// Budget, headroom and levers for the cut plan.
     pub plan: plan::PlanOptions,
@@ -74,7 +77,7 @@ pub fn analyze_bytes(bytes: &[u8], display_path: &str, options: &AnalyzeOptions)
 /// Reads, parses and analyses one file.
 pub fn analyze_path(path: &Path, options: &AnalyzeOptions) -> Result<Report> {
     if path.is_dir() {
-        return Err(Error::Usage("is a directory, not a trace file".into()));
+        return Err(Error::IsDirectory);
     }
     let file = std::fs::File::open(path)?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);

@@ -1,7 +1,9 @@
-//! Reports: golden Markdown/JSON of the sample snapshots (bless with
-//! `MEMCUT_BLESS=1 cargo test`), the same bytes at 1 and 4 threads, HTML
-//! that escapes trace strings and fetches nothing, Markdown under 200 lines
-//! for any input, and the HTML loading cleanly in headless Chromium.
+//! Reports: golden text, Markdown, JSON and HTML of every sample trace
+//! (bless with `MEMCUT_BLESS=1 cargo test --release --test reports`), the
+//! same pages rendered from a saved JSON, the same bytes at 1 and 4
+//! threads, HTML that escapes trace strings and fetches nothing, Markdown
+//! under 200 lines for any input, and the HTML loading cleanly in headless
+//! Chromium.
 
 mod common;
 use common::corpus;
@@ -74,22 +76,43 @@ fn check_golden(name: &str, actual: &str) -> Result<(), String> {
     Err(diff)
 }
 
+const FORMATS: [OutputFormat; 4] = [
+    OutputFormat::Text,
+    OutputFormat::Md,
+    OutputFormat::Json,
+    OutputFormat::Html,
+];
+
+/// A sample's golden files are named by its file name without the
+/// compression and container extensions: `train_adamw.snapshot.pickle.gz`
+/// → `train_adamw.snapshot.{txt,md,json,html}`.
+fn golden_stem(sample: &Path) -> String {
+    let name = sample.file_name().unwrap().to_string_lossy();
+    let name = name.trim_end_matches(".gz");
+    name.rsplit_once('.')
+        .map_or(name, |(stem, _)| stem)
+        .to_owned()
+}
+
 #[test]
 fn sample_reports_match_their_golden_files() {
     let mut failures = Vec::new();
-    for path in sample_snapshots() {
+    let mut expected = std::collections::BTreeSet::new();
+    for path in samples() {
         let report = analyze_sample(&path);
-        let stem = path
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .trim_end_matches(".snapshot.pickle.gz")
-            .to_owned();
-        for format in [OutputFormat::Md, OutputFormat::Json] {
-            let name = format!("{stem}.{}", format.extension());
+        for format in FORMATS {
+            let name = format!("{}.{}", golden_stem(&path), format.extension());
             if let Err(e) = check_golden(&name, &render(&report, format)) {
                 failures.push(e);
             }
+            expected.insert(name);
+        }
+    }
+    // Every golden file belongs to a sample (none left behind by a rename).
+    for entry in std::fs::read_dir(manifest().join("tests/golden")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if !expected.contains(&name) {
+            failures.push(format!("tests/golden/{name} belongs to no sample trace"));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -103,12 +126,11 @@ fn reports_are_the_same_bytes_at_1_and_4_threads() {
             .build()
             .unwrap();
         pool.install(|| {
-            sample_snapshots()
+            samples()
                 .iter()
                 .flat_map(|p| {
                     let r = analyze_sample(p);
-                    [OutputFormat::Md, OutputFormat::Json, OutputFormat::Html]
-                        .map(|f| render(&r, f))
+                    FORMATS.map(|f| render(&r, f))
                 })
                 .collect()
         })
@@ -121,12 +143,41 @@ fn reports_are_the_same_bytes_at_1_and_4_threads() {
     }
 }
 
+/// Every sample trace (`sample_traces/*.gz`), sorted.
+fn samples() -> Vec<PathBuf> {
+    let mut runs: Vec<PathBuf> = std::fs::read_dir(manifest().join("sample_traces"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "gz"))
+        .collect();
+    runs.sort();
+    assert!(runs.len() >= 14, "sample traces missing: {runs:?}");
+    runs
+}
+
+/// Renderers read only the report: the Markdown and HTML rendered from a
+/// saved JSON report equal the ones rendered from the analysis, chart
+/// included, and the JSON itself reads back to the same report.
 #[test]
-fn json_report_round_trips() {
-    let report = analyze_sample(&sample_snapshots()[0]);
-    let text = render(&report, OutputFormat::Json);
-    let back = memcut::Report::from_json(&text).unwrap();
-    assert_eq!(render(&back, OutputFormat::Json), text);
+fn saved_json_renders_the_same_pages() {
+    for path in samples() {
+        let report = analyze_sample(&path);
+        let json = render(&report, OutputFormat::Json);
+        let back = Report::from_json(&json).unwrap();
+        assert_eq!(back, report, "{}", path.display());
+        for format in [OutputFormat::Md, OutputFormat::Html, OutputFormat::Text] {
+            assert!(
+                render(&back, format) == render(&report, format),
+                "{}: {format:?} from the saved JSON differs",
+                path.display()
+            );
+        }
+        assert!(
+            report.devices.iter().all(|d| !d.timeline.x.is_empty()),
+            "{}: no plotted series",
+            path.display()
+        );
+    }
 }
 
 /// A snapshot (JSON form) whose frame strings try to break out of the HTML.

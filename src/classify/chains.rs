@@ -46,19 +46,12 @@ pub(super) struct Chains {
     root: Vec<u32>,
     /// Per first version, the end of its tensor's last version.
     end: Vec<u32>,
-    /// Per first version: some later version was made in the optimizer step.
-    updated_by_optimizer: Vec<bool>,
 }
 
 impl Chains {
     /// `None` when no allocation is an in-place update (`bumps` from
     /// [`version_bumps`]).
-    /// `in_optimizer` tells whether an event index is inside an optimizer step.
-    pub(super) fn new(
-        intervals: &[Interval],
-        bumps: &[u32],
-        in_optimizer: impl Fn(u32) -> bool,
-    ) -> Option<Chains> {
+    pub(super) fn new(intervals: &[Interval], bumps: &[u32]) -> Option<Chains> {
         if bumps.is_empty() {
             return None;
         }
@@ -73,7 +66,6 @@ impl Chains {
         }
         let mut root: Vec<u32> = (0..intervals.len() as u32).collect();
         let mut end: Vec<u32> = intervals.iter().map(|i| i.end).collect();
-        let mut updated_by_optimizer = vec![false; intervals.len()];
         for (i, interval) in intervals.iter().enumerate() {
             let Some(bump) = interval.start.checked_sub(1).filter(|&b| replaced(b)) else {
                 continue;
@@ -88,24 +80,13 @@ impl Chains {
             let first = root[previous as usize];
             root[i] = first;
             end[first as usize] = end[first as usize].max(interval.end);
-            updated_by_optimizer[first as usize] |= in_optimizer(bump);
         }
-        Some(Chains {
-            root,
-            end,
-            updated_by_optimizer,
-        })
+        Some(Chains { root, end })
     }
 
     /// The first version of interval `i`'s tensor.
     pub(super) fn root(&self, i: usize) -> usize {
         self.root[i] as usize
-    }
-
-    /// Whether the tensor whose first version is interval `i` was updated
-    /// in place by an optimizer step.
-    pub(super) fn updated_by_optimizer(&self, i: usize) -> bool {
-        self.updated_by_optimizer[i]
     }
 
     /// The whole tensor of the first version `interval` (index `i`): its

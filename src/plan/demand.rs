@@ -119,10 +119,6 @@ impl<'a> Demand<'a> {
         }
     }
 
-    pub fn positions(&self) -> usize {
-        self.positions
-    }
-
     /// Bytes by category at a position, each category scaled by its factor
     /// (rounded to whole bytes).
     pub fn scaled_at(&self, position: usize, factors: &[f64; NCAT]) -> [u64; NCAT] {
@@ -286,7 +282,7 @@ mod tests {
                 factors[c.index()] = *x;
             }
             let mut want = (0u64, 0u64, 0usize);
-            for p in 0..demand.positions() {
+            for p in 0..demand.positions {
                 let row = demand.scaled_at(p, &factors);
                 let total: u64 = row.iter().sum();
                 let tensors = total - row[Category::AllocatorCache.index()];

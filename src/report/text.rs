@@ -2,8 +2,9 @@
 
 use std::fmt::Write;
 
+use super::{attribution_line, before_recording_line};
 use crate::schema::Report;
-use crate::units::{human_bytes as h, percent};
+use crate::units::human_bytes as h;
 
 pub fn render(report: &Report) -> String {
     let mut out = String::new();
@@ -22,27 +23,42 @@ pub fn render(report: &Report) -> String {
             p.event_index,
             p.phase
         );
-        if let Some(r) = p.reserved_bytes {
-            let _ = write!(out, ", {} reserved", h(r));
+        match p.reserved_bytes {
+            Some(r) => {
+                let _ = write!(out, ", {} reserved", h(r));
+            }
+            None => {
+                let _ = write!(out, ", reserved unknown");
+            }
         }
         let _ = writeln!(out);
         if d.baseline_bytes > 0 {
             let _ = writeln!(
                 out,
-                "  baseline (allocated before recording): {}",
-                h(d.baseline_bytes)
+                "  existed before recording: {}: {}",
+                h(d.baseline_bytes),
+                before_recording_line(d)
             );
         }
-        let mut cats: Vec<_> = p.by_category.iter().collect();
-        cats.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        let whole: u64 = p.by_category.values().sum();
-        for (c, b) in cats.iter().take(6) {
+        let _ = writeln!(out, "  categories at the peak: {}", attribution_line(p));
+        // Shares of the allocated peak, as every report shows them; the
+        // cache is reserved on top of it, so it gets a line but no share.
+        let cats = p.categories();
+        for (c, b) in cats.rows.iter().take(6) {
             let _ = writeln!(
                 out,
                 "  {:<16} {:>11}  {:>6}",
                 c.as_str(),
-                h(**b),
-                percent(**b, whole)
+                h(*b),
+                p.share_text(*b)
+            );
+        }
+        if let Some(cache) = cats.allocator_cache {
+            let _ = writeln!(
+                out,
+                "  {:<16} {:>11}  (reserved, not allocated)",
+                "allocator_cache",
+                h(cache)
             );
         }
         for s in p.top_sites.iter().take(3) {

@@ -6,5 +6,7 @@
 mod replay;
 mod walk;
 
-pub use replay::{argmax, curve, replay, Interval, Origin, Replay, MAX_BYTES};
-pub use walk::{Change, DeviceTimeline, Walk};
+#[cfg(test)]
+pub use replay::curve;
+pub use replay::{replay, Interval, Origin, Replay};
+pub use walk::{DeviceTimeline, Walk};

@@ -17,6 +17,11 @@ use crate::model::{Action, BlockState, Category, DeviceTrace, Diagnostic, SiteId
 /// Largest allocation replay believes (256 TiB); larger sizes are clamped.
 pub const MAX_BYTES: u64 = 1 << 48;
 
+/// Largest timestamp magnitude used for the time axis, in microseconds
+/// (2^60 µs, 36,000 years): a larger (or infinite) one is a damaged file,
+/// and the axis falls back to event indices.
+pub const MAX_TS_US: f64 = (1u64 << 60) as f64;
+
 /// Where an interval's memory came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Origin {
@@ -73,7 +78,9 @@ pub struct Replay {
     pub diagnostics: Vec<Diagnostic>,
     /// Event indices of the `oom` entries, in order.
     pub ooms: Vec<u32>,
-    /// Whether there are events and every one has a timestamp.
+    /// Whether there are events and every one has a usable timestamp
+    /// (within ±[`MAX_TS_US`]), so that times since the first event are
+    /// finite and can be plotted and written.
     pub timestamped: bool,
 }
 
@@ -124,7 +131,34 @@ pub fn replay(device: &DeviceTrace) -> Replay {
     );
     replay.reserved = reserved;
     replay.diagnostics.extend(notes);
+    drop_impossible_reserved(&mut replay);
     replay
+}
+
+/// Reserved memory holds every allocated byte: a reserved curve that falls
+/// below the allocated one anywhere (a `Total Reserved` of 0 or below
+/// `Total Allocated`, segments that do not add up) says nothing reliable,
+/// so reserved memory is unknown rather than an impossible number.
+fn drop_impossible_reserved(replay: &mut Replay) {
+    let Some(reserved) = &replay.reserved else {
+        return;
+    };
+    let Some(p) = reserved
+        .iter()
+        .zip(&replay.allocated)
+        .position(|(r, a)| r < a)
+    else {
+        return;
+    };
+    let at = match p {
+        0 => "the start".to_owned(),
+        p => format!("event {}", p - 1),
+    };
+    replay.diagnostics.push(Diagnostic::warning(format!(
+        "reserved memory is unknown: the file's reserved bytes ({}) are below the allocated bytes ({}) at {at}, which no allocator reports",
+        reserved[p], replay.allocated[p]
+    )));
+    replay.reserved = None;
 }
 
 /// Everything of [`replay`] but the reserved curve.
@@ -290,7 +324,7 @@ fn replay_allocations(device: &DeviceTrace) -> Replay {
     for ts in device.events.iter().filter_map(|e| e.ts()) {
         backwards += u64::from(ts < last_ts);
         last_ts = last_ts.max(ts);
-        timestamped += 1;
+        timestamped += usize::from(ts.abs() <= MAX_TS_US);
     }
     if backwards > 0 {
         diagnostics.push(Diagnostic::info(format!(

@@ -82,6 +82,7 @@ pub(super) fn build_trace(
 ) -> Result<Trace, ReadError> {
     let Collected {
         mut ops,
+        evidence,
         be,
         mems,
         devices: device_info,
@@ -100,6 +101,7 @@ pub(super) fn build_trace(
         )));
     }
     trace.annotations = annotations(&ops, &mems);
+    trace.evidence = evidence;
 
     let total_mem = mems.len();
     let ops = Operators::new(ops);

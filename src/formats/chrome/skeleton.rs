@@ -16,6 +16,8 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
+use crate::model::EvidenceOp;
+
 /// A number that tolerates every JSON type (wrong types become `None`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(super) enum Num {
@@ -305,6 +307,7 @@ key_enum!(EvKey {
 key_enum!(ArgKey {
     "Device Type" => DeviceType, "Device Id" => DeviceId, "Bytes" => Bytes, "Addr" => Addr,
     "Total Allocated" => TotalAllocated, "Total Reserved" => TotalReserved, "Ev Idx" => EvIdx,
+    "Input Dims" => InputDims, "Input type" => InputType,
 });
 
 /// The `args` of a `[memory]` event (other events' args are skimmed the same way).
@@ -337,7 +340,7 @@ impl<'de> Visitor<'de> for MemArgsVisitor {
                 ArgKey::TotalAllocated => &mut a.total_allocated,
                 ArgKey::TotalReserved => &mut a.total_reserved,
                 ArgKey::EvIdx => &mut a.ev_idx,
-                ArgKey::Other => {
+                ArgKey::InputDims | ArgKey::InputType | ArgKey::Other => {
                     map.next_value::<IgnoredAny>()?;
                     continue;
                 }
@@ -375,6 +378,204 @@ impl<'de> Deserialize<'de> for MemArgs {
     }
 }
 
+/// `record_shapes` inputs of an operator call: `Input Dims` (one entry per
+/// input: a tensor's dims, or `None` for a scalar, a list of tensors or
+/// anything else) and `Input type` (the element type's C++ name).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct RawInputs<'a> {
+    pub(super) dims: Vec<Option<Vec<u64>>>,
+    pub(super) types: Vec<LStr<'a>>,
+}
+
+impl RawInputs<'_> {
+    fn into_owned(self) -> RawInputs<'static> {
+        RawInputs {
+            dims: self.dims,
+            types: self
+                .types
+                .into_iter()
+                .map(|t| LStr(t.0.map(|c| Cow::Owned(c.into_owned()))))
+                .collect(),
+        }
+    }
+}
+
+/// One `Input Dims` entry: the dims of a tensor (`[4, 32, 64]`, `[]` for
+/// a 0-d tensor or a scalar), `None` for nested lists and other values.
+struct DimsEntry(Option<Vec<u64>>);
+
+impl<'de> Deserialize<'de> for DimsEntry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<DimsEntry, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = DimsEntry;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of dims")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> std::result::Result<DimsEntry, A::Error> {
+                let mut dims = Vec::new();
+                let mut tensor = true;
+                // A nested list (a `TensorList` input) reads as `Num::None`.
+                while let Some(n) = a.next_element::<Num>()? {
+                    match n.u64() {
+                        Some(d) => dims.push(d),
+                        None => tensor = false,
+                    }
+                }
+                Ok(DimsEntry(tensor.then_some(dims)))
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                a: A,
+            ) -> std::result::Result<DimsEntry, A::Error> {
+                drain_map(a).map(|_| DimsEntry(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<DimsEntry, E> {
+                Ok(DimsEntry(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<DimsEntry, E> {
+                Ok(DimsEntry(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<DimsEntry, E> {
+                Ok(DimsEntry(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<DimsEntry, E> {
+                Ok(DimsEntry(None))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> std::result::Result<DimsEntry, E> {
+                Ok(DimsEntry(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> std::result::Result<DimsEntry, E> {
+                Ok(DimsEntry(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A list of `T`, or empty for any other value (skeletons never fail on a
+/// value of the wrong type).
+struct ListOf<T>(Vec<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for ListOf<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<ListOf<T>, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = ListOf<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> std::result::Result<ListOf<T>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(x) = a.next_element()? {
+                    out.push(x);
+                }
+                Ok(ListOf(out))
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                a: A,
+            ) -> std::result::Result<ListOf<T>, A::Error> {
+                drain_map(a).map(|_| ListOf(Vec::new()))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<ListOf<T>, E> {
+                Ok(ListOf(Vec::new()))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<ListOf<T>, E> {
+                Ok(ListOf(Vec::new()))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<ListOf<T>, E> {
+                Ok(ListOf(Vec::new()))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<ListOf<T>, E> {
+                Ok(ListOf(Vec::new()))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> std::result::Result<ListOf<T>, E> {
+                Ok(ListOf(Vec::new()))
+            }
+            fn visit_unit<E: de::Error>(self) -> std::result::Result<ListOf<T>, E> {
+                Ok(ListOf(Vec::new()))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// Reads an event's `args`: the memory fields, and the `record_shapes`
+/// inputs when `inputs` says the event is an operator call memcut keeps
+/// them for (otherwise they are skipped like every other key).
+struct ArgsSeed {
+    inputs: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for ArgsSeed {
+    type Value = (MemArgs, Option<RawInputs<'de>>);
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        if !self.inputs {
+            return MemArgs::deserialize(d).map(|a| (a, None));
+        }
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ArgsSeed {
+    type Value = (MemArgs, Option<RawInputs<'de>>);
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an args object")
+    }
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut inputs = RawInputs::default();
+        while let Some(k) = map.next_key::<ArgKey>()? {
+            match k {
+                ArgKey::InputDims => {
+                    inputs.dims = map
+                        .next_value::<ListOf<DimsEntry>>()?
+                        .0
+                        .into_iter()
+                        .map(|e| e.0)
+                        .collect();
+                }
+                ArgKey::InputType => inputs.types = map.next_value::<ListOf<LStr<'de>>>()?.0,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        // Operator calls carry no memory fields.
+        Ok((MemArgs::default(), Some(inputs)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, a: A) -> std::result::Result<Self::Value, A::Error> {
+        drain_seq(a).map(|_| (MemArgs::default(), None))
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<Self::Value, E> {
+        Ok((MemArgs::default(), None))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<Self::Value, E> {
+        Ok((MemArgs::default(), None))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<Self::Value, E> {
+        Ok((MemArgs::default(), None))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<Self::Value, E> {
+        Ok((MemArgs::default(), None))
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> std::result::Result<Self::Value, E> {
+        Ok((MemArgs::default(), None))
+    }
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
+        Ok((MemArgs::default(), None))
+    }
+}
+
 /// The fields of one trace event that memcut reads.
 #[derive(Debug, Default)]
 pub(super) struct RawEvent<'a> {
@@ -386,6 +587,10 @@ pub(super) struct RawEvent<'a> {
     pub(super) ts: Num,
     pub(super) dur: Num,
     pub(super) args: MemArgs,
+    /// `record_shapes` inputs of an operator call in
+    /// [`EvidenceOp`](crate::model::EvidenceOp) that reads them (read only
+    /// when `ph` and `name` come before `args`, as every known writer puts them).
+    pub(super) inputs: Option<RawInputs<'a>>,
 }
 
 impl RawEvent<'_> {
@@ -405,6 +610,7 @@ impl RawEvent<'_> {
             ts: self.ts,
             dur: self.dur,
             args: self.args,
+            inputs: self.inputs.map(RawInputs::into_owned),
         }
     }
 }
@@ -438,7 +644,16 @@ impl<'de> Visitor<'de> for EventSeed {
                 EvKey::Tid => ev.tid = map.next_value()?,
                 EvKey::Ts => ev.ts = map.next_value()?,
                 EvKey::Dur => ev.dur = map.next_value()?,
-                EvKey::Args => ev.args = map.next_value()?,
+                EvKey::Args => {
+                    let inputs = ev.ph.0.as_deref() == Some("X")
+                        && ev
+                            .name
+                            .0
+                            .as_deref()
+                            .and_then(EvidenceOp::from_name)
+                            .is_some_and(EvidenceOp::reads_inputs);
+                    (ev.args, ev.inputs) = map.next_value_seed(ArgsSeed { inputs })?;
+                }
                 EvKey::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
