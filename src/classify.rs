@@ -24,6 +24,7 @@
 //! Classification of one interval only reads shared, precomputed facts, so it
 //! runs in parallel with rayon and gives the same answer at any thread count.
 
+mod calls;
 mod chains;
 mod layers;
 mod operators;
@@ -178,6 +179,9 @@ builtin_rules! {
     InferredWeightsGradientSized = "inferred_weights_gradient_sized",
     /// Created (not computed) and alive to the end of an inference run.
     InferredWeightsCreatedAliveToEnd = "inferred_weights_created_alive_to_end",
+    /// Freed by the user function (or its caller) that allocated it before
+    /// that call returned, seen from the free's own stack (`calls.rs`).
+    InferredTemporaryFreedInAllocatingCall = "inferred_temporary_freed_in_allocating_call",
     /// Made in a Python constructor that is not `torch.nn`'s and alive to
     /// the end: the weights of a user's or a library's own module
     /// (`nn.Parameter(torch.randn(…))` in `__init__`, `transformers`' `Conv1D`).
@@ -895,6 +899,17 @@ fn classify_one(
                 pick(Category::Temporary, Builtin::ShortLived)
             } else if facts.forward {
                 pick(Category::Activation, Builtin::ForwardOutput)
+            } else if !alive_at_end
+                && calls::freed_in_allocating_call(
+                    ctx.sites,
+                    interval.site,
+                    ctx.events[interval.end as usize - 1].site,
+                )
+            {
+                pick(
+                    Category::Temporary,
+                    Builtin::InferredTemporaryFreedInAllocatingCall,
+                )
             } else if facts.constructor && alive_at_end {
                 pick(
                     Category::Parameter,
