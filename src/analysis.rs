@@ -215,6 +215,9 @@ fn device_report(
         .collect();
     // Live allocations share sites: describe each site once.
     let mut described = HashMap::new();
+    let mut stacks = HashMap::new();
+    // Position `p` is the state after event `p - 1`.
+    let event_before = |position: u32| position.checked_sub(1).map(u64::from);
     let mut allocations: Vec<LiveAllocation> = live
         .iter()
         .map(|(i, c)| LiveAllocation {
@@ -231,6 +234,16 @@ fn device_report(
                     .clone()
             },
             rule: c.rule.name(&options.user_rules),
+            stack: stacks
+                .entry(i.site)
+                .or_insert_with(|| stack(&trace.sites, i.site))
+                .clone(),
+            alloc_event: event_before(i.start),
+            alloc_ts_us: event_before(i.start).and_then(|k| device.events[k as usize].ts()),
+            free_event: event_before(i.end).filter(|_| i.end < replay.positions()),
+            free_ts_us: event_before(i.end)
+                .filter(|_| i.end < replay.positions())
+                .and_then(|k| device.events[k as usize].ts()),
         })
         .collect();
     allocations.sort_by(|a, b| {
@@ -542,6 +555,15 @@ fn timeline_series(device: &DeviceTrace, tl: &DeviceTimeline, points: usize) -> 
 /// nearest line of the program that called it (`site_names.rs`).
 pub fn describe_site(sites: &Sites, site: crate::model::SiteId) -> String {
     site_names::describe(sites, site)
+}
+
+/// A site's frames, innermost first, as reports write frames.
+fn stack(sites: &Sites, site: crate::model::SiteId) -> Vec<String> {
+    sites
+        .frames(site)
+        .iter()
+        .map(|f| format_frame(sites.str(f.filename), f.line, sites.str(f.name)))
+        .collect()
 }
 
 /// A Python frame: a `.py` file, or the profiler's `file.py(N): name` form.

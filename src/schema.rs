@@ -238,7 +238,7 @@ pub struct TopSite {
 }
 
 /// One allocation live at the peak.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct LiveAllocation {
     pub addr: u64,
@@ -248,6 +248,17 @@ pub struct LiveAllocation {
     /// The classification rule that chose the category (`user:NAME` for a
     /// rule from `--rules`).
     pub rule: String,
+    /// The allocation's stack, innermost frame first (empty when the file
+    /// has none).
+    pub stack: Vec<String>,
+    /// Index (in the device's events) and time of the allocation event;
+    /// `null` for memory that existed before recording.
+    pub alloc_event: Option<u64>,
+    pub alloc_ts_us: Option<f64>,
+    /// Index and time of the event that freed it; `null` when it is alive
+    /// at the end of the recording.
+    pub free_event: Option<u64>,
+    pub free_ts_us: Option<f64>,
 }
 
 /// One failed allocation.

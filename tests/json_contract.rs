@@ -124,6 +124,11 @@ struct Allocation {
     category: Category,
     site: String,
     rule: String,
+    stack: Vec<String>,
+    alloc_event: Option<u64>,
+    alloc_ts_us: Option<f64>,
+    free_event: Option<u64>,
+    free_ts_us: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -295,6 +300,19 @@ fn check(what: &str, text: &str) -> Report {
         assert!(t.reserved.as_ref().is_none_or(|r| r.len() == t.x.len()));
         assert_eq!(t.oom_x.len(), d.ooms.len(), "{what}");
         assert!(!d.device.is_empty() && d.events >= d.peak.event_index);
+        // Live at the peak: allocated at or before it, freed after it.
+        for a in &d.peak.allocations {
+            assert!(
+                a.alloc_event.is_none_or(|e| e <= d.peak.event_index)
+                    && a.free_event
+                        .is_none_or(|e| e > d.peak.event_index && e < d.events)
+                    && (a.alloc_event.is_some() || a.alloc_ts_us.is_none())
+                    && (a.free_event.is_some() || a.free_ts_us.is_none()),
+                "{what}: {}: allocation at {} not live at the peak",
+                d.device,
+                a.addr
+            );
+        }
     }
     report
 }

@@ -14,13 +14,11 @@
 use crate::model::{Frame, SiteId, Sites};
 
 /// Python frames of a site, innermost first.
-fn python(sites: &Sites, site: SiteId) -> Vec<Frame> {
+fn python(sites: &Sites, site: SiteId) -> impl DoubleEndedIterator<Item = &Frame> + Clone {
     sites
         .frames(site)
         .iter()
         .filter(|f| sites.str(f.filename).ends_with(".py"))
-        .copied()
-        .collect()
 }
 
 /// Whether the block allocated at `alloc` and freed at `free` was freed
@@ -30,24 +28,33 @@ pub(super) fn freed_in_allocating_call(sites: &Sites, alloc: SiteId, free: SiteI
     if alloc == free || alloc == 0 || free == 0 {
         return false;
     }
-    let a = python(sites, alloc);
-    let f = python(sites, free);
-    for j in 0..a.len().min(2) {
-        let outside = &a[j + 1..];
-        // The program's outermost frame is never a call that returns.
-        if outside.is_empty() {
-            break;
+    let a_len = python(sites, alloc).count();
+    let f_len = python(sites, free).count();
+    // Outermost first: `same` frames are shared exactly; the call tried is
+    // at depth `m` from the outside (the allocating function, `a_len - 1`,
+    // or its caller), with `m` frames outside it (at least one: the
+    // program's outermost frame is never a call that returns).
+    let mut same = 0;
+    let mut at = [None; 2];
+    for (depth, (x, y)) in python(sites, alloc)
+        .rev()
+        .zip(python(sites, free).rev())
+        .enumerate()
+    {
+        if depth + 2 >= a_len {
+            at[a_len - 1 - depth] = Some((x, y));
         }
-        if f.len() <= outside.len() {
-            continue;
-        }
-        let k = f.len() - outside.len();
-        let call = f[k - 1];
-        if f[k..] == *outside && call.filename == a[j].filename && call.name == a[j].name {
-            return true;
+        if same == depth && x == y {
+            same += 1;
         }
     }
-    false
+    (0..a_len.min(2)).any(|j| {
+        let m = a_len - 1 - j;
+        m >= 1
+            && same >= m
+            && f_len > m
+            && at[j].is_some_and(|(x, y)| x.filename == y.filename && x.name == y.name)
+    })
 }
 
 #[cfg(test)]
