@@ -1,6 +1,8 @@
 //! Analysis: replayed and classified devices → the [`Report`] (peak,
 //! contributors, reserved peak, OOM findings, timeline for plots).
 
+mod site_names;
+
 use std::collections::{BTreeMap, HashMap};
 
 use crate::classify::{self, site_facts, Builtin, Classification, Phase, Rule, UserRule};
@@ -738,40 +740,10 @@ fn timeline_series(
     out
 }
 
-/// A short, readable name for a site: its two innermost meaningful frames,
-/// preferring Python frames (what the user wrote) over C++ ones.
+/// A short, readable name for a site: the operator that allocated and the
+/// nearest line of the program that called it (`site_names.rs`).
 pub fn describe_site(sites: &Sites, site: crate::model::SiteId) -> String {
-    let frames = sites.frames(site);
-    if frames.is_empty() {
-        return "(no frames)".into();
-    }
-    let candidates: Vec<(&str, u32, &str)> = frames
-        .iter()
-        .map(|f| (sites.str(f.filename), f.line, sites.str(f.name)))
-        .filter(|(file, _, name)| !is_noise(file, name))
-        .collect();
-    let python: Vec<_> = candidates
-        .iter()
-        .filter(|(file, _, name)| is_python(file, name))
-        .collect();
-    let chosen: Vec<String> = if python.is_empty() {
-        candidates
-            .iter()
-            .take(2)
-            .map(|(f, l, n)| format_frame(f, *l, n))
-            .collect()
-    } else {
-        python
-            .iter()
-            .take(2)
-            .map(|(f, l, n)| format_frame(f, *l, n))
-            .collect()
-    };
-    if chosen.is_empty() {
-        let f = frames[0];
-        return format_frame(sites.str(f.filename), f.line, sites.str(f.name));
-    }
-    chosen.join(" < ")
+    site_names::describe(sites, site)
 }
 
 /// A Python frame: a `.py` file, or the profiler's `file.py(N): name` form.
@@ -860,6 +832,11 @@ fn is_noise(file: &str, name: &str) -> bool {
         "_PyFunction",
         "CUDACachingAllocator",
         "c10::",
+        "torch::autograd::Node::",
+        "torch::autograd::Engine::",
+        "torch::autograd::call_function",
+        "std::",
+        "start_thread",
         "at::detail::empty",
         "_call_impl",
         "_wrapped_call_impl",

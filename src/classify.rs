@@ -8,20 +8,40 @@
 //! Phases come from frames because every format has them: snapshot stacks
 //! (`torch/optim/adamw.py`, `run_backward`, `nn.Module: …`) and Chrome
 //! operator stacks (`Optimizer.step#…`, `autograd::engine::evaluate_function`).
-//! The phase at a free is the phase of the latest allocation before it, since
-//! free events often carry the *allocation* stack (`context="alloc"`).
-//! `external_annotations` time ranges (`Optimizer.step#…`) override both.
+//! A Chrome trace recorded without Python stacks (the profiler's default)
+//! has only operators: there an operator that computes outside the backward
+//! pass and the optimizer is the forward pass, and one that creates a tensor
+//! says nothing about the phase (`operators.rs`). The phase at a free is the
+//! phase of the latest allocation before it, since free events often carry
+//! the *allocation* stack (`context="alloc"`). `external_annotations` time
+//! ranges (`Optimizer.step#…`) override both.
+//!
+//! Where the trace knows operator boundaries (Chrome traces:
+//! `DeviceTrace::op_calls`), a block allocated and freed within one operator
+//! call is that call's scratch space, `temporary`, in any phase: PyTorch's
+//! own definition. Elsewhere "freed before any other allocation" stands in.
 //!
 //! Classification of one interval only reads shared, precomputed facts, so it
 //! runs in parallel with rayon and gives the same answer at any thread count.
 
+mod calls;
+mod chains;
+mod layers;
+mod operators;
+mod update_order;
+
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::model::{Action, Category, DeviceTrace, Format, Frame, SiteId, Sites, StrId, Trace};
+use crate::model::{
+    is_backward_function, Action, Category, DeviceTrace, Event, Format, Frame, OpCall, SiteId,
+    Sites, StrId, Trace,
+};
 use crate::timeline::{Interval, Origin, Replay};
+use chains::{version_bumps, Chains};
+use operators::Outermost;
 
 mod buffers;
 mod evidence;
@@ -111,6 +131,8 @@ macro_rules! builtin_rules {
                         | Builtin::InferredOptimizerState
                         | Builtin::InferredKvCachePool
                         | Builtin::InferredWeightsForwardOnly
+                        | Builtin::InferredParameterUpdatedLast
+                        | Builtin::InferredOptimizerStateUpdatedFirst
                 )
             }
 
@@ -128,7 +150,10 @@ builtin_rules! {
     /// Memory a Chrome trace's totals show but no event names.
     AllocatedBeforeProfilingUnattributed = "allocated_before_profiling_unattributed",
     AccumulateGradOutlivesBackward = "accumulate_grad_outlives_backward",
+    /// Freed within the operator call that allocated it, in the optimizer step.
     OptimizerStepScratch = "optimizer_step_scratch",
+    /// Freed before the optimizer step that allocated it ends: an
+    /// intermediate of the update (`exp_avg_sq.sqrt()`, `_foreach_sqrt`).
     FreedWithinOptimizerStep = "freed_within_optimizer_step",
     AllocatedInOptimizerStepOutlivesIt = "allocated_in_optimizer_step_outlives_it",
     AllocatedInZeroGrad = "allocated_in_zero_grad",
@@ -140,9 +165,27 @@ builtin_rules! {
     DataLoading = "data_loading",
     ShortLivedInForward = "short_lived_in_forward",
     InferenceCacheOutlivesForward = "inference_cache_outlives_forward",
+    /// Inference, no cache frames: replaced by a longer concatenation of
+    /// itself (`cache = torch.cat([cache, new])`), the way a cache grows.
+    InferredCacheGrowsByConcatenation = "inferred_cache_grows_by_concatenation",
+    /// Inference: allocated by attention code and still live when the same
+    /// code runs in the next layer (keys and values of the first pass).
+    InferredCacheKeptAcrossLayers = "inferred_cache_kept_across_layers",
     ForwardOutputFreedInBackward = "forward_output_freed_in_backward",
     ForwardOutput = "forward_output",
     ShortLived = "short_lived",
+    /// Created (not computed), alive to the end, and in a training run the
+    /// size of a gradient: a weight whose construction had no Python stack.
+    InferredWeightsGradientSized = "inferred_weights_gradient_sized",
+    /// Created (not computed) and alive to the end of an inference run.
+    InferredWeightsCreatedAliveToEnd = "inferred_weights_created_alive_to_end",
+    /// Freed by the user function (or its caller) that allocated it before
+    /// that call returned, seen from the free's own stack (`calls.rs`).
+    InferredTemporaryFreedInAllocatingCall = "inferred_temporary_freed_in_allocating_call",
+    /// Made in a Python constructor that is not `torch.nn`'s and alive to
+    /// the end: the weights of a user's or a library's own module
+    /// (`nn.Parameter(torch.randn(…))` in `__init__`, `transformers`' `Conv1D`).
+    InferredWeightsMadeInConstructor = "inferred_weights_made_in_constructor",
     AllocatedOutsideModelLiveDuringForward = "allocated_outside_model_live_during_forward",
     NoEvidence = "no_evidence",
     ExistedBeforeTraceOptimizerSite = "existed_before_trace_optimizer_site",
@@ -174,6 +217,12 @@ builtin_rules! {
     InferredKvCachePool = "inferred_kv_cache_pool_from_cache_writes",
     /// Existed before recording and alive to the end of a forward-only history.
     InferredWeightsForwardOnly = "inferred_weights_alive_through_forward_only_history",
+    /// Existed before recording, updated in place by the optimizer step
+    /// after the other tensors of its size (`classify/update_order.rs`).
+    InferredParameterUpdatedLast = "inferred_parameter_updated_last_in_optimizer_step",
+    /// Existed before recording, updated in place by the optimizer step
+    /// before its parameter.
+    InferredOptimizerStateUpdatedFirst = "inferred_optimizer_state_updated_before_its_parameter",
 }
 
 /// What the program was doing.
@@ -200,6 +249,19 @@ pub struct SiteFacts {
     pub data_loading: bool,
     pub kv_cache: bool,
     pub recompute: bool,
+    /// No Python frame, and the outermost operator call computes (Chrome
+    /// traces recorded without stacks).
+    pub computes: bool,
+    /// No Python frame, and the outermost operator call creates a tensor
+    /// from nothing (`aten::empty`, `aten::randn`, `aten::to`, …).
+    pub creates: bool,
+    /// Some frame concatenates (`aten::cat`).
+    pub concatenates: bool,
+    /// Made in a Python constructor (`__init__` of any class), outside any
+    /// forward pass or cache.
+    pub constructor: bool,
+    /// Some frame is attention code (`attn`, `Attention`).
+    pub attention: bool,
 }
 
 impl SiteFacts {
@@ -214,7 +276,7 @@ impl SiteFacts {
             Phase::Init
         } else if self.data_loading {
             Phase::DataLoading
-        } else if self.forward {
+        } else if self.forward || self.computes {
             Phase::Forward
         } else {
             Phase::Unknown
@@ -228,6 +290,13 @@ struct FrameFacts {
     facts: SiteFacts,
     attention: bool,
     concat_or_copy: bool,
+    /// A Python `__init__` frame, of any class.
+    init: bool,
+    /// A Python frame (snapshot stacks, `with_stack=True` traces).
+    python: bool,
+    /// What the frame's operator call does (operator frames only). Frames
+    /// are merged innermost first, so a site keeps its outermost call's.
+    outermost: Option<Outermost>,
 }
 
 impl FrameFacts {
@@ -242,14 +311,29 @@ impl FrameFacts {
         f.data_loading |= g.data_loading;
         f.kv_cache |= g.kv_cache;
         f.recompute |= g.recompute;
+        f.concatenates |= g.concatenates;
         self.attention |= o.attention;
         self.concat_or_copy |= o.concat_or_copy;
+        self.init |= o.init;
+        self.python |= o.python;
+        if o.outermost.is_some() {
+            self.outermost = o.outermost;
+        }
     }
 
     fn finish(self) -> SiteFacts {
         let mut f = self.facts;
         // A cache grows by concatenating or copying new keys/values under attention.
         f.kv_cache |= self.attention && self.concat_or_copy;
+        f.attention = self.attention;
+        // Caches are built by constructors too, and say so in their frames;
+        // objects built inside a forward pass are part of it.
+        f.constructor = self.init && !f.forward && !f.kv_cache;
+        // Operators are the evidence only where Python frames, which say
+        // more (which module, which user line), are missing. What a
+        // constructor computes (`torch.randn(…) * 0.02`) is no forward pass.
+        f.computes = self.outermost == Some(Outermost::Computes) && !self.python;
+        f.creates = self.outermost == Some(Outermost::Creates) && !self.python;
         f
     }
 }
@@ -324,6 +408,14 @@ fn frame_facts(sites: &Sites, frame: &Frame) -> FrameFacts {
         || (file.contains("torch/nn/modules/module.py")
             && matches!(name, "_apply" | "to" | "cuda" | "convert"))
         || has("from_pretrained");
+    // A Python constructor: `__init__` in a snapshot frame, `…py(12): __init__`
+    // in a profiler's Python frame.
+    ff.init = name == "__init__" || (name.ends_with("): __init__") && name.contains(".py("));
+    ff.python = file.ends_with(".py")
+        || file == "python_function"
+        || name.contains(".py(")
+        || name.starts_with("<built-in")
+        || name.starts_with("nn.Module:");
     f.data_loading |= has("DataLoader") || has("dataloader.py") || has("collate");
     f.kv_cache |= has("cache_utils")
         || has("past_key")
@@ -340,6 +432,11 @@ fn frame_facts(sites: &Sites, frame: &Frame) -> FrameFacts {
         || name.contains("index_copy")
         || name.contains("aten::copy_")
         || name.contains("scatter");
+    f.concatenates = operators::concatenates(name);
+    if file == "cpu_op" || file == "operator" {
+        ff.outermost = operators::outermost(name);
+        f.backward |= is_backward_function(name);
+    }
     ff.attention = attention;
     ff.concat_or_copy = concat_or_copy;
     ff
@@ -424,19 +521,41 @@ pub struct Context<'a> {
     /// trace's only device, or its only one that is not the CPU.
     shapes_apply: bool,
     sites: &'a Sites,
+    events: &'a [Event],
+    /// Per event, its operator call (empty when the format has none).
+    op_calls: &'a [Option<OpCall>],
     facts: Vec<SiteFacts>,
     /// Framework buffers' classification by site (`buffers.rs`).
     framework: Vec<Option<Classification>>,
     /// Phase at each position (after the latest allocation event).
     phase_at: Vec<Phase>,
+    /// Positions where the phase differs from the position before.
+    phase_changes: Vec<u32>,
     /// Number of allocation events among the first `p` events.
     allocs_before: Vec<u32>,
     /// First position at or after `p` whose latest allocation was in forward.
     next_forward: Vec<u32>,
+    /// Event indices of allocations that are in-place updates (`chains.rs`).
+    version_bumps: Vec<u32>,
+    /// Some site creates tensors (Chrome operator stacks): the weights
+    /// rules need the gradients' sizes.
+    creates: bool,
     positions: u32,
     /// The trace has a backward pass at all (training rather than inference).
     training: bool,
     trust_given: bool,
+}
+
+/// What the rules read of the replay as a whole, beyond one interval.
+#[derive(Default)]
+struct ReplayFacts {
+    /// Sizes of the allocations the backward pass left behind (gradients).
+    gradient_sizes: FxHashSet<u64>,
+    /// Per interval (empty when none): kept by attention code across the
+    /// layers of an inference forward pass (`layers.rs`).
+    kept_across_layers: Vec<bool>,
+    /// The tensors behind the intervals, when some were updated in place.
+    chains: Option<Chains>,
 }
 
 /// Classifies every interval of one replayed device.
@@ -496,10 +615,33 @@ fn classify_each(
     );
     let user_sites: Vec<Option<Vec<bool>>> =
         user_rules.iter().map(|r| r.site_table(ctx.sites)).collect();
-    replay
+    let facts = ReplayFacts::new(ctx, &replay.intervals);
+    let one = |i: usize, interval: &Interval| {
+        classify_one(ctx, &facts, i, interval, user_rules, &user_sites)
+    };
+    let Some(chains) = &facts.chains else {
+        return replay
+            .intervals
+            .par_iter()
+            .enumerate()
+            .map(|(i, interval)| one(i, interval))
+            .collect();
+    };
+    // A tensor updated in place is classified once, over all its versions.
+    let mut classes: Vec<Option<Classification>> = replay
         .intervals
         .par_iter()
-        .map(|interval| classify_one(ctx, interval, user_rules, &user_sites))
+        .enumerate()
+        .map(|(i, interval)| (chains.root(i) == i).then(|| one(i, &chains.whole(i, interval))))
+        .collect();
+    for i in 0..classes.len() {
+        if classes[i].is_none() {
+            classes[i] = classes[chains.root(i)];
+        }
+    }
+    classes
+        .into_iter()
+        .map(|c| c.expect("every version has its first version's class"))
         .collect()
 }
 
@@ -522,9 +664,14 @@ impl<'a> Context<'a> {
                 .filter(|a| a.name.starts_with("Optimizer.step"))
                 .map(|a| (a.start_us, a.end_us)),
         );
+        let version_bumps = version_bumps(&device.events);
+        let mut bumps = version_bumps.iter().peekable();
         let mut training = false;
-        for event in &device.events {
-            if event.action == Action::Alloc {
+        for (k, event) in device.events.iter().enumerate() {
+            // An in-place update is no new tensor and carries its first
+            // version's stack, not the current phase's.
+            let bump = bumps.next_if(|&&b| b as usize == k).is_some();
+            if event.action == Action::Alloc && !bump {
                 allocs += 1;
                 let f = facts[event.site as usize];
                 training |= f.backward || f.accumulate_grad;
@@ -549,17 +696,26 @@ impl<'a> Context<'a> {
             }
             next_forward[p] = next;
         }
+        let phase_changes = (1..phase_at.len())
+            .filter(|&p| phase_at[p] != phase_at[p - 1])
+            .map(|p| p as u32)
+            .collect();
         let accelerators = trace.devices.iter().filter(|d| d.device != "cpu").count();
         Context {
             trace,
             device,
             shapes_apply: trace.devices.len() == 1 || (device.device != "cpu" && accelerators == 1),
+            creates: facts.iter().any(|f| f.creates),
             next_forward,
             framework: buffers::by_site(sites),
             sites,
+            events: &device.events,
+            op_calls: &device.op_calls,
             facts,
             phase_at,
+            phase_changes,
             allocs_before,
+            version_bumps,
             positions,
             training,
             trust_given: trace.format == Format::MemoryTimeline,
@@ -568,6 +724,67 @@ impl<'a> Context<'a> {
 
     fn phase(&self, position: u32) -> Phase {
         self.phase_at[(position as usize).min(self.phase_at.len() - 1)]
+    }
+
+    /// Whether the phase stays the same from position `a` to `b` (`a <= b`).
+    fn same_phase_throughout(&self, a: u32, b: u32) -> bool {
+        let changes_upto = |p: u32| self.phase_changes.partition_point(|&c| c <= p);
+        changes_upto(a) == changes_upto(b)
+    }
+
+    /// Whether a traced interval was freed inside the operator call that
+    /// allocated it; `None` when the trace does not know (no operator
+    /// boundaries, or allocated outside any call).
+    fn freed_within_its_call(&self, interval: &Interval) -> Option<bool> {
+        let at = |position: u32| self.op_calls.get(position as usize - 1).copied().flatten();
+        let call = at(interval.start)?;
+        if interval.end >= self.positions {
+            return Some(false);
+        }
+        let free = &self.events[interval.end as usize - 1];
+        let is_its_free = matches!(free.action, Action::FreeCompleted | Action::FreeRequested)
+            && free.addr == interval.addr;
+        Some(is_its_free && at(interval.end) == Some(call))
+    }
+
+    /// Whether a traced interval was freed by the event right after a larger
+    /// concatenation was allocated: replaced by a longer copy of itself.
+    fn replaced_by_longer_concatenation(&self, interval: &Interval) -> bool {
+        let Some(k) = (interval.end as usize).checked_sub(2) else {
+            return false;
+        };
+        interval.end < self.positions
+            && self.events.get(k).is_some_and(|e| {
+                e.action == Action::Alloc
+                    && e.size > interval.size
+                    && self.facts[e.site as usize].concatenates
+            })
+    }
+}
+
+impl ReplayFacts {
+    fn new(ctx: &Context<'_>, intervals: &[Interval]) -> ReplayFacts {
+        let mut facts = ReplayFacts::default();
+        if ctx.creates && ctx.training {
+            facts.gradient_sizes = intervals
+                .iter()
+                .filter(|i| {
+                    i.origin == Origin::Traced
+                        && ctx.phase(i.start) == Phase::Backward
+                        && (i.end >= ctx.positions || ctx.phase(i.end) != Phase::Backward)
+                })
+                .map(|i| i.size)
+                .collect();
+        }
+        if !ctx.training {
+            facts.kept_across_layers = layers::kept_across_layers(ctx, intervals);
+        }
+        facts.chains = Chains::new(intervals, &ctx.version_bumps);
+        facts
+    }
+
+    fn kept_across_layers(&self, i: usize) -> bool {
+        self.kept_across_layers.get(i).copied().unwrap_or(false)
     }
 }
 
@@ -607,9 +824,12 @@ impl Ranges {
     }
 }
 
-/// `user_sites[i]`: the site table of `user_rules[i]`.
+/// Classifies `interval`, the `index`-th of its replay; `user_sites[i]`:
+/// the site table of `user_rules[i]`.
 fn classify_one(
     ctx: &Context,
+    replay_facts: &ReplayFacts,
+    index: usize,
     interval: &Interval,
     user_rules: &[UserRule],
     user_sites: &[Option<Vec<bool>>],
@@ -645,6 +865,9 @@ fn classify_one(
         );
     }
     if interval.origin.is_baseline() {
+        // A tensor from before recording that the optimizer step updates in
+        // place may be a parameter as well as its state: its frames decide,
+        // else the evidence of `prerecorded`.
         return classify_baseline(&facts, alive_at_end);
     }
 
@@ -652,19 +875,23 @@ fn classify_one(
     let free_phase = (!alive_at_end).then(|| ctx.phase(interval.end));
     let allocs_between = ctx.allocs_before[(interval.end.min(ctx.positions - 1)) as usize]
         - ctx.allocs_before[interval.start as usize];
-    // An operator's scratch space: freed before any other allocation happens.
-    // (Allowing one allocation in between was tried on sample_traces/: it
-    // turned PyTorch's autograd_detail buffers into temporaries.)
-    let short_lived = !alive_at_end && allocs_between == 0;
+    // An operator's scratch space: freed within the operator call that made
+    // it where the trace knows calls; else freed before any other allocation
+    // happens. (Allowing one allocation in between was tried on
+    // sample_traces/: it turned PyTorch's autograd_detail buffers into
+    // temporaries.)
+    let short_lived = ctx
+        .freed_within_its_call(interval)
+        .unwrap_or(!alive_at_end && allocs_between == 0);
 
     if facts.accumulate_grad && free_phase != Some(Phase::Backward) {
         return pick(Category::Gradient, Builtin::AccumulateGradOutlivesBackward);
     }
     match alloc_phase {
         Phase::Optimizer => {
-            if free_phase == Some(Phase::Optimizer) && short_lived {
+            if short_lived {
                 pick(Category::Temporary, Builtin::OptimizerStepScratch)
-            } else if free_phase == Some(Phase::Optimizer) && !facts.optimizer {
+            } else if !alive_at_end && ctx.same_phase_throughout(interval.start, interval.end) {
                 pick(Category::Temporary, Builtin::FreedWithinOptimizerStep)
             } else {
                 pick(
@@ -697,6 +924,13 @@ fn classify_one(
                 pick(Category::Temporary, Builtin::ShortLivedInForward)
             } else if facts.kv_cache && !ctx.training {
                 pick(Category::KvCache, Builtin::InferenceCacheOutlivesForward)
+            } else if !ctx.training && replay_facts.kept_across_layers(index) {
+                pick(Category::KvCache, Builtin::InferredCacheKeptAcrossLayers)
+            } else if !ctx.training && ctx.replaced_by_longer_concatenation(interval) {
+                pick(
+                    Category::KvCache,
+                    Builtin::InferredCacheGrowsByConcatenation,
+                )
             } else if free_phase == Some(Phase::Backward) {
                 pick(Category::Activation, Builtin::ForwardOutputFreedInBackward)
             } else {
@@ -708,6 +942,32 @@ fn classify_one(
                 pick(Category::Temporary, Builtin::ShortLived)
             } else if facts.forward {
                 pick(Category::Activation, Builtin::ForwardOutput)
+            } else if !alive_at_end
+                && calls::freed_in_allocating_call(
+                    ctx.sites,
+                    interval.site,
+                    ctx.events[interval.end as usize - 1].site,
+                )
+            {
+                pick(
+                    Category::Temporary,
+                    Builtin::InferredTemporaryFreedInAllocatingCall,
+                )
+            } else if facts.constructor && alive_at_end {
+                pick(
+                    Category::Parameter,
+                    Builtin::InferredWeightsMadeInConstructor,
+                )
+            } else if facts.creates && alive_at_end && !ctx.training {
+                pick(
+                    Category::Parameter,
+                    Builtin::InferredWeightsCreatedAliveToEnd,
+                )
+            } else if facts.creates
+                && alive_at_end
+                && replay_facts.gradient_sizes.contains(&interval.size)
+            {
+                pick(Category::Parameter, Builtin::InferredWeightsGradientSized)
             } else if ctx.next_forward[interval.start as usize] < interval.end {
                 pick(
                     Category::Input,

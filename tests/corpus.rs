@@ -181,3 +181,90 @@ fn memory_timeline_export_is_categorised() {
     let top = by.iter().max_by_key(|(_, b)| **b).unwrap().0;
     assert_eq!(*top, memcut::Category::Activation);
 }
+
+/// The main device's `unknown` share at the peak, per corpus file with
+/// memory events (peak ≥ 1 MiB), as a ceiling in % (today's share rounded
+/// up to the next 5%), by the end of its path. Issue 11 asks for ≤ 30% on
+/// every file: the H100 bert trace is above it (32 MiB that existed before
+/// recording, beyond the weights its operators read; no event names it).
+#[rustfmt::skip]
+const UNKNOWN_CEILINGS: &[(&str, u32)] = &[
+    ("cs336-bcrafton/memory_snapshot.pickle",                            10),
+    ("cs336-magma27/memory_snapshot.pickle",                             10),
+    ("cs336-nothanmin/memory_snapshot_forward.pickle",                    5),
+    ("cs336-nothanmin/memory_snapshot_forward_without_mixed.pickle",      5),
+    ("cs336-silmont2000/mem_snapshot.pickle",                            20),
+    ("cs336-silmont2000/memory_forward_bf16_128.pickle",                  5),
+    ("cs336-silmont2000/memory_forward_fp32_128.pickle",                  5),
+    ("edsonlin/results/medium_1024_training_memory_snapshot.pickle",      5),
+    ("edsonlin/results/medium_128_inference_memory_snapshot.pickle",      5),
+    ("wedsonlin/results/medium_128_training_memory_snapshot.pickle",      5),
+    ("wedsonlin/results/medium_512_training_memory_snapshot.pickle",      5),
+    ("decomfl/memory.pickle",                                            20),
+    ("flexgen-yiyi/1.3b_snapshot.pickle",                                 5),
+    ("flexgen-yiyi/log1/1.3b_snapshot.pickle",                            5),
+    ("flexgen-yiyi/oom_snapshot.pickle",                                  5),
+    ("hta/tests/data/df_index_resolver/df_index_resolver.json.gz",       30),
+    ("hta/tests/data/memory_analysis/memory_timeline.raw.gz",             5),
+    ("esnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",      5),
+    ("esnet50_num_workers_4/worker0.1623212756351.pt.trace.json.gz",      5),
+    ("sketchkv2/my_snapshot.pickle",                                      5),
+    ("traces/h100/Falconsai_nsfw_image_detection__1016002.json.gz",      20),
+    ("ns/tests/traces/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",      5),
+    ("ts/traces/h100/gaunernst_bert-small-uncased__1016001.json.gz",     35),
+    ("es/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz",      5),
+    ("s/inference/sglang_decode/capture_traces/bs_32_rank0.json.gz",     10),
+    ("es/graph_capture_rank_0.1773709742341309550.pt.trace.json.gz",     10),
+    ("s/tests/traces/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",     10),
+    ("s/traces/mi300/gaunernst_bert-small-uncased__1016001.json.gz",      5),
+    ("es/perf_model/normalization/normalization_layer_test.json.gz",     10),
+    ("verl/mem.pickle",                                                   5),
+];
+
+#[test]
+#[ignore = "needs ../shared/corpus (or MEMCUT_CORPUS)"]
+fn unknown_share_at_the_peak_stays_pinned() {
+    let dir = corpus();
+    let mut shares = Vec::new();
+    let mut failures = Vec::new();
+    for path in files(&dir, &|p| !p.ends_with("SOURCES.md")) {
+        let Ok(report) = memcut::analyze_path(&path, &AnalyzeOptions::new()) else {
+            continue;
+        };
+        let Some(d) = report
+            .devices
+            .iter()
+            .filter(|d| d.peak.allocated_bytes > 0)
+            .max_by_key(|d| d.peak.allocated_bytes)
+        else {
+            continue;
+        };
+        if d.peak.allocated_bytes < 1 << 20 {
+            continue;
+        }
+        let unknown = d
+            .peak
+            .by_category
+            .get(&memcut::Category::Unknown)
+            .copied()
+            .unwrap_or(0);
+        let share = unknown as f64 * 100.0 / d.peak.allocated_bytes as f64;
+        shares.push(share);
+        let name = path.to_string_lossy();
+        match UNKNOWN_CEILINGS.iter().find(|(end, _)| name.ends_with(end)) {
+            Some(&(_, ceiling)) if share <= ceiling as f64 => {}
+            Some(&(end, ceiling)) => {
+                failures.push(format!("{end}: unknown {share:.1}% > ceiling {ceiling}%"))
+            }
+            None => failures.push(format!("{name}: no ceiling (unknown today {share:.1}%)")),
+        }
+    }
+    assert_eq!(
+        shares.len(),
+        UNKNOWN_CEILINGS.len(),
+        "files with memory events"
+    );
+    let mean = shares.iter().sum::<f64>() / shares.len() as f64;
+    assert!(mean <= 10.0, "mean unknown share {mean:.1}% > 10%");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

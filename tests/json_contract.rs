@@ -434,6 +434,17 @@ fn check(what: &str, text: &str) -> Report {
         assert!(t.reserved.as_ref().is_none_or(|r| r.len() == t.x.len()));
         assert_eq!(t.oom_x.len(), d.ooms.len(), "{what}");
         assert!(!d.device.is_empty() && d.events >= d.peak.event_index);
+        // Live at the peak: allocated at or before it, freed after it.
+        for a in &d.peak.allocations {
+            assert!(
+                a.alloc.is_none_or(|(e, _)| e <= d.peak.event_index)
+                    && a.free
+                        .is_none_or(|(e, _)| e > d.peak.event_index && e < d.events),
+                "{what}: {}: allocation at {} not live at the peak",
+                d.device,
+                a.addr
+            );
+        }
     }
     report
 }

@@ -27,8 +27,9 @@ use crate::model::Category;
 use crate::timeline::{Interval, Origin, Replay};
 use crate::units::human_bytes;
 
+use super::chains::Chains;
 use super::evidence::Evidence;
-use super::{Builtin, Classification, Context, Rule};
+use super::{update_order, Builtin, Classification, Context, Rule};
 
 /// One part of the memory that existed before recording, as the report
 /// shows it: its bytes (at the start of recording), category, rule, and
@@ -95,6 +96,31 @@ pub(super) fn match_blocks(
     classes: &mut [Classification],
     from: &mut BTreeMap<Rule, String>,
 ) {
+    let chains = Chains::new(&replay.intervals, &ctx.version_bumps);
+    if let Some(chains) = &chains {
+        update_order::classify(ctx, evidence, replay, chains, classes, from);
+    }
+    match_by_size(ctx, evidence, replay, classes, from);
+    // Later versions of a tensor (in-place updates) share its category.
+    if let Some(chains) = &chains {
+        let open = Rule::from(Builtin::ExistedBeforeTraceNoEvidence);
+        for i in 0..classes.len() {
+            let root = chains.root(i);
+            if root != i && classes[i].rule == open {
+                classes[i] = classes[root];
+            }
+        }
+    }
+}
+
+/// Frameless blocks matched to the evidence by size alone.
+fn match_by_size(
+    ctx: &Context<'_>,
+    evidence: &Evidence,
+    replay: &Replay,
+    classes: &mut [Classification],
+    from: &mut BTreeMap<Rule, String>,
+) {
     let open: Vec<usize> = replay
         .intervals
         .iter()
@@ -151,7 +177,7 @@ pub(super) fn match_blocks(
     // tensor as a new allocation of the same size.)
     let mut shown: BTreeMap<(Category, u64), u64> = BTreeMap::new();
     for (i, c) in replay.intervals.iter().zip(classes.iter()) {
-        if i.origin.is_baseline() && shows(replay, i, c) {
+        if i.origin.is_baseline() && (shows(replay, i, c) || update_order::decided(c)) {
             *shown.entry((c.category, i.size)).or_default() += 1;
         }
     }

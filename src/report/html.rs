@@ -261,7 +261,7 @@ fn device(out: &mut String, d: &DeviceReport) {
     }
 
     if !p.top_sites.is_empty() {
-        out.push_str("<h3>Top sites at the peak</h3>\n<table>\n<thead><tr><th>Site (innermost meaningful frames)</th><th>Category</th><th class=\"num\">Bytes</th><th class=\"num\">Share</th><th class=\"num\">Count</th></tr></thead>\n<tbody>\n");
+        out.push_str("<h3>Top sites at the peak</h3>\n<table>\n<thead><tr><th>Site (operator < nearest program line)</th><th>Category</th><th class=\"num\">Bytes</th><th class=\"num\">Share</th><th class=\"num\">Count</th></tr></thead>\n<tbody>\n");
         for s in &p.top_sites {
             let _ = writeln!(
                 out,

@@ -197,7 +197,7 @@ fn device(out: &mut String, d: &DeviceReport) {
         let _ = writeln!(out, "### Top sites at the peak\n");
         let _ = writeln!(
             out,
-            "| Site (innermost meaningful frames) | Category | Bytes | Share | Count |\n|---|---|---:|---:|---:|"
+            "| Site (operator < nearest program line) | Category | Bytes | Share | Count |\n|---|---|---:|---:|---:|"
         );
         for s in &p.top_sites {
             let _ = writeln!(

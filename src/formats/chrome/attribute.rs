@@ -9,20 +9,22 @@
 //!   −end); [`sweep`] visits the instants in (thread, ts, order) order with
 //!   a stack per thread and hands each one its [`OpenOps`]: the operators
 //!   open at that instant, innermost first, each named by its [`OpId`].
-//! - **Output today:** [`operator_sites`] turns the open stack into an
-//!   interned site (kind as the frame's file, name as its function; at most
-//!   [`MAX_FRAMES`]), which is all the classifier reads from a Chrome trace.
+//! - **Output:** [`attribute`] turns the open stack into an interned site
+//!   (kind as the frame's file, name as its function; at most
+//!   [`MAX_FRAMES`]) and names the event's *operator call* ([`OpCall`]: the
+//!   outermost open `cpu_op` that PyTorch's memory profiler treats as one
+//!   op, see [`is_operator_call`]). The classifier reads both: the site for
+//!   evidence, the call for "allocated and freed within one operator call".
 //!
 //! ## Extending it
 //!
 //! An [`OpId`] names one operator *call* (one interval), so later work adds
 //! consumers of [`sweep`] rather than rewriting it:
 //!
-//! - *Allocated and freed within one operator call* (issue 11.2, 11.3): keep
-//!   the innermost open `cpu_op`'s `OpId` per memory event (a second output
-//!   next to the site); a block is temporary when its free's instant is
-//!   still inside the alloc's call (`ops.get(id).end > free_ts`) on the same
-//!   thread.
+//! - *Allocated and freed within one operator call* (issue 11.2, 11.3): done;
+//!   each memory event carries its call ([`Attributed::calls`], then
+//!   `DeviceTrace::op_calls`), and a block whose alloc and free carry the
+//!   same call was freed inside it.
 //! - *Annotations* (`ProfilerStep#N`, `Optimizer.step#…`,
 //!   `Optimizer.zero_grad#…`, `## forward ##`): they are intervals of kind
 //!   [`OpKind::UserAnnotation`] (or named `ProfilerStep#…`), so they are
@@ -44,7 +46,7 @@
 use std::borrow::Cow;
 use std::cmp::Reverse;
 
-use crate::model::{Frame, SiteId, Sites};
+use crate::model::{is_operator_call, Frame, OpCall, SiteId, Sites};
 
 /// Innermost operator frames kept per memory event.
 pub(super) const MAX_FRAMES: usize = 64;
@@ -227,6 +229,14 @@ impl OpenOps<'_, '_> {
             .copied()
             .filter(|&k| self.ops[k].end > self.at)
     }
+
+    /// The open operators, outermost first.
+    pub(super) fn outermost_first(&self) -> impl Iterator<Item = OpId> + '_ {
+        self.stack
+            .iter()
+            .copied()
+            .filter(|&k| self.ops[k].end > self.at)
+    }
 }
 
 /// Visits every event with the operators open at its instant: one sort of
@@ -295,18 +305,31 @@ pub(super) struct Unattributed {
     pub(super) on_threads_without_ops: usize,
 }
 
+/// What [`attribute`] gives each memory event.
+pub(super) struct Attributed {
+    /// The event's operator stack as a site (site 0 when none is open).
+    pub(super) sites: Vec<SiteId>,
+    /// The outermost open `cpu_op` that is a call ([`is_operator_call`]).
+    pub(super) calls: Vec<Option<OpCall>>,
+    pub(super) unattributed: Unattributed,
+}
+
 /// The site of every event: its open operators, innermost first, as frames
-/// (`kind` as the file, name as the function; consecutive equal frames
+/// (`kind` as the file, name as its function; consecutive equal frames
 /// once; at most [`MAX_FRAMES`]). Site 0 (no frames) when none is open.
-pub(super) fn operator_sites<M>(
+/// And the operator call each event happened in.
+pub(super) fn attribute<M>(
     ops: &Operators<'_>,
     events: &[M],
     instant: impl Fn(&M) -> Instant,
     sites: &mut Sites,
-) -> (Vec<SiteId>, Unattributed) {
+) -> Attributed {
     let kind_ids = OpKind::ALL.map(|k| sites.intern_str(k.name()));
     let mut name_ids = vec![u32::MAX; ops.len()];
+    // Per operator: not yet looked at, a call, or not a call.
+    let mut is_call: Vec<Option<bool>> = vec![None; ops.len()];
     let mut site_of = vec![0; events.len()];
+    let mut call_of = vec![None; events.len()];
     let mut unattributed = Unattributed::default();
     let mut frames: Vec<Frame> = Vec::with_capacity(MAX_FRAMES);
     sweep(ops, events, instant, |i, open| {
@@ -328,6 +351,15 @@ pub(super) fn operator_sites<M>(
                 frames.push(f);
             }
         }
+        call_of[i] = open
+            .outermost_first()
+            .find(|&k| {
+                *is_call[k].get_or_insert_with(|| {
+                    let op = ops.get(k);
+                    op.kind == OpKind::CpuOp && is_operator_call(&op.name)
+                })
+            })
+            .and_then(OpCall::new);
         site_of[i] = if frames.is_empty() {
             unattributed.outside += 1;
             if !open.thread_has_ops {
@@ -338,5 +370,9 @@ pub(super) fn operator_sites<M>(
             sites.intern_site(&frames)
         };
     });
-    (site_of, unattributed)
+    Attributed {
+        sites: site_of,
+        calls: call_of,
+        unattributed,
+    }
 }

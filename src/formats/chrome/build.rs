@@ -10,11 +10,12 @@
 
 use std::collections::HashMap;
 
-use super::attribute::{operator_sites, pair_begin_end, OpKind, OpRec, Operators};
+use super::attribute::{attribute, pair_begin_end, Attributed, OpKind, OpRec, Operators};
 use super::collect::{Collected, DeviceInfo, MemRec};
 use super::ReadError;
 use crate::model::{
-    Action, Annotation, DeviceTrace, Diagnostic, Event, Format, ReportedTotals, SiteId, Trace,
+    Action, Annotation, DeviceTrace, Diagnostic, Event, Format, OpCall, ReportedTotals, SiteId,
+    Trace,
 };
 
 /// `c10::DeviceType` names as PyTorch prints them (formats.md B4).
@@ -106,11 +107,15 @@ pub(super) fn build_trace(
 
     let total_mem = mems.len();
     let ops = Operators::new(ops);
-    let (site_of, unattributed) = operator_sites(&ops, &mems, MemRec::instant, &mut trace.sites);
+    let Attributed {
+        sites: site_of,
+        calls: call_of,
+        unattributed,
+    } = attribute(&ops, &mems, MemRec::instant, &mut trace.sites);
     drop(ops);
 
     let (by_device, keys) = add_devices(&mut trace, &mems, &device_info);
-    let without_addr = add_events(&mut trace, mems, site_of, &by_device);
+    let without_addr = add_events(&mut trace, mems, site_of, call_of, &by_device);
     let devices_without_totals = drop_missing_totals(&mut trace);
 
     let amd_names = device_info.iter().any(|d| looks_amd(&d.name));
@@ -253,17 +258,24 @@ fn add_devices(
 }
 
 /// Appends every memory event to its device, in (time, file) order, with
-/// its site and reported totals. Returns how many carry no `Addr`.
+/// its site, operator call and reported totals. Returns how many carry no
+/// `Addr`.
 fn add_events(
     trace: &mut Trace,
     mems: Vec<MemRec>,
     site_of: Vec<SiteId>,
+    call_of: Vec<Option<OpCall>>,
     by_device: &HashMap<DeviceKey, usize>,
 ) -> usize {
-    let mut mems: Vec<(MemRec, SiteId)> = mems.into_iter().zip(site_of).collect();
-    mems.sort_by_key(|(m, _)| (by_device[&m.device], m.ts_ns, m.order));
+    let mut mems: Vec<(MemRec, SiteId, Option<OpCall>)> = mems
+        .into_iter()
+        .zip(site_of)
+        .zip(call_of)
+        .map(|((m, s), c)| (m, s, c))
+        .collect();
+    mems.sort_by_key(|(m, _, _)| (by_device[&m.device], m.ts_ns, m.order));
     let mut without_addr = 0usize;
-    for (m, site) in &mems {
+    for (m, site, call) in &mems {
         let d = &mut trace.devices[by_device[&m.device]];
         let (action, size) = if m.oom {
             (Action::Oom, m.bytes.unsigned_abs())
@@ -287,6 +299,7 @@ fn add_events(
             allocated: m.allocated,
             reserved: m.reserved,
         });
+        d.op_calls.push(*call);
     }
     without_addr
 }

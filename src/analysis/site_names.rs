@@ -1,0 +1,204 @@
+//! A site's name for people: the operator that allocated, and the nearest
+//! line of the program that called it (issue 11.7).
+//!
+//! A stack holds much that nobody can act on: the allocator, the unwinder,
+//! the dispatcher, and ATen's own allocation plumbing (`TensorIteratorBase::
+//! build`, `at::empty`, `aten::empty_like`, `aten::_to_copy`), which every
+//! operator goes through. Naming a site by its two innermost frames merged
+//! unrelated operators into one `allocate_or_resize_outputs` row. The name is
+//! instead the innermost *operator* (`aten::addmm`, `DivBackward0`,
+//! `<built-in method cat>`; plumbing only when no other operator is on the
+//! stack) and the innermost Python line outside `torch` (code outside
+//! installed packages first): `aten::bmm < cs336_systems/attention.py:13
+//! scaled_dot_product_attention`. A stack without Python frames (a Chrome
+//! trace recorded without stacks) is named by its operator and the next
+//! meaningful frame out (`aten::addmm < aten::linear`).
+
+use std::borrow::Cow;
+
+use super::{clean_name, format_frame, is_category, is_noise, is_python};
+use crate::model::{is_operator_call, SiteId, Sites};
+
+/// One frame as read: file, line, name.
+#[derive(Clone, Copy)]
+struct Frame<'a> {
+    file: &'a str,
+    line: u32,
+    name: &'a str,
+}
+
+impl Frame<'_> {
+    fn show(&self) -> String {
+        format_frame(self.file, self.line, self.name)
+    }
+}
+
+/// ATen operators that only allocate for an operator around them (names
+/// without `aten::`; C++ `at::_ops` spells overloads with `_`).
+const PLUMBING: &[&str] = &[
+    "empty",
+    "empty_memory_format",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "resize_",
+    "to",
+    "to_dtype",
+    "to_dtype_layout",
+    "to_device",
+    "_to_copy",
+];
+
+fn is_plumbing(operator: &str) -> bool {
+    operator
+        .strip_prefix("aten::")
+        .is_some_and(|op| PLUMBING.contains(&op))
+}
+
+/// The operator a frame names, if it names one: a profiler `cpu_op`
+/// (`aten::addmm`, `AddmmBackward0`), a C++ dispatcher entry
+/// (`at::_ops::bmm::call(…)` → `aten::bmm`), a C++ autograd node
+/// (`torch::autograd::generated::DivBackward0::apply(…)` → `DivBackward0`),
+/// the cuBLAS workspace, or a Python builtin (`<built-in method cat>`).
+fn operator(f: &Frame<'_>) -> Option<Cow<'static, str>> {
+    let name = f.name;
+    if matches!(f.file, "cpu_op" | "operator") {
+        return is_operator_call(name).then(|| Cow::Owned(name.to_owned()));
+    }
+    if let Some(rest) = name.split("at::_ops::").nth(1) {
+        let op = rest.split_once("::call(")?.0;
+        return (!op.contains("::")).then(|| Cow::Owned(format!("aten::{}", schema_name(op))));
+    }
+    if let Some(rest) = name.split("torch::autograd::generated::").nth(1) {
+        let node = rest.split_once("::apply(")?.0;
+        return Some(Cow::Owned(node.to_owned()));
+    }
+    if name.contains("torch::autograd::AccumulateGrad::") {
+        return Some(Cow::Borrowed("AccumulateGrad"));
+    }
+    if name.contains("getNewWorkspace") {
+        return Some(Cow::Borrowed("cuBLAS workspace"));
+    }
+    name.starts_with("<built-in ")
+        .then(|| Cow::Owned(clean_name(name)))
+}
+
+/// `at::_ops` joins an overload to its operator with `_` (`div_Tensor`);
+/// the schema writes `div.Tensor`. Overload names that start with a capital
+/// letter are told apart this way; others (`empty_memory_format`) stay.
+fn schema_name(op: &str) -> Cow<'_, str> {
+    match op.rsplit_once('_') {
+        Some((base, overload))
+            if !base.is_empty() && overload.starts_with(|c: char| c.is_ascii_uppercase()) =>
+        {
+            Cow::Owned(format!("{base}.{overload}"))
+        }
+        _ => Cow::Borrowed(op),
+    }
+}
+
+/// A Python source line (not a builtin, not a module's name).
+fn is_source_line(f: &Frame<'_>) -> bool {
+    is_python(f.file, f.name)
+        && !f.name.starts_with("<built-in")
+        && !f.name.starts_with("nn.Module:")
+}
+
+/// Frames whose path is PyTorch's own code.
+fn in_torch(f: &Frame<'_>) -> bool {
+    let path = if f.file.ends_with(".py") {
+        f.file
+    } else {
+        f.name
+    };
+    let path = path.replace('\\', "/");
+    path.starts_with("torch/") || path.contains("/torch/")
+}
+
+fn in_installed_package(f: &Frame<'_>) -> bool {
+    let path = if f.file.ends_with(".py") {
+        f.file
+    } else {
+        f.name
+    };
+    path.contains("site-packages") || path.contains("dist-packages")
+}
+
+/// The site's name (see the module's doc).
+pub(super) fn describe(sites: &Sites, site: SiteId) -> String {
+    let frames: Vec<Frame<'_>> = sites
+        .frames(site)
+        .iter()
+        .map(|f| Frame {
+            file: sites.str(f.filename),
+            line: f.line,
+            name: sites.str(f.name),
+        })
+        .collect();
+    let Some(&innermost) = frames.first() else {
+        return "(no frames)".into();
+    };
+    let operators: Vec<(usize, Cow<'_, str>)> = frames
+        .iter()
+        .enumerate()
+        .filter_map(|(i, f)| operator(f).map(|op| (i, op)))
+        .collect();
+    let op = operators
+        .iter()
+        .find(|(_, op)| !is_plumbing(op))
+        .or(operators.last());
+    // The nearest line of the program (another than the one named first).
+    let user_line = |skip: usize| {
+        let lines: Vec<&Frame<'_>> = frames
+            .iter()
+            .enumerate()
+            .filter(|&(i, f)| {
+                i != skip && is_source_line(f) && !in_torch(f) && !is_noise(f.file, f.name)
+            })
+            .map(|(_, f)| f)
+            .collect();
+        lines
+            .iter()
+            .find(|f| !in_installed_package(f))
+            .or(lines.first())
+            .map(|f| f.show())
+    };
+    // Without a user line: the next operator out (`aten::mm < AddmmBackward0`),
+    // else the next meaningful frame.
+    let outer = |from: usize, first: &str| {
+        operators
+            .iter()
+            .filter(|(i, op)| *i >= from && !is_plumbing(op) && op.as_ref() != first)
+            .map(|(_, op)| op.to_string())
+            .next()
+            .or_else(|| {
+                // Python or profiler frames; a bare C++ frame this far out is
+                // the autograd engine's or the thread's.
+                frames[from..]
+                    .iter()
+                    .filter(|f| !is_noise(f.file, f.name) && operator(f).is_none())
+                    .filter(|f| is_python(f.file, f.name) || is_category(f.file))
+                    .map(|f| f.show())
+                    .find(|f| f != first)
+            })
+    };
+    let (first, index) = match op {
+        Some((i, op)) => (op.to_string(), *i),
+        None => match frames
+            .iter()
+            .position(|f| is_source_line(f) && !is_noise(f.file, f.name))
+            .or_else(|| frames.iter().position(|f| !is_noise(f.file, f.name)))
+        {
+            Some(i) => (frames[i].show(), i),
+            None => return innermost.show(),
+        },
+    };
+    let second = user_line(index)
+        .filter(|line| *line != first)
+        .or_else(|| outer(index + 1, &first));
+    match second {
+        Some(second) => format!("{first} < {second}"),
+        None => first,
+    }
+}
