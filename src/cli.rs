@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use memcut::{Headroom, Order, OutputFormat};
+use memcut::{BudgetSpec, Headroom, Order, OutputFormat};
 
 /// A report format on the command line (the library's [`OutputFormat`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -78,10 +78,11 @@ pub struct AnalyzeArgs {
 /// What the cut plan is planned against (shared by every command that plans).
 #[derive(Debug, Args)]
 pub struct BudgetArgs {
-    /// Memory budget per device: 80GiB, 79.6GB, 512MiB or bytes (GB = 10^9, GiB = 2^30)
+    /// Memory budget per device: 80GiB, 79.6GB, 512MiB or bytes (GB = 10^9, GiB = 2^30),
+    /// or a share of each device's observed peak (80%)
     /// [default: the device's memory if the trace says, else free + reserved at an OOM].
-    #[arg(long, value_name = "SIZE", value_parser = memcut::parse_size)]
-    pub budget: Option<u64>,
+    #[arg(long, value_name = "SIZE|PCT", value_parser = BudgetSpec::parse)]
+    pub budget: Option<BudgetSpec>,
     /// Room kept free below the budget: a size or a percentage of the budget.
     #[arg(long, value_name = "SIZE|PCT", default_value = "10%", value_parser = Headroom::parse)]
     pub headroom: Headroom,

@@ -88,13 +88,15 @@ pub use plan::components::{
     self as components, parse_components, plan_components, Component, ComponentReport,
     ComponentsError,
 };
-pub use plan::levers::{parse_levers, Cost, Lever, LeversError};
+pub use plan::levers::{parse_levers, Condition, Cost, Lever, LeversError};
+pub use plan::pools::Target;
 pub use plan::search::Order;
-pub use plan::{Headroom, PlanOptions};
+pub use plan::{BudgetSpec, Headroom, PlanOptions};
 pub use report::{render, OutputFormat};
 pub use schema::{
-    DeviceReport, LiveAllocation, OomFinding, OomPlan, Peak, PeakCategories, Plan, PlanStep,
-    Report, SourceInfo, TimelineSeries, Tool, TopSite, Verdict, SCHEMA_VERSION,
+    ConsideredLever, DeviceReport, Headline, LiveAllocation, OomFinding, OomPlan, Peak,
+    PeakCategories, Plan, PlanFact, PlanStep, Report, SourceInfo, TimelineSeries, Tool, TopSite,
+    Verdict, SCHEMA_VERSION,
 };
 pub use units::{parse_size, SizeError};
 

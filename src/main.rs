@@ -153,7 +153,9 @@ fn plan_options(args: &BudgetArgs) -> Result<memcut::PlanOptions, String> {
         None => None,
     };
     let mut options = memcut::PlanOptions::default();
-    options.budget = args.budget;
+    if let Some(budget) = args.budget {
+        options.set_budget(budget);
+    }
     options.headroom = args.headroom;
     options.dp_ranks = args.dp_ranks;
     options.levers = levers;

@@ -285,6 +285,34 @@ pub struct Annotation {
     pub end_us: f64,
 }
 
+/// What a trace says about the run as a whole, beyond its memory events.
+/// The planner reads it (`plan::facts`) to decide which levers apply to the
+/// run: training or inference, the optimizer, the weights' dtype, data
+/// parallelism, the allocator's settings.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RunInfo {
+    /// Chrome traces: every operator, Python-function and annotation name
+    /// of the whole trace (not only those open at a memory event) with its
+    /// number of calls, sorted by name. Empty for other formats, whose
+    /// evidence is in their frames.
+    pub operators: Vec<(String, u64)>,
+    /// Chrome traces recorded with `record_shapes`: the dtype (`Input type`)
+    /// of the weight of each `aten::linear` call, with counts, sorted.
+    pub weight_dtypes: Vec<(String, u64)>,
+    /// Kineto's `distributedInfo`.
+    pub distributed: Option<DistributedInfo>,
+    /// Snapshots: `allocator_settings.expandable_segments`.
+    pub expandable_segments: Option<bool>,
+}
+
+/// Kineto's `distributedInfo`: the process group the trace was recorded in.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DistributedInfo {
+    pub backend: String,
+    pub rank: Option<i64>,
+    pub world_size: Option<u64>,
+}
+
 /// How much a [`Diagnostic`] matters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -340,6 +368,8 @@ pub struct Trace {
     pub sites: Sites,
     pub annotations: Vec<Annotation>,
     pub diagnostics: Vec<Diagnostic>,
+    /// Evidence about the run that no memory event carries.
+    pub run: RunInfo,
 }
 
 impl Trace {
@@ -350,6 +380,7 @@ impl Trace {
             sites: Sites::default(),
             annotations: Vec::new(),
             diagnostics: Vec::new(),
+            run: RunInfo::default(),
         }
     }
 }
@@ -410,6 +441,12 @@ impl Sites {
 
     pub fn str(&self, id: StrId) -> &str {
         &self.strings[id as usize]
+    }
+
+    /// Every interned string (file names, function and operator names), in
+    /// the order they were first seen.
+    pub fn strings(&self) -> impl Iterator<Item = &str> {
+        self.strings.iter().map(|s| &**s)
     }
 
     /// The frames of a site, innermost first.

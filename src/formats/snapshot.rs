@@ -581,6 +581,10 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
     }
 
     trace.annotations = parse_annotations(root);
+    trace.run.expandable_segments = root
+        .get("allocator_settings")
+        .and_then(|s| s.get("expandable_segments"))
+        .and_then(|v| v.as_bool());
     diagnose(root, &lowering, blocks_without_frames, &mut trace);
     if profile_derived {
         trace.diagnostics.push(Diagnostic::info(

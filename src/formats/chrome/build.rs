@@ -12,9 +12,11 @@ use std::collections::HashMap;
 
 use super::attribute::{operator_sites, pair_begin_end, OpKind, OpRec, Operators};
 use super::collect::{Collected, DeviceInfo, MemRec};
+use super::skeleton::SecondInputType;
 use super::ReadError;
 use crate::model::{
-    Action, Annotation, DeviceTrace, Diagnostic, Event, Format, ReportedTotals, SiteId, Trace,
+    Action, Annotation, DeviceTrace, Diagnostic, Event, Format, ReportedTotals, RunInfo, SiteId,
+    Trace,
 };
 
 /// `c10::DeviceType` names as PyTorch prints them (formats.md B4).
@@ -87,12 +89,15 @@ pub(super) fn build_trace(
         base_time_ns,
         amd_hint,
         dropped,
+        distributed,
+        weight_dtypes,
     } = col;
     if mems.is_empty() {
         return Err(ReadError::NoMemoryEvents);
     }
     let mut trace = Trace::new(Format::ChromeTrace);
     let unclosed = pair_begin_end(be, &mut ops);
+    trace.run = run_info(&ops, distributed, weight_dtypes);
     if unclosed > 0 {
         diagnostics.push(Diagnostic::warning(format!(
             "{unclosed} `B` event(s) have no matching `E`; they are treated as open to the end of the trace"
@@ -172,6 +177,33 @@ pub(super) fn build_trace(
 
 /// `user_annotation` ranges and `ProfilerStep#N` under any category, sorted
 /// by start, longest first; an unclosed one ends with the trace.
+/// What the planner reads about the run as a whole: every operator name
+/// with its count, the weights' dtypes, `distributedInfo`.
+fn run_info(
+    ops: &[OpRec<'_>],
+    distributed: Option<crate::model::DistributedInfo>,
+    weight_dtypes: HashMap<SecondInputType, u64>,
+) -> RunInfo {
+    let mut counts: HashMap<&str, u64> = HashMap::new();
+    for o in ops {
+        *counts.entry(o.name.as_ref()).or_default() += 1;
+    }
+    let mut operators: Vec<(String, u64)> =
+        counts.into_iter().map(|(n, c)| (n.to_owned(), c)).collect();
+    operators.sort_unstable();
+    let mut dtypes: Vec<(String, u64)> = weight_dtypes
+        .into_iter()
+        .map(|(t, c)| (t.as_str().to_owned(), c))
+        .collect();
+    dtypes.sort_unstable();
+    RunInfo {
+        operators,
+        weight_dtypes: dtypes,
+        distributed,
+        expandable_segments: None,
+    }
+}
+
 fn annotations(ops: &[OpRec<'_>], mems: &[MemRec]) -> Vec<Annotation> {
     let last_ts = mems.iter().map(|m| m.ts_ns).max().unwrap_or(0);
     let last_op = ops

@@ -16,7 +16,10 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::attribute::{BeRec, Instant, OpKind, OpRec};
-use super::skeleton::{drain_map, DeviceProp, EventSeed, Id, Num, RawEvent, TopKey, TopKeySeen};
+use super::skeleton::{
+    drain_map, DeviceProp, EventSeed, Id, Num, RawEvent, SecondInputType, TopKey, TopKeySeen,
+};
+use crate::model::DistributedInfo;
 
 /// One `[memory]` or `[OutOfMemory]` event.
 #[derive(Debug, Clone, Copy)]
@@ -76,6 +79,10 @@ pub(super) struct Collected<'a> {
     /// A top-level key only ROCm builds of Kineto write was seen.
     pub(super) amd_hint: bool,
     pub(super) dropped: Dropped,
+    /// `distributedInfo`.
+    pub(super) distributed: Option<DistributedInfo>,
+    /// `aten::linear` calls by the dtype of their weight (`record_shapes`).
+    pub(super) weight_dtypes: HashMap<SecondInputType, u64>,
 }
 
 /// (thread, ts ns, Addr, Bytes, Ev Idx, Device Type, Device Id) of a memory event.
@@ -133,6 +140,15 @@ impl<'a> Collector<'a> {
                 };
                 let Some(start) = ts.ns() else { return };
                 let dur = dur.ns().unwrap_or(0).max(0);
+                if args.second_input_type != SecondInputType::None
+                    && name.0.as_deref() == Some("aten::linear")
+                {
+                    *self
+                        .out
+                        .weight_dtypes
+                        .entry(args.second_input_type)
+                        .or_default() += 1;
+                }
                 let thread = self.thread(pid, tid);
                 self.out.ops.push(OpRec {
                     thread,
@@ -212,6 +228,26 @@ impl<'a> Collector<'a> {
             .collect();
     }
 
+    /// Kineto's `distributedInfo` (any shape: a value of the wrong type is
+    /// ignored, never an error).
+    pub(super) fn set_distributed(&mut self, info: &serde_json::Value) {
+        let Some(map) = info.as_object() else { return };
+        let int = |k: &str| {
+            let v = map.get(k)?;
+            v.as_i64()
+                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+        };
+        self.out.distributed = Some(DistributedInfo {
+            backend: map
+                .get("backend")
+                .and_then(|b| b.as_str())
+                .unwrap_or_default()
+                .to_owned(),
+            rank: int("rank"),
+            world_size: int("world_size").and_then(|w| u64::try_from(w).ok()),
+        });
+    }
+
     pub(super) fn set_base_time(&mut self, ns: Option<i64>) {
         self.out.base_time_ns = ns;
     }
@@ -246,6 +282,10 @@ impl<'de, 'c> Visitor<'de> for TopSeed<'c, 'de> {
                 TopKey::DeviceProperties => {
                     let props: Option<Vec<DeviceProp<'de>>> = map.next_value()?;
                     self.0.set_device_props(props.unwrap_or_default());
+                }
+                TopKey::DistributedInfo => {
+                    let info: serde_json::Value = map.next_value()?;
+                    self.0.set_distributed(&info);
                 }
                 TopKey::BaseTime => self.0.set_base_time(map.next_value::<Num>()?.i64()),
                 TopKey::Other => {

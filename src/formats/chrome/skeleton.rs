@@ -305,7 +305,104 @@ key_enum!(EvKey {
 key_enum!(ArgKey {
     "Device Type" => DeviceType, "Device Id" => DeviceId, "Bytes" => Bytes, "Addr" => Addr,
     "Total Allocated" => TotalAllocated, "Total Reserved" => TotalReserved, "Ev Idx" => EvIdx,
+    "Input type" => InputType,
 });
+
+/// The dtype of an operator's second input (`Input type[1]`, written by
+/// `record_shapes`): for `aten::linear` that is the weight. Only the
+/// dtypes that matter for planning are told apart; a small `Copy` value, so
+/// reading it costs no allocation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) enum SecondInputType {
+    #[default]
+    None,
+    Float32,
+    BFloat16,
+    Float16,
+    Float64,
+    /// 8-bit types (fp8, int8, uint8).
+    EightBit,
+    Other,
+}
+
+impl SecondInputType {
+    fn of(name: &str) -> SecondInputType {
+        match name {
+            "" => SecondInputType::None,
+            "float" => SecondInputType::Float32,
+            "c10::BFloat16" => SecondInputType::BFloat16,
+            "c10::Half" => SecondInputType::Float16,
+            "double" => SecondInputType::Float64,
+            n if n.contains("Float8") || n == "signed char" || n == "unsigned char" => {
+                SecondInputType::EightBit
+            }
+            _ => SecondInputType::Other,
+        }
+    }
+
+    /// The name the planner shows (`fp32`, `bf16`, …).
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            SecondInputType::None => "",
+            SecondInputType::Float32 => "fp32",
+            SecondInputType::BFloat16 => "bf16",
+            SecondInputType::Float16 => "fp16",
+            SecondInputType::Float64 => "fp64",
+            SecondInputType::EightBit => "8-bit",
+            SecondInputType::Other => "other",
+        }
+    }
+}
+
+struct SecondInputTypeVisitor;
+
+impl<'de> Visitor<'de> for SecondInputTypeVisitor {
+    type Value = SecondInputType;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of input types")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(
+        self,
+        mut a: A,
+    ) -> std::result::Result<SecondInputType, A::Error> {
+        let mut out = SecondInputType::None;
+        let mut i = 0;
+        while let Some(t) = a.next_element::<LStr<'de>>()? {
+            if i == 1 {
+                out = SecondInputType::of(t.0.as_deref().unwrap_or(""));
+            }
+            i += 1;
+        }
+        Ok(out)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, a: A) -> std::result::Result<SecondInputType, A::Error> {
+        drain_map(a).map(|_| SecondInputType::None)
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<SecondInputType, E> {
+        Ok(SecondInputType::None)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<SecondInputType, E> {
+        Ok(SecondInputType::None)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<SecondInputType, E> {
+        Ok(SecondInputType::None)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<SecondInputType, E> {
+        Ok(SecondInputType::None)
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> std::result::Result<SecondInputType, E> {
+        Ok(SecondInputType::None)
+    }
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<SecondInputType, E> {
+        Ok(SecondInputType::None)
+    }
+}
+
+impl<'de> Deserialize<'de> for SecondInputType {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<SecondInputType, D::Error> {
+        d.deserialize_any(SecondInputTypeVisitor)
+    }
+}
 
 /// The `args` of a `[memory]` event (other events' args are skimmed the same way).
 #[derive(Debug, Clone, Copy, Default)]
@@ -317,6 +414,8 @@ pub(super) struct MemArgs {
     pub(super) total_allocated: Num,
     pub(super) total_reserved: Num,
     pub(super) ev_idx: Num,
+    /// `Input type[1]` (operators recorded with `record_shapes`).
+    pub(super) second_input_type: SecondInputType,
 }
 
 struct MemArgsVisitor;
@@ -337,6 +436,10 @@ impl<'de> Visitor<'de> for MemArgsVisitor {
                 ArgKey::TotalAllocated => &mut a.total_allocated,
                 ArgKey::TotalReserved => &mut a.total_reserved,
                 ArgKey::EvIdx => &mut a.ev_idx,
+                ArgKey::InputType => {
+                    a.second_input_type = map.next_value()?;
+                    continue;
+                }
                 ArgKey::Other => {
                     map.next_value::<IgnoredAny>()?;
                     continue;
@@ -485,6 +588,7 @@ pub(super) struct DeviceProp<'a> {
 pub(super) enum TopKey {
     TraceEvents,
     DeviceProperties,
+    DistributedInfo,
     BaseTime,
     Other,
 }
@@ -498,6 +602,7 @@ impl<'de> Deserialize<'de> for TopKeySeen<'de> {
         let k = match s.as_ref() {
             "traceEvents" => TopKey::TraceEvents,
             "deviceProperties" => TopKey::DeviceProperties,
+            "distributedInfo" => TopKey::DistributedInfo,
             "baseTimeNanoseconds" => TopKey::BaseTime,
             _ => TopKey::Other,
         };
