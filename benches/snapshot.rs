@@ -1,6 +1,7 @@
 //! Snapshot throughput: unpickle + replay of a synthetic ~20 MB PyTorch
 //! memory snapshot (written here by a tiny pickle emitter: no Python, no
-//! files), and classification at 1 thread vs all threads.
+//! files), the unpickler's cost per opcode on lists of 1M items, and
+//! classification at 1 thread vs all threads.
 //!
 //! `cargo bench --bench snapshot` (CI only compiles it, via clippy --all-targets).
 //!
@@ -45,6 +46,7 @@ mod op {
     pub const BININT2: u8 = b'M';
     pub const BININT: u8 = b'J';
     pub const LONG1: u8 = 0x8a;
+    pub const POP: u8 = b'0';
 }
 
 /// A pickle writer that memoizes every container and string, as CPython does.
@@ -283,6 +285,78 @@ fn unpickle_replay(c: &mut Criterion) {
     g.finish();
 }
 
+/// `{"device_traces": [], "x": [item × n]}` after `prefix`: the snapshot
+/// reader reads only `device_traces`, so this times the unpickler (and the
+/// lowering hook's look at each dict appended) on `n` copies of one opcode.
+fn list_of(n: usize, item: &[u8], prefix: &[u8]) -> Vec<u8> {
+    let mut p = Pickler::new();
+    p.out.extend_from_slice(prefix);
+    p.out.extend_from_slice(&[op::EMPTY_DICT, op::MARK]);
+    p.str("device_traces");
+    p.out.push(op::EMPTY_LIST);
+    p.str("x");
+    p.out.push(op::EMPTY_LIST);
+    for _ in 0..n / 1000 {
+        p.out.push(op::MARK);
+        for _ in 0..1000 {
+            p.out.extend_from_slice(item);
+        }
+        p.out.push(op::APPENDS);
+    }
+    p.out.extend_from_slice(&[op::SETITEMS, op::STOP]);
+    p.out
+}
+
+/// What one opcode costs, per item (the former `pickle::micro` timer).
+fn opcodes(c: &mut Criterion) {
+    const N: usize = 1_000_000;
+    // A string at memo slot 0, for memo gets.
+    let memo_str = [op::SHORT_BINUNICODE, 1, b'a', op::MEMOIZE, op::POP];
+    let record = [
+        op::EMPTY_DICT,
+        op::MEMOIZE,
+        op::MARK,
+        op::BINGET,
+        0,
+        op::BINGET,
+        0,
+        op::BINGET,
+        0,
+        op::BININT1,
+        3,
+        op::SETITEMS,
+    ];
+    let cases: [(&str, Vec<u8>); 7] = [
+        ("BININT1", list_of(N, &[op::BININT1, 7], &[])),
+        (
+            "LONG1 of 6 bytes",
+            list_of(N, &[op::LONG1, 6, 1, 2, 3, 4, 5, 6], &[]),
+        ),
+        (
+            "BINGET of a string",
+            list_of(N, &[op::BINGET, 0], &memo_str),
+        ),
+        (
+            "LONG_BINGET of a string",
+            list_of(N, &[op::LONG_BINGET, 0, 0, 0, 0], &memo_str),
+        ),
+        ("EMPTY_DICT", list_of(N, &[op::EMPTY_DICT], &[])),
+        (
+            "EMPTY_DICT MEMOIZE",
+            list_of(N, &[op::EMPTY_DICT, op::MEMOIZE], &[]),
+        ),
+        ("dict of 2 MEMOIZE", list_of(N, &record, &memo_str)),
+    ];
+    let mut g = c.benchmark_group("opcodes");
+    g.sample_size(10);
+    g.throughput(Throughput::Elements(N as u64));
+    for (name, bytes) in &cases {
+        parse(bytes);
+        g.bench_function(*name, |b| b.iter(|| parse(black_box(bytes))));
+    }
+    g.finish();
+}
+
 fn classify_threads(c: &mut Criterion) {
     let trace = parse(&synthetic_snapshot(ENTRIES));
     let device = &trace.devices[0];
@@ -306,5 +380,5 @@ fn classify_threads(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, unpickle_replay, classify_threads);
+criterion_group!(benches, unpickle_replay, opcodes, classify_threads);
 criterion_main!(benches);

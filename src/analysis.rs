@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use crate::classify::{self, site_facts, Builtin, Classification, Phase, Rule, UserRule};
 use crate::model::{Action, BlockState, Category, DeviceTrace, Sites, Trace};
 use crate::schema::{
-    DeviceReport, LiveAllocation, OomFinding, Peak, Report, SourceInfo, TimelineSeries, Tool,
-    TopSite, SCHEMA_VERSION,
+    Attribution, BeforeRecordingPart, DeviceReport, LiveAllocation, OomFinding, Peak, Report,
+    SourceInfo, TimelineSeries, Tool, TopSite, SCHEMA_VERSION,
 };
 use crate::timeline::{self, DeviceTimeline, Interval};
 
@@ -48,6 +48,8 @@ pub struct ClassifiedDevice {
     pub timeline: DeviceTimeline,
     /// The classification of each of `timeline.replay.intervals`.
     pub classes: Vec<Classification>,
+    /// What existed before recording, by part (see `classify::Inference`).
+    pub before_recording: Vec<classify::Inference>,
 }
 
 impl ClassifiedDevice {
@@ -79,10 +81,12 @@ pub fn replay_and_classify(
         || timeline::replay(device),
         || classify::Context::new(trace, device),
     );
-    let classes = classify::classify_in(&context, &replay, user_rules);
+    let (replay, classes, before_recording) =
+        classify::classify_device(&context, replay, user_rules);
     ClassifiedDevice {
         timeline: DeviceTimeline::new(replay, |i| classes[i].category),
         classes,
+        before_recording,
     }
 }
 
@@ -194,6 +198,19 @@ fn device_report(
         .map(|(i, _)| i.size)
         .sum();
     let by_category = categories_at(&live, allocated, reserved);
+    let attribution = attribution_at(&live, allocated);
+    let before_recording = cd
+        .before_recording
+        .iter()
+        .map(|b| {
+            BeforeRecordingPart::new(
+                b.category,
+                b.bytes,
+                b.rule.name(&options.user_rules),
+                b.from.clone(),
+            )
+        })
+        .collect();
     // Live allocations share sites: describe each site once.
     let mut described = HashMap::new();
     let mut allocations: Vec<LiveAllocation> = live
@@ -202,10 +219,15 @@ fn device_report(
             addr: i.addr,
             size: i.size,
             category: c.category,
-            site: described
-                .entry(i.site)
-                .or_insert_with(|| describe_site(&trace.sites, i.site))
-                .clone(),
+            site: if i.origin == timeline::Origin::Untracked {
+                // No event names it: the allocator's total says it is there.
+                "(allocated before recording; no event)".to_owned()
+            } else {
+                described
+                    .entry(i.site)
+                    .or_insert_with(|| describe_site(&trace.sites, i.site))
+                    .clone()
+            },
             rule: c.rule.name(&options.user_rules),
         })
         .collect();
@@ -223,6 +245,7 @@ fn device_report(
         device: device.device.clone(),
         events: replay.events as u64,
         baseline_bytes: replay.baseline_bytes,
+        before_recording,
         capacity_bytes: device.capacity_bytes,
         peak: Peak {
             allocated_bytes: allocated,
@@ -231,6 +254,7 @@ fn device_report(
             ts_us,
             phase: phase_name(trace, device, position),
             by_category,
+            attribution,
             top_sites,
             allocations,
         },
@@ -275,15 +299,43 @@ fn categories_at(
     by
 }
 
+/// Observed, inferred and unknown bytes among `live`, summing to
+/// `allocated` the way [`categories_at`] does (the total beyond the live sum
+/// is unknown; a live sum above the total is scaled down).
+fn attribution_at(live: &[(&Interval, &Classification)], allocated: u64) -> Attribution {
+    // 0 observed, 1 inferred, 2 unknown.
+    let mut by: BTreeMap<u8, u64> = BTreeMap::new();
+    let mut sum = 0u64;
+    for (i, c) in live {
+        let kind = if c.category == Category::Unknown {
+            2
+        } else if c.rule.infers() {
+            1
+        } else {
+            0
+        };
+        let v = by.entry(kind).or_default();
+        *v = v.saturating_add(i.size);
+        sum = sum.saturating_add(i.size);
+    }
+    if allocated > sum {
+        *by.entry(2).or_default() += allocated - sum;
+    } else if sum > allocated {
+        trim_to(&mut by, sum, allocated);
+    }
+    let get = |k| by.get(&k).copied().unwrap_or(0);
+    Attribution::new(get(0), get(1), get(2))
+}
+
 /// Scales `by` (summing to `sum`) down to sum to `target`, proportionally;
-/// the rounding remainder goes to the largest categories first.
-fn trim_to(by: &mut BTreeMap<Category, u64>, sum: u64, target: u64) {
+/// the rounding remainder goes to the largest entries first.
+fn trim_to<K: Ord + Copy>(by: &mut BTreeMap<K, u64>, sum: u64, target: u64) {
     let mut given = 0u64;
     for v in by.values_mut() {
         *v = (*v as u128 * target as u128 / sum.max(1) as u128) as u64;
         given += *v;
     }
-    let mut order: Vec<Category> = by.keys().copied().collect();
+    let mut order: Vec<K> = by.keys().copied().collect();
     order.sort_by_key(|c| std::cmp::Reverse(by[c]));
     for c in order.into_iter().cycle().take((target - given) as usize) {
         *by.get_mut(&c).expect("present") += 1;

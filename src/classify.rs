@@ -23,6 +23,12 @@ use rustc_hash::FxHashMap;
 use crate::model::{Action, Category, DeviceTrace, Format, Frame, SiteId, Sites, StrId, Trace};
 use crate::timeline::{Interval, Origin, Replay};
 
+mod buffers;
+mod evidence;
+mod prerecorded;
+
+pub use prerecorded::Inference;
+
 /// The category of one interval and the rule that chose it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Classification {
@@ -31,7 +37,7 @@ pub struct Classification {
 }
 
 /// The rule that chose a category: a built-in one, or one of the user's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Rule {
     Builtin(Builtin),
     /// The user rule at this index of the rule set given to [`classify`].
@@ -47,6 +53,13 @@ impl Rule {
             Rule::User(i) => format!("user:{}", user_rules[i as usize].name),
         }
     }
+
+    /// Whether the rule infers the category from evidence elsewhere in the
+    /// trace rather than observing it on the allocation itself: built-in
+    /// rules named `inferred_…`.
+    pub fn infers(self) -> bool {
+        matches!(self, Rule::Builtin(b) if b.infers())
+    }
 }
 
 impl From<Builtin> for Rule {
@@ -59,7 +72,7 @@ impl From<Builtin> for Rule {
 macro_rules! builtin_rules {
     ($($(#[$doc:meta])* $rule:ident = $name:literal,)*) => {
         /// The built-in rules, in the order [`classify`] tries them.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum Builtin {
             $($(#[$doc])* $rule,)*
         }
@@ -72,6 +85,38 @@ macro_rules! builtin_rules {
                 match self {
                     $(Builtin::$rule => $name,)*
                 }
+            }
+
+            /// Whether the rule infers rather than observes (`inferred_…`).
+            pub fn infers(self) -> bool {
+                self.as_str().starts_with("inferred_")
+            }
+
+            /// Whether the rule classifies only memory that existed before
+            /// recording began.
+            pub fn before_recording(self) -> bool {
+                matches!(
+                    self,
+                    Builtin::AllocatedBeforeProfilingUnattributed
+                        | Builtin::ExistedBeforeTraceOptimizerSite
+                        | Builtin::ExistedBeforeTraceBackwardSite
+                        | Builtin::ExistedBeforeTraceInitSite
+                        | Builtin::ExistedBeforeTraceCacheSite
+                        | Builtin::ExistedBeforeTraceForwardSite
+                        | Builtin::ExistedBeforeTraceFreedByZeroGrad
+                        | Builtin::ExistedBeforeTraceNoEvidence
+                        | Builtin::InferredParameterFromGradients
+                        | Builtin::InferredParameterFromShapes
+                        | Builtin::InferredGradientKept
+                        | Builtin::InferredOptimizerState
+                        | Builtin::InferredKvCachePool
+                        | Builtin::InferredWeightsForwardOnly
+                )
+            }
+
+            /// The built-in rule of this name.
+            pub fn from_name(name: &str) -> Option<Builtin> {
+                Builtin::ALL.iter().copied().find(|b| b.as_str() == name)
             }
         }
     };
@@ -105,8 +150,30 @@ builtin_rules! {
     ExistedBeforeTraceInitSite = "existed_before_trace_init_site",
     ExistedBeforeTraceCacheSite = "existed_before_trace_cache_site",
     ExistedBeforeTraceForwardSite = "existed_before_trace_forward_site",
-    ExistedBeforeTraceAliveToEndAssumedWeights = "existed_before_trace_alive_to_end_assumed_weights",
+    /// Freed by `Optimizer.zero_grad`: a gradient from the step before.
+    ExistedBeforeTraceFreedByZeroGrad = "existed_before_trace_freed_by_zero_grad",
     ExistedBeforeTraceNoEvidence = "existed_before_trace_no_evidence",
+    /// Megatron's contiguous `param_data` buffer (`buffers.rs`).
+    MegatronParamBuffer = "megatron_param_buffer",
+    /// Megatron's contiguous `grad_data` buffer.
+    MegatronGradBuffer = "megatron_grad_buffer",
+    /// The cuBLAS / cuBLASLt workspace (`getNewWorkspace`).
+    CublasWorkspace = "cublas_workspace",
+    /// Buffers of one site sized exactly like the parameters.
+    InferredStateSizedLikeParameters = "inferred_optimizer_state_sized_like_parameters",
+    /// Existed before recording: parameter bytes from the gradients' sizes
+    /// (`classify/prerecorded.rs`, like every `inferred_…` rule).
+    InferredParameterFromGradients = "inferred_parameter_from_gradient_sizes",
+    /// Existed before recording: parameter bytes from the weights operators read.
+    InferredParameterFromShapes = "inferred_parameter_from_operator_shapes",
+    /// Existed before recording: gradients kept between steps.
+    InferredGradientKept = "inferred_gradient_kept_between_steps",
+    /// Existed before recording: optimizer state, its tensors per parameter × the parameters.
+    InferredOptimizerState = "inferred_optimizer_state_per_parameter",
+    /// Existed before recording: the KV-cache pool cache-writing operators write into.
+    InferredKvCachePool = "inferred_kv_cache_pool_from_cache_writes",
+    /// Existed before recording and alive to the end of a forward-only history.
+    InferredWeightsForwardOnly = "inferred_weights_alive_through_forward_only_history",
 }
 
 /// What the program was doing.
@@ -312,8 +379,15 @@ impl UserRule {
 /// Everything the rules read besides the intervals, computed once per
 /// device from its events alone (so it can be made while the replay runs).
 pub struct Context<'a> {
+    trace: &'a Trace,
+    device: &'a DeviceTrace,
+    /// Operator shapes (`record_shapes`) speak for this device: it is the
+    /// trace's only device, or its only one that is not the CPU.
+    shapes_apply: bool,
     sites: &'a Sites,
     facts: Vec<SiteFacts>,
+    /// Framework buffers' classification by site (`buffers.rs`).
+    framework: Vec<Option<Classification>>,
     /// Phase at each position (after the latest allocation event).
     phase_at: Vec<Phase>,
     /// Number of allocation events among the first `p` events.
@@ -342,6 +416,40 @@ pub fn classify_in(
     replay: &Replay,
     user_rules: &[UserRule],
 ) -> Vec<Classification> {
+    let mut classes = classify_each(ctx, replay, user_rules);
+    buffers::per_parameter_buffers(replay, &mut classes);
+    let evidence = evidence::Evidence::gather(ctx, replay, &classes);
+    prerecorded::match_blocks(
+        ctx,
+        &evidence,
+        replay,
+        &mut classes,
+        &mut Default::default(),
+    );
+    classes
+}
+
+/// [`classify_in`], and the memory that existed before recording split by
+/// evidence: the untracked lump of a Chrome trace becomes one interval per
+/// part in the returned replay. Returns the replay, the classification of
+/// each of its intervals, and what existed before recording, by part.
+pub fn classify_device(
+    ctx: &Context<'_>,
+    mut replay: Replay,
+    user_rules: &[UserRule],
+) -> (Replay, Vec<Classification>, Vec<Inference>) {
+    let mut classes = classify_each(ctx, &replay, user_rules);
+    buffers::per_parameter_buffers(&replay, &mut classes);
+    let before = prerecorded::infer(ctx, &mut replay, &mut classes);
+    (replay, classes, before)
+}
+
+/// Every interval by the rules alone, in parallel.
+fn classify_each(
+    ctx: &Context<'_>,
+    replay: &Replay,
+    user_rules: &[UserRule],
+) -> Vec<Classification> {
     assert_eq!(
         ctx.positions,
         replay.positions(),
@@ -355,7 +463,7 @@ pub fn classify_in(
 }
 
 impl<'a> Context<'a> {
-    pub fn new(trace: &'a Trace, device: &DeviceTrace) -> Context<'a> {
+    pub fn new(trace: &'a Trace, device: &'a DeviceTrace) -> Context<'a> {
         let sites = &trace.sites;
         let facts = all_site_facts(sites);
         // As `Replay::positions`: the start, then after each event.
@@ -400,8 +508,13 @@ impl<'a> Context<'a> {
             }
             next_forward[p] = next;
         }
+        let accelerators = trace.devices.iter().filter(|d| d.device != "cpu").count();
         Context {
+            trace,
+            device,
+            shapes_apply: trace.devices.len() == 1 || (device.device != "cpu" && accelerators == 1),
             next_forward,
+            framework: buffers::by_site(sites),
             sites,
             facts,
             phase_at,
@@ -473,6 +586,9 @@ fn classify_one(ctx: &Context, interval: &Interval, user_rules: &[UserRule]) -> 
         if let Some(c) = interval.given {
             return pick(c, Builtin::CategoryFromFile);
         }
+    }
+    if let Some(c) = ctx.framework[interval.site as usize] {
+        return c;
     }
     let facts = ctx.facts[interval.site as usize];
     if interval.origin == Origin::Untracked {
@@ -562,7 +678,12 @@ fn classify_baseline(facts: &SiteFacts, alive_at_end: bool) -> Classification {
         category,
         rule: rule.into(),
     };
-    if facts.optimizer {
+    if facts.zero_grad {
+        pick(
+            Category::Gradient,
+            Builtin::ExistedBeforeTraceFreedByZeroGrad,
+        )
+    } else if facts.optimizer {
         pick(
             Category::OptimizerState,
             Builtin::ExistedBeforeTraceOptimizerSite,
@@ -575,14 +696,8 @@ fn classify_baseline(facts: &SiteFacts, alive_at_end: bool) -> Classification {
         pick(Category::KvCache, Builtin::ExistedBeforeTraceCacheSite)
     } else if facts.forward {
         pick(Category::Activation, Builtin::ExistedBeforeTraceForwardSite)
-    } else if alive_at_end {
-        // Alive before recording began and never freed: in a training or
-        // inference process that is overwhelmingly the weights.
-        pick(
-            Category::Parameter,
-            Builtin::ExistedBeforeTraceAliveToEndAssumedWeights,
-        )
     } else {
+        // Decided by evidence elsewhere in the trace, if any: see `prerecorded`.
         pick(Category::Unknown, Builtin::ExistedBeforeTraceNoEvidence)
     }
 }

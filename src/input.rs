@@ -72,7 +72,7 @@ pub fn read_trace<R: Read>(reader: R, limits: &Limits) -> Result<Trace> {
 /// overlaps the parse instead of adding to it, and so does inflating a
 /// gzip file (with the same limits as [`read_trace`]). In a pickle, that
 /// thread also finds the tracebacks' runs of memo gets
-/// ([`pickle::GetRunFinder`]), so that the parser does not have to read
+/// (`pickle::GetRunFinder`), so that the parser does not have to read
 /// them.
 pub fn read_trace_ahead<R: Read + Send>(reader: R, limits: &Limits) -> Result<Trace> {
     read_trace_ahead_in(reader, limits, 1 << 20)

@@ -66,6 +66,8 @@ pub mod batch;
 mod classify;
 mod error;
 mod formats;
+#[cfg(any(test, feature = "fuzzing"))]
+mod generated_checks;
 mod input;
 mod model;
 mod pipeline;
@@ -94,9 +96,9 @@ pub use plan::search::Order;
 pub use plan::{BudgetSpec, Headroom, PlanOptions};
 pub use report::{render, OutputFormat};
 pub use schema::{
-    ConsideredLever, DeviceReport, Headline, LiveAllocation, OomFinding, OomPlan, Peak,
-    PeakCategories, Plan, PlanFact, PlanStep, Report, SourceInfo, TimelineSeries, Tool, TopSite,
-    Verdict, SCHEMA_VERSION,
+    Attribution, BeforeRecordingPart, ConsideredLever, DeviceReport, Headline, LiveAllocation,
+    OomFinding, OomPlan, Peak, PeakCategories, Plan, PlanFact, PlanStep, Report, SourceInfo,
+    TimelineSeries, Tool, TopSite, Verdict, SCHEMA_VERSION,
 };
 pub use units::{parse_size, SizeError};
 
@@ -104,8 +106,10 @@ pub use units::{parse_size, SizeError};
 /// fuzz one stage alone. Not a stable API.
 #[doc(hidden)]
 pub mod internals {
-    pub use crate::classify::classify;
+    pub use crate::classify::{classify, Builtin};
     pub use crate::formats::{chrome, pickle};
+    #[cfg(feature = "fuzzing")]
+    pub use crate::generated_checks::check_generated;
     pub use crate::input::{parse_bytes, read_trace, read_trace_ahead};
     pub use crate::model::Trace;
     pub use crate::pipeline::analyze_trace;

@@ -297,8 +297,9 @@ pub struct RunInfo {
     /// evidence is in their frames.
     pub operators: Vec<(String, u64)>,
     /// Chrome traces recorded with `record_shapes`: the dtype (`Input type`)
-    /// of the weight of each `aten::linear` call, with counts, sorted.
-    pub weight_dtypes: Vec<(String, u64)>,
+    /// of the weight of each linear layer or library GEMM call, with counts,
+    /// sorted.
+    pub weight_dtypes: Vec<(Dtype, u64)>,
     /// Kineto's `distributedInfo`.
     pub distributed: Option<DistributedInfo>,
     /// Snapshots: `allocator_settings.expandable_segments`.
@@ -370,6 +371,9 @@ pub struct Trace {
     pub diagnostics: Vec<Diagnostic>,
     /// Evidence about the run that no memory event carries.
     pub run: RunInfo,
+    /// Operator calls that say something about memory no event names
+    /// (Chrome traces; empty for other formats).
+    pub evidence: Vec<OperatorCall>,
 }
 
 impl Trace {
@@ -381,6 +385,197 @@ impl Trace {
             annotations: Vec::new(),
             diagnostics: Vec::new(),
             run: RunInfo::default(),
+            evidence: Vec::new(),
+        }
+    }
+}
+
+/// An operator whose calls are evidence about memory that existed before
+/// recording (issue 11): the weights it reads, the KV-cache pool it writes,
+/// or what an optimizer's step does. The Chrome reader keeps calls of these
+/// operators only; their `record_shapes` inputs, where recorded, say which
+/// tensors they touched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EvidenceOp {
+    /// `aten::linear(input, weight, bias?)`.
+    Linear,
+    /// `aten::addmm(bias, input, weight)` outside a linear (Hugging Face `Conv1D`).
+    Addmm,
+    /// `aten::embedding(weight, indices, …)`.
+    Embedding,
+    /// `aten::embedding_bag(weight, indices, …)`.
+    EmbeddingBag,
+    /// `aten::conv{1,2,3}d`, `aten::convolution`, `aten::conv_transpose{1,2,3}d`
+    /// (`input, weight, bias?, …`).
+    Convolution,
+    /// `aten::layer_norm(input, shape, weight?, bias?, …)`.
+    LayerNorm,
+    /// `aten::group_norm(input, groups, weight?, bias?, …)`.
+    GroupNorm,
+    /// `aten::batch_norm(input, weight?, bias?, running_mean?, running_var?, …)`.
+    BatchNorm,
+    /// `aten::rms_norm(input, shape, weight?, eps)`.
+    RmsNorm,
+    /// Library GEMMs that take a weight second (`vllm::rocm_unquantized_gemm`,
+    /// `aiter::gemm_a16w16`).
+    LibraryGemm,
+    /// vLLM `_C_cache_ops::reshape_and_cache{,_flash}(key, value, key_cache,
+    /// value_cache, …)` and SGLang `sglang::store_cache(k, v, k_cache, v_cache, …)`:
+    /// one call per attention layer and forward pass.
+    KvCacheWrite,
+    /// vLLM `_C_cache_ops::concat_and_cache_mla(kv_c, k_pe, kv_cache, …)`.
+    KvCacheWriteMla,
+    /// `aten::mul_` / `aten::_foreach_mul_`: in an SGD or RMSprop step, a
+    /// momentum buffer being decayed.
+    MulInPlace,
+    /// `aten::maximum` / `aten::_foreach_maximum_`: Adam's `amsgrad` state.
+    Maximum,
+    /// `aten::lerp_` / `aten::_foreach_lerp_`: RMSprop's centred average.
+    LerpInPlace,
+}
+
+impl EvidenceOp {
+    /// The operator a Chrome `cpu_op` name is, if memcut keeps its calls.
+    pub fn from_name(name: &str) -> Option<EvidenceOp> {
+        use EvidenceOp::*;
+        Some(match name {
+            "aten::linear" => Linear,
+            "aten::addmm" => Addmm,
+            "aten::embedding" => Embedding,
+            "aten::embedding_bag" => EmbeddingBag,
+            "aten::conv1d"
+            | "aten::conv2d"
+            | "aten::conv3d"
+            | "aten::convolution"
+            | "aten::conv_transpose1d"
+            | "aten::conv_transpose2d"
+            | "aten::conv_transpose3d" => Convolution,
+            "aten::layer_norm" => LayerNorm,
+            "aten::group_norm" => GroupNorm,
+            "aten::batch_norm" => BatchNorm,
+            "aten::rms_norm" => RmsNorm,
+            "vllm::rocm_unquantized_gemm" | "aiter::gemm_a16w16" => LibraryGemm,
+            "_C_cache_ops::reshape_and_cache_flash"
+            | "_C_cache_ops::reshape_and_cache"
+            | "sglang::store_cache" => KvCacheWrite,
+            "_C_cache_ops::concat_and_cache_mla" => KvCacheWriteMla,
+            "aten::mul_" | "aten::_foreach_mul_" => MulInPlace,
+            "aten::maximum" | "aten::_foreach_maximum_" => Maximum,
+            "aten::lerp_" | "aten::_foreach_lerp_" => LerpInPlace,
+            _ => return None,
+        })
+    }
+
+    /// Whether the calls' recorded inputs are needed (not just that they ran).
+    pub fn reads_inputs(self) -> bool {
+        !matches!(
+            self,
+            EvidenceOp::MulInPlace | EvidenceOp::Maximum | EvidenceOp::LerpInPlace
+        )
+    }
+}
+
+/// One call of an [`EvidenceOp`] (Chrome `cpu_op` event).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperatorCall {
+    pub op: EvidenceOp,
+    /// The call's thread (a dense id per `pid`/`tid` of the trace).
+    pub thread: u32,
+    pub start_us: f64,
+    pub end_us: f64,
+    /// One entry per input when the profiler recorded shapes
+    /// (`record_shapes=True`: `Input Dims` and `Input type`); `None` for an
+    /// input that is not a tensor of a known element type. Empty when shapes
+    /// were not recorded.
+    pub inputs: Vec<Option<TensorShape>>,
+}
+
+/// A tensor input as `record_shapes` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorShape {
+    pub dims: Vec<u64>,
+    pub dtype: Dtype,
+}
+
+impl TensorShape {
+    /// Bytes of a contiguous tensor of this shape (what its storage holds at
+    /// least; the caching allocator rounds blocks up).
+    pub fn bytes(&self) -> u64 {
+        self.dims
+            .iter()
+            .fold(self.dtype.bytes(), |n, &d| n.saturating_mul(d))
+    }
+}
+
+/// Element types, as `Input type` spells them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dtype {
+    Float64,
+    Float32,
+    Float16,
+    BFloat16,
+    /// Any 8-bit float (`Float8_e4m3fn`, `Float8_e5m2`, …).
+    Float8,
+    Int64,
+    Int32,
+    Int16,
+    Int8,
+    UInt8,
+    Bool,
+    Complex64,
+    Complex128,
+}
+
+impl Dtype {
+    /// The dtype `Input type` names (`float`, `c10::BFloat16`, …), if a tensor's.
+    pub fn parse(s: &str) -> Option<Dtype> {
+        use Dtype::*;
+        Some(match s {
+            "double" => Float64,
+            "float" => Float32,
+            "c10::Half" => Float16,
+            "c10::BFloat16" => BFloat16,
+            "long int" | "long" | "int64_t" => Int64,
+            "int" => Int32,
+            "short int" | "short" => Int16,
+            "signed char" | "c10::qint8" => Int8,
+            "unsigned char" | "c10::quint8" => UInt8,
+            "bool" => Bool,
+            "c10::complex<float>" => Complex64,
+            "c10::complex<double>" => Complex128,
+            s if s.starts_with("c10::Float8_") => Float8,
+            _ => return None,
+        })
+    }
+
+    pub fn bytes(self) -> u64 {
+        use Dtype::*;
+        match self {
+            Float64 | Int64 | Complex64 => 8,
+            Complex128 => 16,
+            Float32 | Int32 => 4,
+            Float16 | BFloat16 | Int16 => 2,
+            Float8 | Int8 | UInt8 | Bool => 1,
+        }
+    }
+
+    /// PyTorch's name (`bfloat16`).
+    pub fn as_str(self) -> &'static str {
+        use Dtype::*;
+        match self {
+            Float64 => "float64",
+            Float32 => "float32",
+            Float16 => "float16",
+            BFloat16 => "bfloat16",
+            Float8 => "float8",
+            Int64 => "int64",
+            Int32 => "int32",
+            Int16 => "int16",
+            Int8 => "int8",
+            UInt8 => "uint8",
+            Bool => "bool",
+            Complex64 => "complex64",
+            Complex128 => "complex128",
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The report: the machine contract (JSON, `schema_version` 1) and the only
+//! The report: the machine contract (JSON, `schema_version` 2) and the only
 //! value the renderers read. A leaf: the analysis and the planner produce
 //! these values, the caller assembles them, nobody else owns them.
 //!
@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::{Category, Diagnostic};
 
 /// The `schema_version` this build writes.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Everything memcut found in one input.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,6 +81,11 @@ pub struct DeviceReport {
     pub events: u64,
     /// Memory that existed before recording began (counted from the start).
     pub baseline_bytes: u64,
+    /// What that memory was, part by part (largest first): each part's
+    /// category, the rule that decided it and what from. Empty when nothing
+    /// existed before recording.
+    #[serde(default)]
+    pub before_recording: Vec<BeforeRecordingPart>,
     /// Total device memory, when the file says.
     pub capacity_bytes: Option<u64>,
     pub peak: Peak,
@@ -115,9 +120,71 @@ pub struct Peak {
     pub phase: String,
     /// Bytes live at the peak by category; `allocator_cache` is reserved − allocated.
     pub by_category: BTreeMap<Category, u64>,
+    /// How the allocated bytes at the peak got their category.
+    #[serde(default)]
+    pub attribution: Attribution,
     pub top_sites: Vec<TopSite>,
     /// Every allocation live at the peak, largest first.
     pub allocations: Vec<LiveAllocation>,
+}
+
+/// How the allocated bytes at an instant got their category; the three sum
+/// to the allocated bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Attribution {
+    /// Categorised from the allocation's own evidence (its frames or
+    /// operator stack, its lifetime, a rule of the user's, the file).
+    pub observed_bytes: u64,
+    /// Categorised from evidence elsewhere in the trace (rules named
+    /// `inferred_…`: gradient sizes, operator shapes, the optimizer).
+    pub inferred_bytes: u64,
+    /// Category `unknown`.
+    pub unknown_bytes: u64,
+}
+
+impl Attribution {
+    pub fn new(observed_bytes: u64, inferred_bytes: u64, unknown_bytes: u64) -> Attribution {
+        Attribution {
+            observed_bytes,
+            inferred_bytes,
+            unknown_bytes,
+        }
+    }
+}
+
+/// One part of the memory that existed before recording began.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct BeforeRecordingPart {
+    pub category: Category,
+    /// Bytes at the start of recording.
+    pub bytes: u64,
+    /// The rule that chose the category (`inferred_…` when it was inferred).
+    pub rule: String,
+    /// What the category was decided from, in words.
+    pub evidence: String,
+}
+
+impl BeforeRecordingPart {
+    pub fn new(
+        category: Category,
+        bytes: u64,
+        rule: String,
+        evidence: String,
+    ) -> BeforeRecordingPart {
+        BeforeRecordingPart {
+            category,
+            bytes,
+            rule,
+            evidence,
+        }
+    }
+
+    /// Whether the rule inferred the category rather than observing it.
+    pub fn inferred(&self) -> bool {
+        self.rule.starts_with("inferred_")
+    }
 }
 
 /// The categories at the peak as every renderer shows them.

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use memcut::internals::Builtin;
 use memcut::AnalyzeOptions;
 use memcut::Category;
 
@@ -38,9 +39,7 @@ fn chrome_trace_and_snapshot_of_one_run_agree() {
         let traced = |p: &memcut::Peak| -> BTreeMap<(u64, u64), Category> {
             p.allocations
                 .iter()
-                .filter(|a| {
-                    !a.rule.starts_with("existed_before") && !a.rule.starts_with("allocated_before")
-                })
+                .filter(|a| !Builtin::from_name(&a.rule).is_some_and(Builtin::before_recording))
                 .map(|a| ((a.addr, a.size), a.category))
                 .collect()
         };

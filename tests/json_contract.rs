@@ -66,6 +66,7 @@ struct Device {
     device: String,
     events: u64,
     baseline_bytes: u64,
+    before_recording: Vec<BeforeRecordingPart>,
     capacity_bytes: Option<u64>,
     peak: Peak,
     reserved_peak_bytes: Option<u64>,
@@ -84,8 +85,26 @@ struct Peak {
     ts_us: Option<f64>,
     phase: String,
     by_category: BTreeMap<Category, u64>,
+    attribution: Attribution,
     top_sites: Vec<TopSite>,
     allocations: Vec<Allocation>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Attribution {
+    observed_bytes: u64,
+    inferred_bytes: u64,
+    unknown_bytes: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BeforeRecordingPart {
+    category: Category,
+    bytes: u64,
+    rule: String,
+    evidence: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -339,12 +358,12 @@ fn manifest() -> &'static Path {
 /// cannot: `schema_version` first, and the numbers agreeing with each other.
 fn check(what: &str, text: &str) -> Report {
     assert!(
-        text.starts_with("{\n  \"schema_version\": 1,"),
+        text.starts_with("{\n  \"schema_version\": 2,"),
         "{what}: schema_version is not first"
     );
     let report: Report =
         serde_json::from_str(text).unwrap_or_else(|e| panic!("{what}: off the contract: {e}"));
-    assert_eq!(report.schema_version, 1);
+    assert_eq!(report.schema_version, 2);
     assert_eq!(report.tool.name, "memcut");
     assert!(!report.tool.version.is_empty() && !report.source.path.is_empty());
     for d in &report.devices {
@@ -356,6 +375,29 @@ fn check(what: &str, text: &str) -> Report {
             .map(|(_, b)| b)
             .sum();
         assert_eq!(tensors, d.peak.allocated_bytes, "{what}: {}", d.device);
+        let at = &d.peak.attribution;
+        assert_eq!(
+            at.observed_bytes + at.inferred_bytes + at.unknown_bytes,
+            d.peak.allocated_bytes,
+            "{what}: {}: observed + inferred + unknown",
+            d.device
+        );
+        assert_eq!(
+            at.unknown_bytes,
+            d.peak
+                .by_category
+                .get(&Category::Unknown)
+                .copied()
+                .unwrap_or(0),
+            "{what}: {}: unknown bytes",
+            d.device
+        );
+        let before: u64 = d.before_recording.iter().map(|p| p.bytes).sum();
+        assert_eq!(
+            before, d.baseline_bytes,
+            "{what}: {}: before recording",
+            d.device
+        );
         let t = &d.timeline;
         assert!(t.series.values().all(|s| s.len() == t.x.len()), "{what}");
         assert!(t.reserved.as_ref().is_none_or(|r| r.len() == t.x.len()));

@@ -3,15 +3,12 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use memcut::input::{parse_bytes, read_trace_ahead, Limits};
+use memcut::internals::{parse_bytes, read_trace_ahead};
 
 fuzz_target!(|data: &[u8]| {
     let mut options = memcut::AnalyzeOptions::new();
     // Keep the fuzzer's memory bounded: small inputs may not inflate past 64 MiB.
-    options.limits = Limits {
-        max_inflated_bytes: 64 << 20,
-        ..Limits::default()
-    };
+    options.limits.max_inflated_bytes = 64 << 20;
     let report = memcut::analyze_reader(data, "fuzz", data.len() as u64, &options);
     let trace = parse_bytes(data, &options.limits);
     // Reading ahead (gzip inflated and tracebacks' memo-get runs found on

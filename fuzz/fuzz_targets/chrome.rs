@@ -4,7 +4,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(trace) = memcut::formats::chrome::parse_chrome_trace(data) else {
+    let Ok(trace) = memcut::internals::chrome::parse_chrome_trace(data) else {
         return;
     };
     for d in &trace.devices {
@@ -13,11 +13,7 @@ fuzz_target!(|data: &[u8]| {
             "reported totals must match events"
         );
     }
-    let source = memcut::report::SourceInfo {
-        path: "fuzz".into(),
-        format: trace.format.as_str().into(),
-        size_bytes: data.len() as u64,
-    };
-    let report = memcut::analyze_trace(&trace, source, &memcut::AnalyzeOptions::new());
+    let source = memcut::SourceInfo::new("fuzz", trace.format.as_str(), data.len() as u64);
+    let report = memcut::internals::analyze_trace(&trace, source, &memcut::AnalyzeOptions::new());
     memcut_fuzz::check_report(&trace, &report);
 });

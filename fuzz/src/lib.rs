@@ -1,7 +1,7 @@
 //! Invariants shared by the fuzz targets (see `fuzz/README.md`).
 
-use memcut::model::{Category, Trace};
-use memcut::report::Report;
+use memcut::internals::Trace;
+use memcut::{Category, Report};
 
 /// Checks what every report must satisfy, whatever the input:
 /// - per device, the by-category bytes (excluding `allocator_cache`) sum to
@@ -42,7 +42,7 @@ pub fn check_report(trace: &Trace, report: &Report) {
             .iter()
             .find(|t| t.device == d.device)
             .expect("a reported device exists in the trace");
-        let replay = memcut::timeline::replay(device);
+        let replay = memcut::internals::replay(device);
         assert_eq!(replay.allocated.len(), device.events.len() + 1);
         let max = replay.allocated.iter().copied().max().unwrap_or(0);
         assert!(
@@ -69,11 +69,11 @@ pub fn check_report(trace: &Trace, report: &Report) {
     }
     // Every renderer must cope with whatever the analysis produced.
     for format in [
-        memcut::report::OutputFormat::Text,
-        memcut::report::OutputFormat::Md,
-        memcut::report::OutputFormat::Json,
-        memcut::report::OutputFormat::Html,
+        memcut::OutputFormat::Text,
+        memcut::OutputFormat::Md,
+        memcut::OutputFormat::Json,
+        memcut::OutputFormat::Html,
     ] {
-        let _ = memcut::report::render(report, format);
+        let _ = memcut::render(report, format);
     }
 }

@@ -781,15 +781,19 @@ fn weights(trace: &Trace) -> Fact<Dtype> {
             "the trace does not show tensor dtypes (a profiler trace recorded with record_shapes=True does)",
         );
     };
-    let dtype = match name.as_str() {
-        "fp32" => Dtype::Fp32,
-        "bf16" | "fp16" => Dtype::SixteenBit,
-        "8-bit" => Dtype::EightBit,
+    use crate::model::Dtype as D;
+    let dtype = match name {
+        D::Float32 => Dtype::Fp32,
+        D::BFloat16 | D::Float16 => Dtype::SixteenBit,
+        D::Float8 | D::Int8 | D::UInt8 => Dtype::EightBit,
         _ => Dtype::Other,
     };
     Fact::known(
         dtype,
-        format!("aten::linear weights are {name} in {count} of {total} calls (record_shapes)"),
+        format!(
+            "linear-layer weights are {} in {count} of {total} calls (record_shapes)",
+            name.as_str()
+        ),
     )
 }
 

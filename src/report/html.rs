@@ -9,8 +9,8 @@
 use std::fmt::Write;
 
 use super::{
-    devices_by_peak, not_proposed, overview_row, peak_instant, plan_step_row, OVERVIEW_COLUMNS,
-    PLAN_STEP_COLUMNS,
+    attribution_line, before_recording_row, devices_by_peak, not_proposed, overview_row,
+    peak_instant, plan_step_row, BEFORE_RECORDING_COLUMNS, OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
 };
 use crate::model::{Category, Level};
 use crate::schema::{DeviceReport, Plan, PlanStep, Report};
@@ -166,8 +166,9 @@ fn device(out: &mut String, d: &DeviceReport) {
         "At",
         &format!("{}, phase: {}", escape(&peak_instant(d)), escape(&p.phase)),
     );
-    if let Some(r) = p.reserved_bytes {
-        fact(out, "Reserved at peak", &format!("{} ({r} bytes)", h(r)));
+    match p.reserved_bytes {
+        Some(r) => fact(out, "Reserved at peak", &format!("{} ({r} bytes)", h(r))),
+        None => fact(out, "Reserved at peak", "unknown"),
     }
     if let Some(r) = d.reserved_peak_bytes {
         let at = d
@@ -180,6 +181,7 @@ fn device(out: &mut String, d: &DeviceReport) {
         "Baseline (allocated before recording)",
         &h(d.baseline_bytes),
     );
+    fact(out, "Categories at the peak", &escape(&attribution_line(p)));
     if let Some(c) = d.capacity_bytes {
         fact(
             out,
@@ -221,6 +223,17 @@ fn device(out: &mut String, d: &DeviceReport) {
         );
     }
     out.push_str("</tbody>\n</table>\n");
+
+    if !d.before_recording.is_empty() {
+        out.push_str("<h3>Memory that existed before recording</h3>\n");
+        numeric_table(
+            out,
+            &BEFORE_RECORDING_COLUMNS,
+            &[1],
+            None,
+            d.before_recording.iter().map(before_recording_row),
+        );
+    }
 
     if !p.top_sites.is_empty() {
         out.push_str("<h3>Top sites at the peak</h3>\n<table>\n<thead><tr><th>Site (innermost meaningful frames)</th><th>Category</th><th class=\"num\">Bytes</th><th class=\"num\">Share</th><th class=\"num\">Count</th></tr></thead>\n<tbody>\n");

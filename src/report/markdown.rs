@@ -5,8 +5,8 @@
 use std::fmt::Write;
 
 use super::{
-    devices_by_peak, not_proposed, overview_row, peak_instant, plan_step_row, OVERVIEW_COLUMNS,
-    PLAN_STEP_COLUMNS,
+    attribution_line, before_recording_row, devices_by_peak, not_proposed, overview_row,
+    peak_instant, plan_step_row, BEFORE_RECORDING_COLUMNS, OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
 };
 use crate::model::Level;
 use crate::schema::{DeviceReport, Plan, PlanStep, Report};
@@ -21,7 +21,9 @@ pub const MAX_SITES: usize = 10;
 /// Most OOM events listed per device.
 pub const MAX_OOMS: usize = 3;
 /// Most plan steps listed per device.
-pub const MAX_STEPS: usize = 8;
+pub const MAX_STEPS: usize = 6;
+/// Most parts of the memory that existed before recording.
+pub const MAX_BEFORE_RECORDING: usize = 8;
 /// Most diagnostics listed.
 pub const MAX_DIAGNOSTICS: usize = 10;
 
@@ -111,8 +113,13 @@ fn device(out: &mut String, d: &DeviceReport) {
         peak_instant(d),
         cell(&p.phase)
     );
-    if let Some(r) = p.reserved_bytes {
-        let _ = writeln!(out, "| Reserved at peak | {} ({} bytes) |", h(r), r);
+    match p.reserved_bytes {
+        Some(r) => {
+            let _ = writeln!(out, "| Reserved at peak | {} ({} bytes) |", h(r), r);
+        }
+        None => {
+            let _ = writeln!(out, "| Reserved at peak | unknown |");
+        }
     }
     if let Some(r) = d.reserved_peak_bytes {
         let at = d
@@ -125,6 +132,7 @@ fn device(out: &mut String, d: &DeviceReport) {
         "| Baseline (allocated before recording) | {} |",
         h(d.baseline_bytes)
     );
+    let _ = writeln!(out, "| Categories at the peak | {} |", attribution_line(p));
     if let Some(c) = d.capacity_bytes {
         let _ = writeln!(
             out,
@@ -154,6 +162,20 @@ fn device(out: &mut String, d: &DeviceReport) {
         );
     }
     let _ = writeln!(out);
+
+    if !d.before_recording.is_empty() {
+        let _ = writeln!(out, "### Memory that existed before recording\n");
+        let _ = writeln!(
+            out,
+            "| {} |\n|---|---:|---|---|",
+            BEFORE_RECORDING_COLUMNS.join(" | ")
+        );
+        for part in d.before_recording.iter().take(MAX_BEFORE_RECORDING) {
+            let cells: Vec<String> = before_recording_row(part).iter().map(|c| cell(c)).collect();
+            let _ = writeln!(out, "| {} |", cells.join(" | "));
+        }
+        let _ = writeln!(out);
+    }
 
     if !p.top_sites.is_empty() {
         let _ = writeln!(out, "### Top sites at the peak\n");

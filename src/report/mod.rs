@@ -7,8 +7,8 @@ pub mod json;
 pub mod markdown;
 pub mod text;
 
-use crate::schema::{DeviceReport, Plan, PlanStep, Report, Verdict};
-use crate::units::{human_bytes, human_duration_us};
+use crate::schema::{BeforeRecordingPart, DeviceReport, Peak, Plan, PlanStep, Report, Verdict};
+use crate::units::{human_bytes, human_duration_us, percent};
 
 /// Output formats of a report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,7 +62,7 @@ pub(crate) fn overview_row(d: &DeviceReport) -> [String; 7] {
     [
         d.device.clone(),
         human_bytes(d.peak.allocated_bytes),
-        d.peak.reserved_bytes.map_or("?".into(), human_bytes),
+        d.peak.reserved_bytes.map_or("unknown".into(), human_bytes),
         d.top_category().map_or("-", |c| c.as_str()).to_owned(),
         d.peak.phase.clone(),
         d.ooms.len().to_string(),
@@ -186,4 +186,63 @@ pub(crate) fn peak_instant(device: &DeviceReport) -> String {
     } else {
         format!("event {}", device.peak.event_index)
     }
+}
+
+/// How the peak's bytes got their category, in one line:
+/// `observed 1.5 MiB (48.0%) · inferred 1.6 MiB (52.0%) · unknown 0 B (0%)`.
+pub(crate) fn attribution_line(p: &Peak) -> String {
+    let a = &p.attribution;
+    [
+        ("observed", a.observed_bytes),
+        ("inferred", a.inferred_bytes),
+        ("unknown", a.unknown_bytes),
+    ]
+    .iter()
+    .map(|(name, b)| {
+        format!(
+            "{name} {} ({})",
+            human_bytes(*b),
+            percent(*b, p.allocated_bytes)
+        )
+    })
+    .collect::<Vec<_>>()
+    .join(" · ")
+}
+
+/// Column names and one part's cells (plain text) of the table of memory
+/// that existed before recording, as Markdown and HTML show it.
+pub(crate) const BEFORE_RECORDING_COLUMNS: [&str; 4] = ["Category", "Bytes", "How", "From"];
+
+pub(crate) fn before_recording_row(part: &BeforeRecordingPart) -> [String; 4] {
+    let how = if part.inferred() {
+        "inferred"
+    } else if part.category == crate::model::Category::Unknown {
+        "unknown"
+    } else {
+        "observed"
+    };
+    [
+        part.category.to_string(),
+        human_bytes(part.bytes),
+        format!("{how} ({})", part.rule),
+        part.evidence.clone(),
+    ]
+}
+
+/// Memory that existed before recording, in one line:
+/// `parameter 535.0 KiB (inferred: …), unknown 116 B`.
+pub(crate) fn before_recording_line(d: &DeviceReport) -> String {
+    d.before_recording
+        .iter()
+        .map(|part| {
+            let [category, bytes, how, from] = before_recording_row(part);
+            if part.category == crate::model::Category::Unknown {
+                format!("{category} {bytes}")
+            } else {
+                let how = how.split(' ').next().unwrap_or_default();
+                format!("{category} {bytes} ({how}: {from})")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }

@@ -2,7 +2,9 @@
 
 use std::fmt::Write;
 
-use super::{condition_words, not_proposed, plan_step_line};
+use super::{
+    attribution_line, before_recording_line, condition_words, not_proposed, plan_step_line,
+};
 use crate::schema::{Plan, PlanStep, Report};
 use crate::units::human_bytes as h;
 
@@ -23,17 +25,24 @@ pub fn render(report: &Report) -> String {
             p.event_index,
             p.phase
         );
-        if let Some(r) = p.reserved_bytes {
-            let _ = write!(out, ", {} reserved", h(r));
+        match p.reserved_bytes {
+            Some(r) => {
+                let _ = write!(out, ", {} reserved", h(r));
+            }
+            None => {
+                let _ = write!(out, ", reserved unknown");
+            }
         }
         let _ = writeln!(out);
         if d.baseline_bytes > 0 {
             let _ = writeln!(
                 out,
-                "  baseline (allocated before recording): {}",
-                h(d.baseline_bytes)
+                "  existed before recording: {}: {}",
+                h(d.baseline_bytes),
+                before_recording_line(d)
             );
         }
+        let _ = writeln!(out, "  categories at the peak: {}", attribution_line(p));
         // Shares of the allocated peak, as every report shows them; the
         // cache is reserved on top of it, so it gets a line but no share.
         let cats = p.categories();

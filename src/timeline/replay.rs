@@ -131,7 +131,34 @@ pub fn replay(device: &DeviceTrace) -> Replay {
     );
     replay.reserved = reserved;
     replay.diagnostics.extend(notes);
+    drop_impossible_reserved(&mut replay);
     replay
+}
+
+/// Reserved memory holds every allocated byte: a reserved curve that falls
+/// below the allocated one anywhere (a `Total Reserved` of 0 or below
+/// `Total Allocated`, segments that do not add up) says nothing reliable,
+/// so reserved memory is unknown rather than an impossible number.
+fn drop_impossible_reserved(replay: &mut Replay) {
+    let Some(reserved) = &replay.reserved else {
+        return;
+    };
+    let Some(p) = reserved
+        .iter()
+        .zip(&replay.allocated)
+        .position(|(r, a)| r < a)
+    else {
+        return;
+    };
+    let at = match p {
+        0 => "the start".to_owned(),
+        p => format!("event {}", p - 1),
+    };
+    replay.diagnostics.push(Diagnostic::warning(format!(
+        "reserved memory is unknown: the file's reserved bytes ({}) are below the allocated bytes ({}) at {at}, which no allocator reports",
+        reserved[p], replay.allocated[p]
+    )));
+    replay.reserved = None;
 }
 
 /// Everything of [`replay`] but the reserved curve.

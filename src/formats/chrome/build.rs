@@ -12,11 +12,10 @@ use std::collections::HashMap;
 
 use super::attribute::{operator_sites, pair_begin_end, OpKind, OpRec, Operators};
 use super::collect::{Collected, DeviceInfo, MemRec};
-use super::skeleton::SecondInputType;
 use super::ReadError;
 use crate::model::{
-    Action, Annotation, DeviceTrace, Diagnostic, Event, Format, ReportedTotals, RunInfo, SiteId,
-    Trace,
+    Action, Annotation, DeviceTrace, Diagnostic, Dtype, Event, EvidenceOp, Format, OperatorCall,
+    ReportedTotals, RunInfo, SiteId, Trace,
 };
 
 /// `c10::DeviceType` names as PyTorch prints them (formats.md B4).
@@ -83,6 +82,7 @@ pub(super) fn build_trace(
 ) -> Result<Trace, ReadError> {
     let Collected {
         mut ops,
+        evidence,
         be,
         mems,
         devices: device_info,
@@ -90,20 +90,20 @@ pub(super) fn build_trace(
         amd_hint,
         dropped,
         distributed,
-        weight_dtypes,
     } = col;
     if mems.is_empty() {
         return Err(ReadError::NoMemoryEvents);
     }
     let mut trace = Trace::new(Format::ChromeTrace);
     let unclosed = pair_begin_end(be, &mut ops);
-    trace.run = run_info(&ops, distributed, weight_dtypes);
+    trace.run = run_info(&ops, &evidence, distributed);
     if unclosed > 0 {
         diagnostics.push(Diagnostic::warning(format!(
             "{unclosed} `B` event(s) have no matching `E`; they are treated as open to the end of the trace"
         )));
     }
     trace.annotations = annotations(&ops, &mems);
+    trace.evidence = evidence;
 
     let total_mem = mems.len();
     let ops = Operators::new(ops);
@@ -175,14 +175,13 @@ pub(super) fn build_trace(
     Ok(trace)
 }
 
-/// `user_annotation` ranges and `ProfilerStep#N` under any category, sorted
-/// by start, longest first; an unclosed one ends with the trace.
 /// What the planner reads about the run as a whole: every operator name
-/// with its count, the weights' dtypes, `distributedInfo`.
+/// with its count, the weights' dtypes (the second input of linear layers
+/// and library GEMMs, where `record_shapes` recorded it), `distributedInfo`.
 fn run_info(
     ops: &[OpRec<'_>],
+    evidence: &[OperatorCall],
     distributed: Option<crate::model::DistributedInfo>,
-    weight_dtypes: HashMap<SecondInputType, u64>,
 ) -> RunInfo {
     let mut counts: HashMap<&str, u64> = HashMap::new();
     for o in ops {
@@ -191,10 +190,15 @@ fn run_info(
     let mut operators: Vec<(String, u64)> =
         counts.into_iter().map(|(n, c)| (n.to_owned(), c)).collect();
     operators.sort_unstable();
-    let mut dtypes: Vec<(String, u64)> = weight_dtypes
-        .into_iter()
-        .map(|(t, c)| (t.as_str().to_owned(), c))
-        .collect();
+    let mut by_dtype: HashMap<Dtype, u64> = HashMap::new();
+    for call in evidence {
+        if matches!(call.op, EvidenceOp::Linear | EvidenceOp::LibraryGemm) {
+            if let Some(Some(weight)) = call.inputs.get(1) {
+                *by_dtype.entry(weight.dtype).or_default() += 1;
+            }
+        }
+    }
+    let mut dtypes: Vec<(Dtype, u64)> = by_dtype.into_iter().collect();
     dtypes.sort_unstable();
     RunInfo {
         operators,
@@ -204,6 +208,8 @@ fn run_info(
     }
 }
 
+/// `user_annotation` ranges and `ProfilerStep#N` under any category, sorted
+/// by start, longest first; an unclosed one ends with the trace.
 fn annotations(ops: &[OpRec<'_>], mems: &[MemRec]) -> Vec<Annotation> {
     let last_ts = mems.iter().map(|m| m.ts_ns).max().unwrap_or(0);
     let last_op = ops

@@ -17,9 +17,9 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 
 use super::attribute::{BeRec, Instant, OpKind, OpRec};
 use super::skeleton::{
-    drain_map, DeviceProp, EventSeed, Id, Num, RawEvent, SecondInputType, TopKey, TopKeySeen,
+    drain_map, DeviceProp, EventSeed, Id, Num, RawEvent, RawInputs, TopKey, TopKeySeen,
 };
-use crate::model::DistributedInfo;
+use crate::model::{DistributedInfo, Dtype, EvidenceOp, OperatorCall, TensorShape};
 
 /// One `[memory]` or `[OutOfMemory]` event.
 #[derive(Debug, Clone, Copy)]
@@ -70,6 +70,9 @@ pub(super) struct Dropped {
 pub(super) struct Collected<'a> {
     /// Operator intervals from `X` events.
     pub(super) ops: Vec<OpRec<'a>>,
+    /// Calls of the operators in [`EvidenceOp`], with their `record_shapes`
+    /// inputs (times in µs, as memory events carry them).
+    pub(super) evidence: Vec<OperatorCall>,
     /// `B`/`E` events, paired into intervals when the trace is built.
     pub(super) be: Vec<BeRec<'a>>,
     pub(super) mems: Vec<MemRec>,
@@ -81,8 +84,6 @@ pub(super) struct Collected<'a> {
     pub(super) dropped: Dropped,
     /// `distributedInfo`.
     pub(super) distributed: Option<DistributedInfo>,
-    /// `aten::linear` calls by the dtype of their weight (`record_shapes`).
-    pub(super) weight_dtypes: HashMap<SecondInputType, u64>,
 }
 
 /// (thread, ts ns, Addr, Bytes, Ev Idx, Device Type, Device Id) of a memory event.
@@ -131,6 +132,7 @@ impl<'a> Collector<'a> {
             ts,
             dur,
             args,
+            inputs,
         } = ev;
         let ph = ph.0.as_deref().unwrap_or("");
         match ph {
@@ -140,22 +142,26 @@ impl<'a> Collector<'a> {
                 };
                 let Some(start) = ts.ns() else { return };
                 let dur = dur.ns().unwrap_or(0).max(0);
-                if args.second_input_type != SecondInputType::None
-                    && name.0.as_deref() == Some("aten::linear")
-                {
-                    *self
-                        .out
-                        .weight_dtypes
-                        .entry(args.second_input_type)
-                        .or_default() += 1;
-                }
                 let thread = self.thread(pid, tid);
+                let end = start.saturating_add(dur);
+                let name = name.0.unwrap_or_default();
+                if kind == OpKind::CpuOp {
+                    if let Some(op) = EvidenceOp::from_name(&name) {
+                        self.out.evidence.push(OperatorCall {
+                            op,
+                            thread,
+                            start_us: start as f64 / 1000.0,
+                            end_us: end as f64 / 1000.0,
+                            inputs: inputs.map(tensor_inputs).unwrap_or_default(),
+                        });
+                    }
+                }
                 self.out.ops.push(OpRec {
                     thread,
                     start,
-                    end: start.saturating_add(dur),
+                    end,
                     kind,
-                    name: name.0.unwrap_or_default(),
+                    name,
                 });
             }
             "B" | "E" => {
@@ -258,6 +264,19 @@ impl<'a> Collector<'a> {
             self.out.amd_hint = true;
         }
     }
+}
+
+/// `Input Dims` paired with `Input type`: a shape for each input that is a
+/// tensor of a known element type.
+fn tensor_inputs(raw: RawInputs<'_>) -> Vec<Option<TensorShape>> {
+    raw.dims
+        .into_iter()
+        .zip(raw.types)
+        .map(|(dims, ty)| {
+            let dtype = Dtype::parse(ty.0.as_deref()?)?;
+            Some(TensorShape { dims: dims?, dtype })
+        })
+        .collect()
 }
 
 /// Streams the top level (object or array form) into a [`Collector`].

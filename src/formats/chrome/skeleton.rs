@@ -16,6 +16,8 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 
+use crate::model::EvidenceOp;
+
 /// A number that tolerates every JSON type (wrong types become `None`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(super) enum Num {
@@ -305,104 +307,8 @@ key_enum!(EvKey {
 key_enum!(ArgKey {
     "Device Type" => DeviceType, "Device Id" => DeviceId, "Bytes" => Bytes, "Addr" => Addr,
     "Total Allocated" => TotalAllocated, "Total Reserved" => TotalReserved, "Ev Idx" => EvIdx,
-    "Input type" => InputType,
+    "Input Dims" => InputDims, "Input type" => InputType,
 });
-
-/// The dtype of an operator's second input (`Input type[1]`, written by
-/// `record_shapes`): for `aten::linear` that is the weight. Only the
-/// dtypes that matter for planning are told apart; a small `Copy` value, so
-/// reading it costs no allocation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(super) enum SecondInputType {
-    #[default]
-    None,
-    Float32,
-    BFloat16,
-    Float16,
-    Float64,
-    /// 8-bit types (fp8, int8, uint8).
-    EightBit,
-    Other,
-}
-
-impl SecondInputType {
-    fn of(name: &str) -> SecondInputType {
-        match name {
-            "" => SecondInputType::None,
-            "float" => SecondInputType::Float32,
-            "c10::BFloat16" => SecondInputType::BFloat16,
-            "c10::Half" => SecondInputType::Float16,
-            "double" => SecondInputType::Float64,
-            n if n.contains("Float8") || n == "signed char" || n == "unsigned char" => {
-                SecondInputType::EightBit
-            }
-            _ => SecondInputType::Other,
-        }
-    }
-
-    /// The name the planner shows (`fp32`, `bf16`, …).
-    pub(super) fn as_str(self) -> &'static str {
-        match self {
-            SecondInputType::None => "",
-            SecondInputType::Float32 => "fp32",
-            SecondInputType::BFloat16 => "bf16",
-            SecondInputType::Float16 => "fp16",
-            SecondInputType::Float64 => "fp64",
-            SecondInputType::EightBit => "8-bit",
-            SecondInputType::Other => "other",
-        }
-    }
-}
-
-struct SecondInputTypeVisitor;
-
-impl<'de> Visitor<'de> for SecondInputTypeVisitor {
-    type Value = SecondInputType;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a list of input types")
-    }
-    fn visit_seq<A: SeqAccess<'de>>(
-        self,
-        mut a: A,
-    ) -> std::result::Result<SecondInputType, A::Error> {
-        let mut out = SecondInputType::None;
-        let mut i = 0;
-        while let Some(t) = a.next_element::<LStr<'de>>()? {
-            if i == 1 {
-                out = SecondInputType::of(t.0.as_deref().unwrap_or(""));
-            }
-            i += 1;
-        }
-        Ok(out)
-    }
-    fn visit_map<A: MapAccess<'de>>(self, a: A) -> std::result::Result<SecondInputType, A::Error> {
-        drain_map(a).map(|_| SecondInputType::None)
-    }
-    fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<SecondInputType, E> {
-        Ok(SecondInputType::None)
-    }
-    fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<SecondInputType, E> {
-        Ok(SecondInputType::None)
-    }
-    fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<SecondInputType, E> {
-        Ok(SecondInputType::None)
-    }
-    fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<SecondInputType, E> {
-        Ok(SecondInputType::None)
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> std::result::Result<SecondInputType, E> {
-        Ok(SecondInputType::None)
-    }
-    fn visit_unit<E: de::Error>(self) -> std::result::Result<SecondInputType, E> {
-        Ok(SecondInputType::None)
-    }
-}
-
-impl<'de> Deserialize<'de> for SecondInputType {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<SecondInputType, D::Error> {
-        d.deserialize_any(SecondInputTypeVisitor)
-    }
-}
 
 /// The `args` of a `[memory]` event (other events' args are skimmed the same way).
 #[derive(Debug, Clone, Copy, Default)]
@@ -414,8 +320,6 @@ pub(super) struct MemArgs {
     pub(super) total_allocated: Num,
     pub(super) total_reserved: Num,
     pub(super) ev_idx: Num,
-    /// `Input type[1]` (operators recorded with `record_shapes`).
-    pub(super) second_input_type: SecondInputType,
 }
 
 struct MemArgsVisitor;
@@ -436,11 +340,7 @@ impl<'de> Visitor<'de> for MemArgsVisitor {
                 ArgKey::TotalAllocated => &mut a.total_allocated,
                 ArgKey::TotalReserved => &mut a.total_reserved,
                 ArgKey::EvIdx => &mut a.ev_idx,
-                ArgKey::InputType => {
-                    a.second_input_type = map.next_value()?;
-                    continue;
-                }
-                ArgKey::Other => {
+                ArgKey::InputDims | ArgKey::InputType | ArgKey::Other => {
                     map.next_value::<IgnoredAny>()?;
                     continue;
                 }
@@ -478,6 +378,204 @@ impl<'de> Deserialize<'de> for MemArgs {
     }
 }
 
+/// `record_shapes` inputs of an operator call: `Input Dims` (one entry per
+/// input: a tensor's dims, or `None` for a scalar, a list of tensors or
+/// anything else) and `Input type` (the element type's C++ name).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct RawInputs<'a> {
+    pub(super) dims: Vec<Option<Vec<u64>>>,
+    pub(super) types: Vec<LStr<'a>>,
+}
+
+impl RawInputs<'_> {
+    fn into_owned(self) -> RawInputs<'static> {
+        RawInputs {
+            dims: self.dims,
+            types: self
+                .types
+                .into_iter()
+                .map(|t| LStr(t.0.map(|c| Cow::Owned(c.into_owned()))))
+                .collect(),
+        }
+    }
+}
+
+/// One `Input Dims` entry: the dims of a tensor (`[4, 32, 64]`, `[]` for
+/// a 0-d tensor or a scalar), `None` for nested lists and other values.
+struct DimsEntry(Option<Vec<u64>>);
+
+impl<'de> Deserialize<'de> for DimsEntry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<DimsEntry, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = DimsEntry;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of dims")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> std::result::Result<DimsEntry, A::Error> {
+                let mut dims = Vec::new();
+                let mut tensor = true;
+                // A nested list (a `TensorList` input) reads as `Num::None`.
+                while let Some(n) = a.next_element::<Num>()? {
+                    match n.u64() {
+                        Some(d) => dims.push(d),
+                        None => tensor = false,
+                    }
+                }
+                Ok(DimsEntry(tensor.then_some(dims)))
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                a: A,
+            ) -> std::result::Result<DimsEntry, A::Error> {
+                drain_map(a).map(|_| DimsEntry(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<DimsEntry, E> {
+                Ok(DimsEntry(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<DimsEntry, E> {
+                Ok(DimsEntry(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<DimsEntry, E> {
+                Ok(DimsEntry(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<DimsEntry, E> {
+                Ok(DimsEntry(None))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> std::result::Result<DimsEntry, E> {
+                Ok(DimsEntry(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> std::result::Result<DimsEntry, E> {
+                Ok(DimsEntry(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A list of `T`, or empty for any other value (skeletons never fail on a
+/// value of the wrong type).
+struct ListOf<T>(Vec<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for ListOf<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<ListOf<T>, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = ListOf<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> std::result::Result<ListOf<T>, A::Error> {
+                let mut out = Vec::new();
+                while let Some(x) = a.next_element()? {
+                    out.push(x);
+                }
+                Ok(ListOf(out))
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                a: A,
+            ) -> std::result::Result<ListOf<T>, A::Error> {
+                drain_map(a).map(|_| ListOf(Vec::new()))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<ListOf<T>, E> {
+                Ok(ListOf(Vec::new()))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<ListOf<T>, E> {
+                Ok(ListOf(Vec::new()))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<ListOf<T>, E> {
+                Ok(ListOf(Vec::new()))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<ListOf<T>, E> {
+                Ok(ListOf(Vec::new()))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> std::result::Result<ListOf<T>, E> {
+                Ok(ListOf(Vec::new()))
+            }
+            fn visit_unit<E: de::Error>(self) -> std::result::Result<ListOf<T>, E> {
+                Ok(ListOf(Vec::new()))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// Reads an event's `args`: the memory fields, and the `record_shapes`
+/// inputs when `inputs` says the event is an operator call memcut keeps
+/// them for (otherwise they are skipped like every other key).
+struct ArgsSeed {
+    inputs: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for ArgsSeed {
+    type Value = (MemArgs, Option<RawInputs<'de>>);
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<Self::Value, D::Error> {
+        if !self.inputs {
+            return MemArgs::deserialize(d).map(|a| (a, None));
+        }
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ArgsSeed {
+    type Value = (MemArgs, Option<RawInputs<'de>>);
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an args object")
+    }
+    fn visit_map<A: MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut inputs = RawInputs::default();
+        while let Some(k) = map.next_key::<ArgKey>()? {
+            match k {
+                ArgKey::InputDims => {
+                    inputs.dims = map
+                        .next_value::<ListOf<DimsEntry>>()?
+                        .0
+                        .into_iter()
+                        .map(|e| e.0)
+                        .collect();
+                }
+                ArgKey::InputType => inputs.types = map.next_value::<ListOf<LStr<'de>>>()?.0,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        // Operator calls carry no memory fields.
+        Ok((MemArgs::default(), Some(inputs)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, a: A) -> std::result::Result<Self::Value, A::Error> {
+        drain_seq(a).map(|_| (MemArgs::default(), None))
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<Self::Value, E> {
+        Ok((MemArgs::default(), None))
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<Self::Value, E> {
+        Ok((MemArgs::default(), None))
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<Self::Value, E> {
+        Ok((MemArgs::default(), None))
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<Self::Value, E> {
+        Ok((MemArgs::default(), None))
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> std::result::Result<Self::Value, E> {
+        Ok((MemArgs::default(), None))
+    }
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<Self::Value, E> {
+        Ok((MemArgs::default(), None))
+    }
+}
+
 /// The fields of one trace event that memcut reads.
 #[derive(Debug, Default)]
 pub(super) struct RawEvent<'a> {
@@ -489,6 +587,10 @@ pub(super) struct RawEvent<'a> {
     pub(super) ts: Num,
     pub(super) dur: Num,
     pub(super) args: MemArgs,
+    /// `record_shapes` inputs of an operator call in
+    /// [`EvidenceOp`](crate::model::EvidenceOp) that reads them (read only
+    /// when `ph` and `name` come before `args`, as every known writer puts them).
+    pub(super) inputs: Option<RawInputs<'a>>,
 }
 
 impl RawEvent<'_> {
@@ -508,6 +610,7 @@ impl RawEvent<'_> {
             ts: self.ts,
             dur: self.dur,
             args: self.args,
+            inputs: self.inputs.map(RawInputs::into_owned),
         }
     }
 }
@@ -541,7 +644,16 @@ impl<'de> Visitor<'de> for EventSeed {
                 EvKey::Tid => ev.tid = map.next_value()?,
                 EvKey::Ts => ev.ts = map.next_value()?,
                 EvKey::Dur => ev.dur = map.next_value()?,
-                EvKey::Args => ev.args = map.next_value()?,
+                EvKey::Args => {
+                    let inputs = ev.ph.0.as_deref() == Some("X")
+                        && ev
+                            .name
+                            .0
+                            .as_deref()
+                            .and_then(EvidenceOp::from_name)
+                            .is_some_and(EvidenceOp::reads_inputs);
+                    (ev.args, ev.inputs) = map.next_value_seed(ArgsSeed { inputs })?;
+                }
                 EvKey::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }

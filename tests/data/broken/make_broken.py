@@ -181,3 +181,14 @@ def gz_stream(chunks):
 inner = gz_stream([b"["] + [b" " * (1 << 20)] * 100)
 # Python's gzip writes mtime; zlib's gzip wrapper writes 0: deterministic.
 write("gzip_bomb_double.json.gz.gz", gz_stream([inner]))
+
+# 26. Issue 12: a trace entry (a dict with an unknown `action`) where a frame
+#     belongs, alone and after a real frame. Its handle once carried the
+#     bits of a site's and was read as site 2**30 - 1 (a panic).
+write("snapshot_entry_in_frames.pkl", snap_pickle(
+    {"segments": [], "device_traces": [[
+        {"action": "alloc", "addr": 16, "size": 100, "frames": [{"action": "bogus"}]}]]}))
+write("snapshot_entry_in_frames_after_a_frame.pkl", snap_pickle(
+    {"segments": [], "device_traces": [[
+        {"action": "alloc", "addr": 16, "size": 100,
+         "frames": [{"filename": "a.py", "line": 1, "name": "f"}, {"action": "bogus"}]}]]}))

@@ -1,0 +1,637 @@
+//! Evidence about memory that existed before recording began, read once per
+//! device from what the trace shows while recording (issue 11): how large
+//! the parameters are, which optimizer ran and how many state tensors it
+//! keeps per parameter, whether gradients are kept between steps, what the
+//! weights the forward reads add up to, and how large a KV-cache pool the
+//! cache-writing operators write into.
+//!
+//! Every amount is arithmetic the reader can check, and each carries the
+//! sentence that says where it comes from ([`Amount::from`]). Nothing here
+//! decides a category: `prerecorded.rs` does, with these amounts.
+
+use std::collections::BTreeMap;
+
+use crate::model::{Action, Category, EvidenceOp, OperatorCall, TensorShape};
+use crate::timeline::{Origin, Replay};
+use crate::units::human_bytes;
+
+use super::{Classification, Context};
+
+/// A number of bytes and the sentence that says where it comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Amount {
+    pub(super) bytes: u64,
+    pub(super) from: String,
+}
+
+/// The parameters' sizes, one per parameter (sorted), from the gradients.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct ParamSizes {
+    pub(super) sizes: Vec<u64>,
+    pub(super) from: String,
+}
+
+impl ParamSizes {
+    pub(super) fn bytes(&self) -> u64 {
+        self.sizes.iter().fold(0u64, |s, &b| s.saturating_add(b))
+    }
+}
+
+/// The optimizer that ran and the state tensors it keeps per parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Optimizer {
+    pub(super) name: String,
+    /// State tensors the size of its parameter, per parameter (AdamW: 2).
+    pub(super) states_per_param: u64,
+    /// Why that many (`exp_avg` and `exp_avg_sq`; momentum seen; …).
+    pub(super) because: String,
+}
+
+/// A KV-cache pool written by cache operators: `calls` calls, each writing
+/// caches of `per_call` bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct KvPool {
+    pub(super) per_call: u64,
+    pub(super) calls: u64,
+    pub(super) from: String,
+}
+
+/// What one device's trace says about memory from before recording.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(super) struct Evidence {
+    /// Parameter sizes from gradient allocations (exact, one per parameter).
+    pub(super) params: Option<ParamSizes>,
+    /// Parameter bytes from the weights operators read (`record_shapes`): a
+    /// lower bound (blocks are rounded up, unread weights are missing).
+    pub(super) weights: Option<Amount>,
+    pub(super) optimizer: Option<Optimizer>,
+    /// Set when `Optimizer.zero_grad` freed nothing, or the first backward
+    /// pass added gradients into existing ones: gradients live from step
+    /// to step, so they existed before recording.
+    pub(super) gradients_kept: bool,
+    pub(super) kv_pool: Option<KvPool>,
+    /// The history has a backward pass or an optimizer step.
+    pub(super) training: bool,
+}
+
+impl Evidence {
+    /// Reads the evidence of `ctx`'s device; `classes` are the traced
+    /// intervals' classifications (gradients live together are a last
+    /// source of parameter sizes).
+    pub(super) fn gather(
+        ctx: &Context<'_>,
+        replay: &Replay,
+        classes: &[Classification],
+    ) -> Evidence {
+        let optimizer = optimizer(ctx);
+        let gradients_kept = zero_grad_runs(ctx).is_some_and(|runs| runs.iter().all(Vec::is_empty))
+            || accumulated_into_existing(ctx, replay, classes);
+        let params = freed_by_zero_grad(ctx)
+            .or_else(|| live_gradients(replay, classes))
+            .or_else(|| accumulated_in_place(ctx));
+        let training = ctx.training || optimizer.is_some() || has_optimizer_step(ctx);
+        // Shapes are not tied to a device: they speak for the one device
+        // with memory from before recording.
+        let (weights, kv_pool) = if ctx.shapes_apply {
+            (weights_read(ctx), kv_pool(ctx))
+        } else {
+            (None, None)
+        };
+        Evidence {
+            params,
+            weights,
+            optimizer,
+            gradients_kept,
+            kv_pool,
+            training,
+        }
+    }
+}
+
+/// Time ranges of the trace's annotations whose name starts with `prefix`.
+fn ranges<'c>(ctx: &'c Context<'_>, prefix: &'c str) -> impl Iterator<Item = (f64, f64)> + 'c {
+    ctx.trace
+        .annotations
+        .iter()
+        .filter(move |a| a.name.starts_with(prefix))
+        .map(|a| (a.start_us, a.end_us))
+}
+
+fn has_optimizer_step(ctx: &Context<'_>) -> bool {
+    ranges(ctx, "Optimizer.step").next().is_some() || ctx.facts.iter().any(|f| f.optimizer)
+}
+
+/// The frees of each `Optimizer.zero_grad` call (by its annotation's time
+/// range or, without timestamps, its frames), in order; `None` when the
+/// trace shows no `zero_grad`.
+fn zero_grad_runs(ctx: &Context<'_>) -> Option<Vec<Vec<u64>>> {
+    let calls: Vec<(f64, f64)> = ranges(ctx, "Optimizer.zero_grad").collect();
+    let mut runs: Vec<Vec<u64>> = vec![Vec::new(); calls.len()];
+    let mut by_site: Vec<Vec<u64>> = Vec::new();
+    let mut open = false;
+    for e in &ctx.device.events {
+        if !matches!(e.action, Action::FreeCompleted | Action::Alloc) {
+            continue;
+        }
+        let in_call = e
+            .ts()
+            .and_then(|t| calls.iter().position(|&(s, end)| s <= t && t <= end));
+        let free = e.action == Action::FreeCompleted;
+        match in_call {
+            Some(k) if free => runs[k].push(e.size),
+            _ if free && ctx.facts[e.site as usize].zero_grad => {
+                if !open {
+                    by_site.push(Vec::new());
+                }
+                by_site.last_mut().expect("pushed").push(e.size);
+                open = true;
+                continue;
+            }
+            _ => {}
+        }
+        open = false;
+    }
+    if calls.is_empty() && by_site.is_empty() {
+        return None;
+    }
+    runs.extend(by_site);
+    Some(runs)
+}
+
+/// Parameter sizes from the gradients one `zero_grad(set_to_none=True)`
+/// call freed (the call that freed most: every parameter with a gradient).
+fn freed_by_zero_grad(ctx: &Context<'_>) -> Option<ParamSizes> {
+    let runs = zero_grad_runs(ctx)?;
+    let run = runs
+        .into_iter()
+        .max_by_key(|r| r.iter().fold(0u64, |s, &b| s.saturating_add(b)))?;
+    (!run.is_empty()).then(|| {
+        let n = run.len();
+        sorted(
+            run,
+            format!("sizes of the {n} gradients Optimizer.zero_grad freed"),
+        )
+    })
+}
+
+/// Parameter sizes from the gradients live together at their peak, as the
+/// rules classified them from their own evidence (their frames; blocks
+/// from before recording included).
+fn live_gradients(replay: &Replay, classes: &[Classification]) -> Option<ParamSizes> {
+    let grads: Vec<usize> = replay
+        .intervals
+        .iter()
+        .zip(classes)
+        .enumerate()
+        .filter(|(_, (i, c))| {
+            i.origin != Origin::Untracked && c.category == Category::Gradient && !c.rule.infers()
+        })
+        .map(|(k, _)| k)
+        .collect();
+    if grads.is_empty() {
+        return None;
+    }
+    // Sweep starts and ends in position order for the instant most gradient bytes are live.
+    let mut changes: Vec<(u32, i64)> = Vec::with_capacity(grads.len() * 2);
+    for &k in &grads {
+        let i = &replay.intervals[k];
+        changes.push((i.start, i.size as i64));
+        changes.push((i.end, -(i.size as i64)));
+    }
+    changes.sort_by_key(|&(p, d)| (p, d));
+    let (mut live, mut best, mut at) = (0i64, 0i64, 0u32);
+    for (k, &(p, d)) in changes.iter().enumerate() {
+        live += d;
+        let last_at_p = changes.get(k + 1).is_none_or(|n| n.0 != p);
+        if last_at_p && live > best {
+            best = live;
+            at = p;
+        }
+    }
+    let sizes: Vec<u64> = grads
+        .iter()
+        .map(|&k| &replay.intervals[k])
+        .filter(|i| i.live_at(at))
+        .map(|i| i.size)
+        .collect();
+    let n = sizes.len();
+    Some(sorted(
+        sizes,
+        format!("sizes of the {n} gradients live together in the trace"),
+    ))
+}
+
+/// Parameter sizes from the gradients `AccumulateGrad` added into existing
+/// `.grad` tensors (it frees each incoming gradient): one backward pass's
+/// worth, the shortest prefix the sequence of sizes repeats.
+fn accumulated_in_place(ctx: &Context<'_>) -> Option<ParamSizes> {
+    let seq: Vec<u64> = ctx
+        .device
+        .events
+        .iter()
+        .filter(|e| e.action == Action::FreeCompleted && ctx.facts[e.site as usize].accumulate_grad)
+        .map(|e| e.size)
+        .collect();
+    if seq.is_empty() {
+        return None;
+    }
+    let period = shortest_period(&seq);
+    let repeats = seq.len() / period;
+    let pass = seq[..period].to_vec();
+    let why = if repeats > 1 {
+        format!("sizes of the {period} gradients AccumulateGrad added in place in one backward pass (the pattern repeats {repeats}×)")
+    } else {
+        format!("sizes of the {period} gradients AccumulateGrad added in place")
+    };
+    Some(sorted(pass, why))
+}
+
+/// Whether the first backward pass found `.grad` tensors already there:
+/// `AccumulateGrad` added a gradient in place (freeing the incoming one)
+/// before any gradient was allocated and kept.
+fn accumulated_into_existing(
+    ctx: &Context<'_>,
+    replay: &Replay,
+    classes: &[Classification],
+) -> bool {
+    let Some(first_add) = ctx.device.events.iter().position(|e| {
+        e.action == Action::FreeCompleted && ctx.facts[e.site as usize].accumulate_grad
+    }) else {
+        return false;
+    };
+    // Positions count events from 1 (position k + 1 is after event k).
+    let first_add = first_add as u32 + 1;
+    !replay.intervals.iter().zip(classes).any(|(i, c)| {
+        i.origin == Origin::Traced
+            && c.category == Category::Gradient
+            && !c.rule.infers()
+            && i.start < first_add
+    })
+}
+
+fn sorted(mut sizes: Vec<u64>, from: String) -> ParamSizes {
+    sizes.sort_unstable();
+    ParamSizes { sizes, from }
+}
+
+/// The length of the shortest prefix `p` with `seq[i] == seq[i - p]` for
+/// every `i >= p` (prefix function, linear time).
+pub(super) fn shortest_period(seq: &[u64]) -> usize {
+    let mut pi = vec![0usize; seq.len()];
+    for i in 1..seq.len() {
+        let mut k = pi[i - 1];
+        while k > 0 && seq[i] != seq[k] {
+            k = pi[k - 1];
+        }
+        if seq[i] == seq[k] {
+            k += 1;
+        }
+        pi[i] = k;
+    }
+    seq.len() - pi.last().copied().unwrap_or(0)
+}
+
+/// The optimizer, from `Optimizer.step#NAME.step` annotations or frames,
+/// or `torch/optim/NAME.py` frames, with the number of state tensors per
+/// parameter that PyTorch's implementation keeps.
+fn optimizer(ctx: &Context<'_>) -> Option<Optimizer> {
+    let steps: Vec<(f64, f64)> = ranges(ctx, "Optimizer.step").collect();
+    let mut name = ctx
+        .trace
+        .annotations
+        .iter()
+        .find_map(|a| class_of_step(&a.name));
+    let sites = ctx.sites;
+    let mut frames = (0..sites.len() as u32).flat_map(|s| sites.frames(s).iter());
+    if name.is_none() {
+        name = frames.find_map(|f| {
+            let (file, fname) = (sites.str(f.filename), sites.str(f.name));
+            class_of_step(fname)
+                .or_else(|| class_of_file(file))
+                .or_else(|| class_of_file(fname))
+        });
+    }
+    let name = name?;
+    // In-place operations inside a step (Chrome calls, or frames of a
+    // profile-derived snapshot, where in-place updates have their own entries).
+    let ran_in_step = |op: EvidenceOp, needle: &str| {
+        ctx.trace.evidence.iter().any(|c| {
+            c.op == op
+                && steps
+                    .iter()
+                    .any(|&(s, e)| s <= c.start_us && c.start_us <= e)
+        }) || (0..sites.len() as u32).any(|s| {
+            let fr = sites.frames(s);
+            fr.iter().any(|f| sites.str(f.name).contains(needle))
+                && fr.iter().any(|f| {
+                    let (file, name) = (sites.str(f.filename), sites.str(f.name));
+                    file.contains("torch/optim/")
+                        || name.contains("torch/optim/")
+                        || name.contains("Optimizer.step")
+                })
+        })
+    };
+    let (n, because) = match name.as_str() {
+        "Adam" | "AdamW" | "FusedAdam" | "FusedAdamW" => {
+            if ran_in_step(EvidenceOp::Maximum, "maximum") {
+                (
+                    3,
+                    "exp_avg, exp_avg_sq and max_exp_avg_sq (amsgrad: maximum in the step)",
+                )
+            } else {
+                (2, "exp_avg and exp_avg_sq")
+            }
+        }
+        "NAdam" | "RAdam" => (2, "exp_avg and exp_avg_sq"),
+        "Adamax" => (2, "exp_avg and exp_inf"),
+        "Adadelta" => (2, "square_avg and acc_delta"),
+        "Adagrad" => (1, "sum"),
+        "SGD" => {
+            if ran_in_step(EvidenceOp::MulInPlace, "mul_") {
+                (1, "momentum_buffer (the step decays it in place: mul_)")
+            } else {
+                (0, "no momentum (the step multiplies no buffer in place)")
+            }
+        }
+        "RMSprop" => {
+            if ran_in_step(EvidenceOp::LerpInPlace, "lerp_") {
+                (2, "square_avg and grad_avg (centered: lerp_ in the step); momentum buffers, if any, not counted")
+            } else {
+                (1, "square_avg; momentum buffers, if any, not counted")
+            }
+        }
+        _ => return None,
+    };
+    Some(Optimizer {
+        name,
+        states_per_param: n,
+        because: because.to_owned(),
+    })
+}
+
+/// `Optimizer.step#AdamW.step` → `AdamW`.
+fn class_of_step(name: &str) -> Option<String> {
+    let rest = name.strip_prefix("Optimizer.step#")?;
+    let class = rest.strip_suffix(".step").unwrap_or(rest);
+    (!class.is_empty()).then(|| class.to_owned())
+}
+
+/// `…/torch/optim/adamw.py` (a file, or a frame name that starts with
+/// one: `torch/optim/adamw.py(211): step`) → `AdamW`.
+fn class_of_file(file: &str) -> Option<String> {
+    let file = file.replace('\\', "/");
+    let stem = file.split("torch/optim/").nth(1)?.split(".py").next()?;
+    let class = match stem {
+        "adam" => "Adam",
+        "adamw" => "AdamW",
+        "sgd" => "SGD",
+        "adagrad" => "Adagrad",
+        "rmsprop" => "RMSprop",
+        "adamax" => "Adamax",
+        "nadam" => "NAdam",
+        "radam" => "RAdam",
+        "adadelta" => "Adadelta",
+        _ => return None,
+    };
+    Some(class.to_owned())
+}
+
+/// Which inputs of a weight-reading operator are weights (and biases,
+/// norms' running statistics).
+fn weight_inputs(op: EvidenceOp) -> &'static [usize] {
+    match op {
+        EvidenceOp::Linear | EvidenceOp::Convolution | EvidenceOp::LibraryGemm => &[1, 2],
+        EvidenceOp::Addmm => &[0, 2],
+        EvidenceOp::Embedding | EvidenceOp::EmbeddingBag => &[0],
+        EvidenceOp::LayerNorm | EvidenceOp::GroupNorm => &[2, 3],
+        EvidenceOp::BatchNorm => &[1, 2, 3, 4],
+        EvidenceOp::RmsNorm => &[2],
+        _ => &[],
+    }
+}
+
+fn op_name(op: EvidenceOp) -> &'static str {
+    match op {
+        EvidenceOp::Linear => "aten::linear",
+        EvidenceOp::Addmm => "aten::addmm",
+        EvidenceOp::Embedding => "aten::embedding",
+        EvidenceOp::EmbeddingBag => "aten::embedding_bag",
+        EvidenceOp::Convolution => "convolutions",
+        EvidenceOp::LayerNorm => "aten::layer_norm",
+        EvidenceOp::GroupNorm => "aten::group_norm",
+        EvidenceOp::BatchNorm => "aten::batch_norm",
+        EvidenceOp::RmsNorm => "aten::rms_norm",
+        EvidenceOp::LibraryGemm => "library GEMMs",
+        EvidenceOp::KvCacheWrite | EvidenceOp::KvCacheWriteMla => "KV-cache writes",
+        EvidenceOp::MulInPlace => "aten::mul_",
+        EvidenceOp::Maximum => "aten::maximum",
+        EvidenceOp::LerpInPlace => "aten::lerp_",
+    }
+}
+
+/// The calls of `ops` with recorded inputs, grouped by profiler step (one
+/// group when the trace has no `ProfilerStep#N`), outermost calls only (a
+/// call inside another of `ops` on its thread reads the same tensors).
+fn calls_by_step<'c>(
+    ctx: &'c Context<'_>,
+    keep: impl Fn(EvidenceOp) -> bool,
+) -> Vec<Vec<&'c OperatorCall>> {
+    let mut calls: Vec<&OperatorCall> = ctx
+        .trace
+        .evidence
+        .iter()
+        .filter(|c| keep(c.op) && !c.inputs.is_empty())
+        .collect();
+    calls.sort_by(|a, b| {
+        (a.thread, a.start_us, b.end_us)
+            .partial_cmp(&(b.thread, b.start_us, a.end_us))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    let mut outer: Vec<&OperatorCall> = Vec::with_capacity(calls.len());
+    for c in calls {
+        let inside = outer.last().is_some_and(|o| {
+            o.thread == c.thread && o.start_us <= c.start_us && c.end_us <= o.end_us
+        });
+        if !inside {
+            outer.push(c);
+        }
+    }
+    let steps: Vec<(f64, f64)> = ranges(ctx, "ProfilerStep#").collect();
+    if steps.is_empty() {
+        return vec![outer];
+    }
+    steps
+        .iter()
+        .map(|&(s, e)| {
+            outer
+                .iter()
+                .copied()
+                .filter(|c| s <= c.start_us && c.start_us <= e)
+                .collect()
+        })
+        .collect()
+}
+
+/// Parameter bytes from the weights that weight-reading operators take
+/// (`record_shapes`), per forward pass, in the profiler step that reads most.
+///
+/// A step may hold several forward passes (`generate()`): each weight is
+/// read once per pass, and the token embedding is read once per pass, so
+/// when an embedding is among the calls, every weight's count is divided by
+/// the greatest common divisor of the counts. A linear weight shaped like an
+/// embedding table and read as often is counted once: it may be the tied
+/// output embedding (GPT-2, BERT), and the amount is a lower bound.
+fn weights_read(ctx: &Context<'_>) -> Option<Amount> {
+    let mut best: Option<Amount> = None;
+    for calls in calls_by_step(ctx, |op| !weight_inputs(op).is_empty()) {
+        let mut counts: BTreeMap<(EvidenceOp, Vec<&TensorShape>), u64> = BTreeMap::new();
+        for c in &calls {
+            let weights: Vec<&TensorShape> = weight_inputs(c.op)
+                .iter()
+                .filter_map(|&k| c.inputs.get(k)?.as_ref())
+                .collect();
+            if !weights.is_empty() {
+                *counts.entry((c.op, weights)).or_default() += 1;
+            }
+        }
+        if counts.is_empty() {
+            continue;
+        }
+        // Embedding tables and how often each is read.
+        let tables: Vec<(&TensorShape, u64)> = counts
+            .iter()
+            .filter(|((op, _), _)| *op == EvidenceOp::Embedding)
+            .map(|((_, w), &n)| (w[0], n))
+            .collect();
+        let passes = if tables.is_empty() {
+            1
+        } else {
+            counts.values().fold(0, |g, &n| gcd(g, n))
+        };
+        let (mut bytes, mut per_op) = (0u64, BTreeMap::<&str, u64>::new());
+        for ((op, weights), &n) in &counts {
+            for (k, w) in weights.iter().enumerate() {
+                // An output projection tied to the embedding: same shape, read as often.
+                let tied = *op == EvidenceOp::Linear && k == 0 && tables.contains(&(*w, n));
+                if !tied {
+                    bytes = bytes.saturating_add(w.bytes().saturating_mul(n / passes));
+                }
+            }
+            *per_op.entry(op_name(*op)).or_default() += n / passes;
+        }
+        let listed: Vec<String> = per_op.iter().map(|(op, n)| format!("{op} {n}")).collect();
+        let per_pass = if passes > 1 {
+            format!(", per forward pass ({passes} passes)")
+        } else {
+            String::new()
+        };
+        let from = format!(
+            "weights the operators read (record_shapes: {}{per_pass}); a lower bound",
+            listed.join(", ")
+        );
+        if best.as_ref().is_none_or(|b| bytes > b.bytes) {
+            best = Some(Amount { bytes, from });
+        }
+    }
+    best
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// The KV-cache pool the cache-writing operators write into (vLLM
+/// `reshape_and_cache_flash`, SGLang `store_cache`: one call per attention
+/// layer and forward pass, the caches as inputs), in the profiler step that
+/// writes most.
+fn kv_pool(ctx: &Context<'_>) -> Option<KvPool> {
+    let caches = |op| match op {
+        EvidenceOp::KvCacheWrite => &[2usize, 3][..],
+        EvidenceOp::KvCacheWriteMla => &[2][..],
+        _ => &[][..],
+    };
+    let mut best: Option<KvPool> = None;
+    for calls in calls_by_step(ctx, |op| !caches(op).is_empty()) {
+        let shapes: Vec<Vec<&TensorShape>> = calls
+            .iter()
+            .map(|c| {
+                caches(c.op)
+                    .iter()
+                    .filter_map(|&k| c.inputs.get(k)?.as_ref())
+                    .collect()
+            })
+            .collect();
+        let per_call = shapes
+            .iter()
+            .map(|s| s.iter().map(|t| t.bytes()).sum::<u64>())
+            .max()
+            .unwrap_or(0);
+        if per_call == 0 {
+            continue;
+        }
+        let calls_n = calls.len() as u64;
+        let example = shapes
+            .iter()
+            .find(|s| !s.is_empty())
+            .map(|s| {
+                let t = s[0];
+                format!("{:?} {} × {}", t.dims, t.dtype.as_str(), s.len())
+            })
+            .unwrap_or_default();
+        let from = format!(
+            "{calls_n} cache-writing calls, each into caches of {} ({example})",
+            human_bytes(per_call)
+        );
+        if best
+            .as_ref()
+            .is_none_or(|b| per_call * calls_n > b.per_call * b.calls)
+        {
+            best = Some(KvPool {
+                per_call,
+                calls: calls_n,
+                from,
+            });
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shortest_period_finds_one_pass() {
+        assert_eq!(shortest_period(&[4, 8, 4, 8, 4, 8]), 2);
+        assert_eq!(shortest_period(&[4, 8, 16]), 3);
+        assert_eq!(shortest_period(&[4, 8, 16, 4, 8]), 3);
+        assert_eq!(shortest_period(&[7, 7, 7]), 1);
+        assert_eq!(shortest_period(&[]), 0);
+    }
+
+    #[test]
+    fn optimizer_class_from_annotation_and_file() {
+        assert_eq!(
+            class_of_step("Optimizer.step#AdamW.step").as_deref(),
+            Some("AdamW")
+        );
+        assert_eq!(class_of_step("Optimizer.zero_grad#AdamW.zero_grad"), None);
+        assert_eq!(
+            class_of_file("/x/torch/optim/sgd.py").as_deref(),
+            Some("SGD")
+        );
+        assert_eq!(
+            class_of_file("C:\\py\\torch\\optim\\adam.py").as_deref(),
+            Some("Adam")
+        );
+        assert_eq!(class_of_file("torch/optim/optimizer.py"), None);
+        assert_eq!(
+            class_of_file("torch/optim/adamw.py(211): step").as_deref(),
+            Some("AdamW")
+        );
+    }
+}

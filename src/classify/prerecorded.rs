@@ -1,0 +1,365 @@
+//! Memory that existed before recording began (the *baseline*: intervals
+//! whose [`Origin`] is not `Traced`), categorised by evidence.
+//!
+//! What the baseline's own frames show was decided by the rules already
+//! (`classify_baseline`); this module decides what they do not show, from
+//! the [`Evidence`] the rest of the trace gives, and every byte it decides
+//! carries an `inferred_…` rule:
+//!
+//! - **The untracked lump** (Chrome traces: `Total Allocated` beyond what
+//!   the events replay, one interval) is split into parts: parameters (from
+//!   gradient sizes, else from the weights operators read), gradients kept
+//!   between steps, optimizer state (its state tensors per parameter ×
+//!   the parameters), a KV-cache pool, and `unknown` for the rest. Amounts
+//!   the trace shows allocated while recording are subtracted first, and
+//!   each part is at most what is left of the lump.
+//! - **Blocks without frames** (snapshots: live at dump time or freed, never
+//!   allocated in the history) are matched by size: each parameter size
+//!   (one gradient each) gives one parameter block, one gradient block when
+//!   gradients are kept, and one block per optimizer state tensor; the rest
+//!   stay `unknown`. In a history with no backward pass and no optimizer
+//!   step, a block alive from before recording to the end is taken as a
+//!   weight, and named so (`inferred_weights_…`).
+
+use std::collections::BTreeMap;
+
+use crate::model::Category;
+use crate::timeline::{Interval, Origin, Replay};
+use crate::units::human_bytes;
+
+use super::evidence::Evidence;
+use super::{Builtin, Classification, Context, Rule};
+
+/// One part of the memory that existed before recording, as the report
+/// shows it: its bytes (at the start of recording), category, rule, and
+/// what the category was decided from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inference {
+    pub category: Category,
+    pub bytes: u64,
+    pub rule: Rule,
+    pub from: String,
+}
+
+fn class(category: Category, rule: Builtin) -> Classification {
+    Classification {
+        category,
+        rule: rule.into(),
+    }
+}
+
+/// Categorises the baseline intervals no rule could: blocks by size, and
+/// the untracked lump split into one interval per part (in place of the
+/// lump in `replay.intervals`, with `classes` kept parallel). Returns what
+/// existed before recording, by part.
+pub(super) fn infer(
+    ctx: &Context<'_>,
+    replay: &mut Replay,
+    classes: &mut Vec<Classification>,
+) -> Vec<Inference> {
+    let evidence = Evidence::gather(ctx, replay, classes);
+    if std::env::var_os("MEMCUT_DEBUG_EVIDENCE").is_some() {
+        eprintln!("{}: {evidence:#?}", ctx.device.device);
+    }
+    let mut from: BTreeMap<Rule, String> = BTreeMap::new();
+    match_blocks(ctx, &evidence, replay, classes, &mut from);
+    if let Some(k) = replay
+        .intervals
+        .iter()
+        .position(|i| i.origin == Origin::Untracked)
+    {
+        let parts = split_lump(&evidence, replay, classes, k);
+        let lump = replay.intervals[k];
+        let pieces: Vec<Interval> = parts
+            .iter()
+            .map(|(bytes, _, _)| Interval {
+                size: *bytes,
+                ..lump
+            })
+            .collect();
+        replay.intervals.splice(k..=k, pieces);
+        classes.splice(k..=k, parts.iter().map(|(_, c, _)| *c));
+        for (_, c, why) in parts {
+            from.entry(c.rule).or_insert(why);
+        }
+    }
+    summarize(replay, classes, &from)
+}
+
+/// Classifies the frameless baseline blocks by size (see the module doc);
+/// `from` gets each inferred rule's reason.
+pub(super) fn match_blocks(
+    ctx: &Context<'_>,
+    evidence: &Evidence,
+    replay: &Replay,
+    classes: &mut [Classification],
+    from: &mut BTreeMap<Rule, String>,
+) {
+    let open: Vec<usize> = replay
+        .intervals
+        .iter()
+        .zip(classes.iter())
+        .enumerate()
+        .filter(|(_, (i, c))| {
+            matches!(i.origin, Origin::BeforeTraceFreed | Origin::BeforeTraceLive)
+                && c.rule == Builtin::ExistedBeforeTraceNoEvidence.into()
+        })
+        .map(|(k, _)| k)
+        .collect();
+    if open.is_empty() {
+        return;
+    }
+    let Some(params) = evidence.params.as_ref().filter(|_| evidence.training) else {
+        if !evidence.training {
+            let weight = class(Category::Parameter, Builtin::InferredWeightsForwardOnly);
+            for &k in &open {
+                if replay.intervals[k].end >= ctx.positions {
+                    classes[k] = weight;
+                }
+            }
+            from.insert(weight.rule, "alive from before recording to the end of a history with no backward pass and no optimizer step: taken as weights (an assumption, not a measurement)".into());
+        }
+        return;
+    };
+    // Roles a block of each parameter size can have, in order, and how
+    // many blocks per parameter.
+    let mut roles: Vec<(Classification, u64)> = vec![(
+        class(Category::Parameter, Builtin::InferredParameterFromGradients),
+        1,
+    )];
+    if evidence.gradients_kept {
+        roles.push((class(Category::Gradient, Builtin::InferredGradientKept), 1));
+    }
+    if let Some(o) = evidence
+        .optimizer
+        .as_ref()
+        .filter(|o| o.states_per_param > 0)
+    {
+        roles.push((
+            class(Category::OptimizerState, Builtin::InferredOptimizerState),
+            o.states_per_param,
+        ));
+    }
+    let mut per_size: BTreeMap<u64, u64> = BTreeMap::new();
+    for &s in &params.sizes {
+        *per_size.entry(s).or_default() += 1;
+    }
+    // Blocks from before recording whose own frames show their category
+    // (optimizer state with optimizer frames, …) leave fewer blocks of that
+    // size to infer. (Not blocks allocated while recording: a
+    // profile-derived snapshot shows each in-place update of a pre-existing
+    // tensor as a new allocation of the same size.)
+    let mut shown: BTreeMap<(Category, u64), u64> = BTreeMap::new();
+    for (i, c) in replay.intervals.iter().zip(classes.iter()) {
+        if i.origin.is_baseline() && shows(replay, i, c) {
+            *shown.entry((c.category, i.size)).or_default() += 1;
+        }
+    }
+    // Blocks of one size are interchangeable: nothing in a snapshot tells a
+    // parameter from an optimizer state of the same size. They are taken in
+    // order of their end, then address; only the totals by size are evidence.
+    let mut by_size: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    for &k in &open {
+        by_size.entry(replay.intervals[k].size).or_default().push(k);
+    }
+    for (size, mut blocks) in by_size {
+        let Some(&count) = per_size.get(&size) else {
+            continue;
+        };
+        let i = |k: usize| &replay.intervals[k];
+        blocks.sort_by_key(|&k| (i(k).end, i(k).addr, k));
+        let mut blocks = blocks.into_iter();
+        for &(c, per_param) in &roles {
+            let seen = shown.get(&(c.category, size)).copied().unwrap_or(0);
+            let slots = (count * per_param).saturating_sub(seen);
+            for k in blocks.by_ref().take(slots as usize) {
+                classes[k] = c;
+            }
+        }
+    }
+    from.insert(
+        Builtin::InferredParameterFromGradients.into(),
+        format!("blocks matched by size to the {}", params.from),
+    );
+    from.insert(
+        Builtin::InferredGradientKept.into(),
+        gradients_kept_reason(),
+    );
+    if let Some(o) = &evidence.optimizer {
+        from.insert(Builtin::InferredOptimizerState.into(), optimizer_reason(o));
+    }
+}
+
+fn gradients_kept_reason() -> String {
+    "gradients are kept between steps (Optimizer.zero_grad freed nothing, or the first backward pass added into existing .grad tensors), one per parameter".into()
+}
+
+fn optimizer_reason(o: &super::evidence::Optimizer) -> String {
+    format!(
+        "{}: {} state tensor(s) per parameter ({})",
+        o.name, o.states_per_param, o.because
+    )
+}
+
+/// Whether the trace shows `i` as memory of its category on its own
+/// evidence: classified by a rule that observes, and either from before
+/// recording or alive at the end (state that persists, rather than a
+/// step's scratch).
+fn shows(replay: &Replay, i: &Interval, c: &Classification) -> bool {
+    !c.rule.infers()
+        && c.category != Category::Unknown
+        && i.origin != Origin::Untracked
+        && (i.origin.is_baseline() || i.end >= replay.positions())
+}
+
+/// Bytes of category `c` that the trace shows as its own ([`shows`]).
+fn shown(replay: &Replay, classes: &[Classification], c: Category) -> u64 {
+    replay
+        .intervals
+        .iter()
+        .zip(classes)
+        .filter(|(i, cl)| cl.category == c && shows(replay, i, cl))
+        .fold(0u64, |s, (i, _)| s.saturating_add(i.size))
+}
+
+/// The parts of the untracked lump at `replay.intervals[lump]`, in order:
+/// (bytes, classification, why), summing to the lump.
+fn split_lump(
+    evidence: &Evidence,
+    replay: &Replay,
+    classes: &[Classification],
+    lump: usize,
+) -> Vec<(u64, Classification, String)> {
+    let total = replay.intervals[lump].size;
+    let mut rest = total;
+    let mut parts = Vec::new();
+    let mut take = |want: u64, c: Classification, why: String, rest: &mut u64| {
+        let b = want.min(*rest);
+        if b > 0 {
+            *rest -= b;
+            parts.push((b, c, why));
+        }
+    };
+    let shown = |c| shown(replay, classes, c);
+    let params = evidence
+        .params
+        .as_ref()
+        .map(|p| {
+            (
+                p.bytes(),
+                Builtin::InferredParameterFromGradients,
+                p.from.clone(),
+            )
+        })
+        .or_else(|| {
+            evidence.weights.as_ref().map(|w| {
+                (
+                    w.bytes,
+                    Builtin::InferredParameterFromShapes,
+                    w.from.clone(),
+                )
+            })
+        });
+    if let Some((p, rule, why)) = &params {
+        let want = p.saturating_sub(shown(Category::Parameter));
+        take(
+            want,
+            class(Category::Parameter, *rule),
+            why.clone(),
+            &mut rest,
+        );
+        if evidence.gradients_kept {
+            let want = p.saturating_sub(shown(Category::Gradient));
+            take(
+                want,
+                class(Category::Gradient, Builtin::InferredGradientKept),
+                gradients_kept_reason(),
+                &mut rest,
+            );
+        }
+        if let Some(o) = &evidence.optimizer {
+            let want = p
+                .saturating_mul(o.states_per_param)
+                .saturating_sub(shown(Category::OptimizerState));
+            let why = format!("{} × {}", optimizer_reason(o), human_bytes(*p));
+            take(
+                want,
+                class(Category::OptimizerState, Builtin::InferredOptimizerState),
+                why,
+                &mut rest,
+            );
+        }
+    }
+    if let Some(kv) = &evidence.kv_pool {
+        let all = kv.per_call.saturating_mul(kv.calls);
+        let (want, why) = if all <= rest {
+            (all, kv.from.clone())
+        } else {
+            // More than is left: the layers share cache tensors (vLLM gives
+            // layers of different attention groups one tensor). Counted as
+            // the most whole calls' caches, in equal groups, that fit.
+            let fit = (1..=kv.calls)
+                .rev()
+                .find(|d| kv.calls % d == 0 && d * kv.per_call <= rest)
+                .unwrap_or(0);
+            (
+                fit * kv.per_call,
+                format!(
+                    "{}; all of them ({}) exceed what existed before recording, so layers share cache tensors: counted as {fit} calls' caches, the most that fit in equal groups",
+                    kv.from,
+                    human_bytes(all)
+                ),
+            )
+        };
+        take(
+            want,
+            class(Category::KvCache, Builtin::InferredKvCachePool),
+            why,
+            &mut rest,
+        );
+    }
+    if rest > 0 {
+        parts.push((
+            rest,
+            class(
+                Category::Unknown,
+                Builtin::AllocatedBeforeProfilingUnattributed,
+            ),
+            "no evidence in the trace says what it is".into(),
+        ));
+    }
+    parts
+}
+
+/// What existed before recording (every baseline interval, at the start),
+/// by (category, rule), largest first.
+fn summarize(
+    replay: &Replay,
+    classes: &[Classification],
+    from: &BTreeMap<Rule, String>,
+) -> Vec<Inference> {
+    let mut by: BTreeMap<(Category, Rule), u64> = BTreeMap::new();
+    for (i, c) in replay.intervals.iter().zip(classes) {
+        if i.origin.is_baseline() {
+            let b = by.entry((c.category, c.rule)).or_default();
+            *b = b.saturating_add(i.size);
+        }
+    }
+    let mut out: Vec<Inference> = by
+        .into_iter()
+        .map(|((category, rule), bytes)| Inference {
+            category,
+            bytes,
+            rule,
+            from: from.get(&rule).cloned().unwrap_or_else(|| {
+                if category == Category::Unknown {
+                    "no evidence in the trace says what it is".into()
+                } else {
+                    "the block's own frames".into()
+                }
+            }),
+        })
+        .collect();
+    out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.category.cmp(&b.category)));
+    out
+}

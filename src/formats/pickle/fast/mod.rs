@@ -1,0 +1,379 @@
+//! The snapshot fast paths, behind one door: [`Hook::fast`]. A hook that
+//! opens it gets its trace entries and tracebacks lowered straight from the
+//! pickle's bytes, without a value, a dict or a list ever being built for
+//! them; one that does not (the plain path) gets every opcode interpreted by
+//! `machine`. Each fast path checks the shape it can take in the buffered
+//! window, and anything else — an odd shape, the end of the window, a memo
+//! that is not dense, a hook that declines — leaves the input untouched for
+//! the plain interpreter, so the fast paths only ever skip work, never
+//! change an answer. The oracle is the plain path: `formats::snapshot`'s
+//! differential tests give both the same inputs (whole and trickled, and
+//! through the read-ahead thread) and require the same trace or error.
+//!
+//! Why they exist: a 1M-entry snapshot (147 MB, the benchmark file) is one
+//! `EMPTY_DICT MEMOIZE MARK … SETITEMS` record per trace entry, each with a
+//! traceback of ~40 memo gets of shared frame dicts. Interpreted opcode by
+//! opcode, that is ~60 pushes, pops and memo clones per entry.
+//!
+//! | fast path | where | what it skips | without it (1M-entry file) |
+//! |---|---|---|---|
+//! | whole record ([`Records::on_whole_record`]) | `EMPTY_DICT [MEMOIZE] MARK` | the entry's dict: its fields are decoded in place ([`scan_record`]) and the hook's event handle pushed | 1.5× the CPU time (with the next row) |
+//! | record ([`Records::on_record`]) | `MARK` on an empty dict | the same, for a dict already made | (above) |
+//! | traceback (`tracebacks.rs`) | `MARK` on an empty list, or inside a record | ~40 memo lookups and pushes: the answer for the same gets' bytes is reused | all three off (the plain path): 2.7× the CPU time, 3.1× the wall time |
+//! | run hints ([`GetRunFinder`]) | a traceback the read-ahead thread found | even the look at the gets' bytes: the answer for the run's id is reused | 1.14× the CPU time |
+//!
+//! Measured whole-process on `big.pickle` (147 MB, 1M entries; `memcut
+//! analyze big.pickle -f json -o /dev/null`, medians of 5, each way against
+//! all fast paths on, on a 2-core machine shared with a build), with the
+//! paths switched off one at a time in a build made for it.
+
+use std::io::BufRead;
+use std::rc::Rc;
+
+use super::machine::{push, PResult, Parser, NO_MEMO};
+use super::memo::Memo;
+use super::opcodes::{self, op, Scalar};
+use super::{Handle, Hook, Value};
+
+mod tracebacks;
+
+pub(super) use tracebacks::TracebackLists;
+pub(crate) use tracebacks::{GetRun, GetRunFinder, GetRunHints};
+
+/// The fast paths' half of a [`Hook`], behind its door ([`Hook::fast`]).
+pub(crate) trait Records {
+    /// [`Hook::on_dict_items`] for a record decoded straight from the bytes
+    /// (see [`scan_record`]): it must answer as `on_dict_items` would for
+    /// the same items, where a lowered list is given as the handle it was
+    /// lowered to. `Ok(None)` or `Err` make the parser interpret the
+    /// opcodes (which then calls `on_dict_items`).
+    fn on_record(&mut self, items: &[Item<'_>]) -> Result<Option<(Value, Value)>, String>;
+
+    /// [`Records::on_record`] for a record that is a whole new dict
+    /// (`EMPTY_DICT`, `MEMOIZE` or not, `MARK`, the record, `SETITEMS`):
+    /// `Ok(Some(v))` has `v` stand for the dict wherever it would have gone
+    /// — the stack and its memo slot — so the dict is never built (what
+    /// [`Hook::on_list_dict`] would later do to it must be done now).
+    /// `Ok(None)` or `Err` make the parser build the dict (offering the
+    /// record to `on_record`).
+    fn on_whole_record(&mut self, items: &[Item<'_>]) -> Result<Option<Value>, String>;
+}
+
+/// A field of a record offered to [`Records`]: a borrowed view of a
+/// scalar or string [`Value`] (keys are always [`Item::Str`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Item<'a> {
+    None,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(&'a str),
+    Handle(Handle),
+}
+
+impl From<Scalar> for Item<'_> {
+    #[inline(always)]
+    fn from(s: Scalar) -> Self {
+        match s {
+            Scalar::None => Item::None,
+            Scalar::Bool(b) => Item::Bool(b),
+            Scalar::Int(i) => Item::Int(i),
+            Scalar::Float(f) => Item::Float(f),
+        }
+    }
+}
+
+impl<R: BufRead> Parser<'_, R> {
+    /// The door at a `MARK` (whose depth was checked): a traceback into an
+    /// empty list, or a record into an empty dict. `true` when the input was
+    /// consumed through the list's `APPENDS` or the dict's `SETITEMS`.
+    #[inline]
+    pub(super) fn fast_mark(&mut self) -> PResult<bool> {
+        Ok(self.handle_run()? || self.record_run()?)
+    }
+
+    /// The door at an `EMPTY_DICT`: a whole record. `true` when the input
+    /// was consumed through its `SETITEMS` and the hook's value pushed.
+    #[inline]
+    pub(super) fn fast_empty_dict(&mut self) -> PResult<bool> {
+        self.whole_record_run()
+    }
+
+    /// Called at a `MARK`: if the stack's top is an empty dict, the hook
+    /// buffered input holds a whole record (see [`scan_record`]) up to its
+    /// `SETITEMS`, offers the record to the
+    /// hook. When the hook lowers it, stores its pair in the dict, makes the
+    /// memo puts the record's opcodes would have made (strings, and lowered
+    /// lists as their handles), consumes the input through the `SETITEMS`
+    /// and returns `true`; otherwise nothing has changed (calls of
+    /// [`Hook::on_list_items`] may have been made and are made again) and
+    /// the opcodes run normally.
+    #[inline]
+    fn record_run(&mut self) -> PResult<bool> {
+        match self.stack.last() {
+            Some(Value::Dict(d)) if self.stack.len() > self.floor() && d.borrow().is_empty() => {
+                self.lower_record(None)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Called at an `EMPTY_DICT`: as [`Parser::record_run`] when the input
+    /// continues with an optional `MEMOIZE`, a `MARK` and a whole record, but
+    /// offers it to [`Records::on_whole_record`]: when the hook lowers it, its
+    /// value is pushed (and memoized where the dict would have been, before
+    /// the record's own memo puts) and the dict is never built.
+    #[inline]
+    fn whole_record_run(&mut self) -> PResult<bool> {
+        if self.marks.len() >= self.limits.max_depth {
+            return Ok(false);
+        }
+        let buf = self.win.rest();
+        let memoized = buf.first() == Some(&op::MEMOIZE);
+        if buf.get(usize::from(memoized)) != Some(&op::MARK) {
+            return Ok(false);
+        }
+        self.lower_record(Some(memoized))
+    }
+
+    /// The common part of [`Parser::record_run`] (`whole` is `None`: the
+    /// input is at the record) and [`Parser::whole_record_run`] (`whole` says
+    /// whether the dict is memoized: the input is at the `MEMOIZE` or `MARK`).
+    #[inline(always)]
+    fn lower_record(&mut self, whole: Option<bool>) -> PResult<bool> {
+        // MEMOIZEs inside the record then fill new slots in order.
+        if !self.memo.sparse.is_empty() || self.memo.dense.len() != self.memo.count {
+            return Ok(false);
+        }
+        let own_slot = usize::from(whole == Some(true));
+        let start = match whole {
+            Some(memoized) => usize::from(memoized) + 1,
+            None => 0,
+        };
+        let nested_ok = self.marks.len() + 1 < self.limits.max_depth;
+        self.tracebacks.sync(&self.memo);
+        let mut items = Slots::new();
+        let mut pending = Slots::new();
+        let Some(scan) = scan_record(
+            &self.win.rest()[start..],
+            self.win.at() + start as u64,
+            &self.memo,
+            &mut *self.hook,
+            &mut self.tracebacks,
+            nested_ok,
+            &mut items,
+            &mut pending,
+        ) else {
+            return Ok(false);
+        };
+        let count = self.memo.count;
+        let puts = own_slot + pending.len;
+        if count + puts > self.limits.max_memo || count + puts > NO_MEMO as usize {
+            return Ok(false);
+        }
+        let items = items.as_slice();
+        let Some(records) = self.hook.fast() else {
+            return Ok(false);
+        };
+        let lowered = match whole {
+            Some(_) => records
+                .on_whole_record(items)
+                .ok()
+                .flatten()
+                .map(RecordAnswer::Whole),
+            None => records
+                .on_record(items)
+                .ok()
+                .flatten()
+                .map(RecordAnswer::Pair),
+        };
+        let Some(lowered) = lowered else {
+            return Ok(false);
+        };
+        // The dict's own slot comes before those of the record's opcodes.
+        let max = self.limits.max_memo;
+        let put = match &lowered {
+            RecordAnswer::Whole(v) if own_slot == 1 => {
+                self.memo.put(count as u32, v.clone(), max).map(drop)
+            }
+            _ => Ok(()),
+        };
+        let first = (count + own_slot) as u32;
+        let pending = pending.as_slice();
+        if let Err(m) = put.and_then(|()| put_pending(&mut self.memo, first, pending, max)) {
+            // Unreachable: the room was checked above.
+            return self.err(m);
+        }
+        if scan.lists {
+            // As `lowered` would have done for each list (the lists
+            // themselves were never built, so nothing is left to restore).
+            self.restore_lowered();
+        }
+        match lowered {
+            RecordAnswer::Whole(v) => push!(self, v),
+            RecordAnswer::Pair(pair) => {
+                if let Some(Value::Dict(d)) = self.stack.last() {
+                    d.borrow_mut().push(pair);
+                }
+            }
+        }
+        self.win.pos += start + scan.consumed;
+        // As if the record's last opcode had run (an error at the next
+        // opcode's refill reports this offset, as the opcode path would).
+        self.win.op_off = self.win.at() - 1;
+        self.code = op::SETITEMS;
+        Ok(true)
+    }
+}
+
+/// Most items (keys and values) of a record for [`Parser::record_run`].
+const MAX_RECORD_ITEMS: usize = 32;
+
+/// What the hook made of a record: the value standing for its whole dict
+/// ([`Records::on_whole_record`]), or the one pair its dict keeps
+/// ([`Records::on_record`]).
+enum RecordAnswer {
+    Whole(Value),
+    Pair((Value, Value)),
+}
+
+/// A memo put that a record's opcodes make, in order.
+#[derive(Clone, Copy)]
+enum Pending<'a> {
+    Str(&'a str),
+    Handle(Handle),
+}
+
+struct RecordScan {
+    /// Bytes through the `SETITEMS`.
+    consumed: usize,
+    /// Whether a list of handles was lowered.
+    lists: bool,
+}
+
+/// Decodes a record at the start of `buf` (just after its `MARK`) into
+/// `items` and `pending` without side effects on the parser (lists of
+/// handles are lowered by `hook`); `None` if `buf` does not start with a
+/// whole record of the simple shape the fast paths take: string keys (new,
+/// memoized or fetched from the memo), scalar or string values (or a
+/// traceback list of memo gets, `MARK` … `APPENDS`, that the hook lowers to
+/// a handle; only if `nested_ok`), then `SETITEMS`.
+#[allow(clippy::too_many_arguments)]
+fn scan_record<'b: 'x, 'm: 'x, 'x>(
+    buf: &'b [u8],
+    at: u64,
+    memo: &'m Memo,
+    hook: &mut dyn Hook,
+    tracebacks: &mut TracebackLists,
+    nested_ok: bool,
+    items: &mut Slots<Item<'x>, MAX_RECORD_ITEMS>,
+    pending: &mut Slots<Pending<'b>, MAX_RECORD_ITEMS>,
+) -> Option<RecordScan> {
+    let mut lists = false;
+    let mut i = 0;
+    loop {
+        let code = *buf.get(i)?;
+        i += 1;
+        if code == op::SETITEMS {
+            if items.len == 0 {
+                return None;
+            }
+            break;
+        }
+        let key = items.len % 2 == 0;
+        let item = match code {
+            op::BINGET | op::LONG_BINGET => {
+                match memo.get(opcodes::memo_index(code, buf, &mut i)?)? {
+                    Value::Str(s) => Item::Str(s),
+                    _ if key => return None,
+                    Value::Int(v) => Item::Int(*v),
+                    Value::Handle(h) => Item::Handle(*h),
+                    Value::Float(f) => Item::Float(*f),
+                    Value::Bool(b) => Item::Bool(*b),
+                    Value::None => Item::None,
+                    _ => return None,
+                }
+            }
+            op::SHORT_BINUNICODE => {
+                let s = std::str::from_utf8(opcodes::short_str(buf, &mut i)?).ok()?;
+                if buf.get(i) == Some(&op::MEMOIZE) {
+                    i += 1;
+                    pending.push(Pending::Str(s))?;
+                }
+                Item::Str(s)
+            }
+            _ if key => return None,
+            op::EMPTY_LIST => {
+                let memoized = buf.get(i) == Some(&op::MEMOIZE);
+                if memoized {
+                    i += 1;
+                }
+                if !nested_ok || buf.get(i) != Some(&op::MARK) {
+                    return None;
+                }
+                let (end, h) = tracebacks.lower(buf, i + 1, at, memo, hook)?;
+                i = end + 1;
+                if memoized {
+                    pending.push(Pending::Handle(h))?;
+                }
+                lists = true;
+                Item::Handle(h)
+            }
+            _ => opcodes::scalar(code, buf, &mut i)?.into(),
+        };
+        items.push(item)?;
+    }
+    Some(RecordScan { consumed: i, lists })
+}
+
+/// Makes the memo puts a scanned record's opcodes would have made, from slot
+/// `first` on (the caller checked there is room). A record's lowered lists
+/// were never built, so there is nothing to restore for them (but see
+/// [`Parser::restore_lowered`] for the last list lowered before).
+fn put_pending(
+    memo: &mut Memo,
+    first: u32,
+    pending: &[Pending<'_>],
+    max_memo: usize,
+) -> Result<(), String> {
+    for (j, p) in pending.iter().enumerate() {
+        let v = match *p {
+            Pending::Str(s) => Value::Str(Rc::new(Box::from(s))),
+            Pending::Handle(h) => Value::Handle(h),
+        };
+        memo.put(first + j as u32, v, max_memo)?;
+    }
+    Ok(())
+}
+
+/// Fixed-capacity scratch filled in order, never initialised as a whole:
+/// a record's items and memo puts are scanned into two of these per entry,
+/// and zeroing both (1.5 KB) for each of 1M entries cost ~5% of a parse.
+struct Slots<T, const N: usize> {
+    buf: [std::mem::MaybeUninit<T>; N],
+    len: usize,
+}
+
+impl<T: Copy, const N: usize> Slots<T, N> {
+    fn new() -> Self {
+        Slots {
+            buf: [const { std::mem::MaybeUninit::uninit() }; N],
+            len: 0,
+        }
+    }
+
+    /// Appends `v`; `None` when full.
+    #[inline(always)]
+    fn push(&mut self, v: T) -> Option<()> {
+        self.buf.get_mut(self.len)?.write(v);
+        self.len += 1;
+        Some(())
+    }
+
+    #[inline(always)]
+    fn as_slice(&self) -> &[T] {
+        // SAFETY: the first `len` slots were written by `push`, and `T:
+        // Copy` has no drop to run for them.
+        unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<T>(), self.len) }
+    }
+}

@@ -1,0 +1,441 @@
+//! The snapshot lowering: the [`Hook`] (and, behind the fast paths' door,
+//! the [`Records`]) that turns trace entries and frame dicts into compact
+//! records while the unpickler streams, so a 1M-entry snapshot never holds
+//! 1M generic dicts. What a lowered value stands for is its [`Handle`]'s
+//! kind: an event, a skipped entry, a frame or a site, never bits of an index.
+
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
+
+use super::super::pickle::{Handle, Hook, Item, Lowered, Records, Value};
+use crate::model::{Action, Category, Event, Frame, SiteId, Sites};
+
+/// Lowers dicts to compact records while the unpickler streams:
+/// trace entries (`{"action": …}`) become [`Event`]s and frame dicts
+/// (`{"filename", "line", "name"}`) become [`Frame`]s, each replaced in the
+/// value tree by a [`Value::Handle`]. Real dumps share frame *dicts* across
+/// entries (memoized), so a frame is decoded once; each entry's frames list
+/// is interned into a site and then emptied, keeping memory near the size of
+/// the compact records.
+#[derive(Default)]
+pub(super) struct EntryLowering {
+    pub(super) sites: Sites,
+    pub(super) events: Vec<Event>,
+    frames: Vec<Frame>,
+    pub(super) unknown_actions: BTreeMap<String, u64>,
+    /// A bit per event: whether its entry had `frames` (counted per
+    /// appearance in a device's trace, see [`build_trace`]).
+    pub(super) framed: Vec<u64>,
+    /// Sites by the frame handles of a traceback: a traceback seen before is
+    /// recognised by hashing its handles, without resolving its frames.
+    site_by_handles: FxHashMap<Box<[Handle]>, SiteId>,
+    /// Scratch for the handles of the list being lowered.
+    handles: Vec<Handle>,
+    /// `addr`/`size`/`device_free` values that are negative or not integers.
+    pub(super) bad_numbers: u64,
+    /// Items of `frames` lists that are trace entries (dicts with an
+    /// `action`), not frames: the snapshot is refused (see [`build_trace`]).
+    pub(super) entries_in_frames: u64,
+}
+
+impl Hook for EntryLowering {
+    fn on_list_dict(
+        &mut self,
+        dict: &[(Value, Value)],
+    ) -> std::result::Result<Option<Value>, String> {
+        if let Some(handle) = self.entry_of_dict(dict)? {
+            return Ok(Some(Value::Handle(handle)));
+        }
+        if has_key(dict, "filename") && has_key(dict, "name") {
+            let frame = frame_of(&mut self.sites, dict);
+            let handle = Handle::frame(self.frames.len())?;
+            self.frames.push(frame);
+            return Ok(Some(Value::Handle(handle)));
+        }
+        Ok(None)
+    }
+
+    /// A trace entry with a known action is lowered as soon as its pairs are
+    /// complete; its dict keeps only a marker pair `(Handle(marker), None)`,
+    /// recognised when the dict is appended to its trace list.
+    /// Anything else (unknown actions, malformed entries) waits for
+    /// [`Hook::on_list_dict`], which has the last word.
+    fn on_dict_items(
+        &mut self,
+        items: &[Value],
+    ) -> std::result::Result<Option<(Value, Value)>, String> {
+        Ok(self.lower_entry(items)?.map(marker))
+    }
+
+    /// Keys added to a trace entry after it was lowered (through the memo,
+    /// which holds its event handle): they overwrite its fields, as they
+    /// would have in its dict.
+    fn on_handle_items(
+        &mut self,
+        handle: Handle,
+        items: &[Value],
+    ) -> std::result::Result<bool, String> {
+        let Lowered::Event(index) = handle.lowered() else {
+            return Ok(false);
+        };
+        self.patch_event(index, items.chunks_exact(2).map(|c| (&c[0], &c[1])));
+        Ok(true)
+    }
+
+    /// A traceback whose frames are all frame handles becomes a one-item
+    /// list holding its site's handle, so no frames list is ever built.
+    fn on_list_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
+        let mut handles = std::mem::take(&mut self.handles);
+        handles.clear();
+        for item in items {
+            match item {
+                Value::Handle(h) => handles.push(*h),
+                _ => return Ok(None),
+            }
+        }
+        let site = self.site_of_handles(&handles);
+        self.handles = handles;
+        Ok(site.map(|site| Value::Handle(Handle::site(site))))
+    }
+
+    /// The fast paths are open to every snapshot.
+    fn fast(&mut self) -> Option<&mut dyn Records> {
+        Some(self)
+    }
+}
+
+/// Trace entries decoded straight from the pickle's bytes (see
+/// `pickle::fast`): lowered as [`Hook::on_dict_items`] lowers them.
+impl Records for EntryLowering {
+    /// [`Hook::on_dict_items`] for a record the parser decoded in place.
+    fn on_record(
+        &mut self,
+        items: &[Item<'_>],
+    ) -> std::result::Result<Option<(Value, Value)>, String> {
+        Ok(self.lower_entry(items)?.map(marker))
+    }
+
+    /// A trace entry decoded in place becomes its event handle outright: no
+    /// dict is built.
+    fn on_whole_record(
+        &mut self,
+        items: &[Item<'_>],
+    ) -> std::result::Result<Option<Value>, String> {
+        Ok(self.lower_entry(items)?.map(Value::Handle))
+    }
+}
+
+impl EntryLowering {
+    /// The site of a traceback given as its frames' handles (a traceback
+    /// seen before is found by its handles, without resolving its frames);
+    /// `None` unless every handle is a frame's.
+    fn site_of_handles(&mut self, handles: &[Handle]) -> Option<SiteId> {
+        if let Some(&site) = self.site_by_handles.get(handles) {
+            return Some(site);
+        }
+        let mut frames = Vec::with_capacity(handles.len());
+        for h in handles {
+            match h.lowered() {
+                Lowered::Frame(i) => frames.push(self.frames[i as usize]),
+                _ => return None,
+            }
+        }
+        let site = self.sites.intern_site(&frames);
+        self.site_by_handles.insert(handles.into(), site);
+        Some(site)
+    }
+
+    /// A byte count or address; anything else (a negative size) reads as 0
+    /// and is counted, so the report can say so.
+    #[inline]
+    fn uint(&mut self, value: Option<u64>) -> u64 {
+        value.unwrap_or_else(|| {
+            self.bad_numbers += 1;
+            0
+        })
+    }
+
+    /// The event handle of a trace-entry dict (lowering it unless
+    /// [`Hook::on_dict_items`] already has), or `None` if it is no entry.
+    pub(super) fn entry_of_dict(
+        &mut self,
+        dict: &[(Value, Value)],
+    ) -> std::result::Result<Option<Handle>, String> {
+        if let [(Value::Handle(marker), _), rest @ ..] = dict {
+            if let Lowered::Marker(index) = marker.lowered() {
+                // More pairs arrived in a later SETITEM(S): they overwrite.
+                self.patch_event(index, rest.iter().map(|(k, v)| (k, v)));
+                return Handle::event(index as usize).map(Some);
+            }
+        }
+        let pairs = || dict.iter().map(|(k, v)| (k, v));
+        let Some(action) = first_value(pairs(), "action") else {
+            return Ok(None);
+        };
+        let name = action
+            .as_str()
+            .ok_or_else(|| format!("trace entry action is a {}", action.type_name()))?;
+        let Some(action) = Action::parse(name) else {
+            *self.unknown_actions.entry(name.to_owned()).or_default() += 1;
+            return Ok(Some(Handle::SKIPPED));
+        };
+        self.push_event(action, pairs()).map(Some)
+    }
+
+    /// Lowers a trace entry given as its items (key0, value0, …) into a new
+    /// event if its action is known: the event's handle. `None` for anything
+    /// else, which the opcode path and [`Hook::on_list_dict`] then see as a
+    /// dict.
+    fn lower_entry<F: Field>(
+        &mut self,
+        items: &[F],
+    ) -> std::result::Result<Option<Handle>, String> {
+        let pairs = || items.chunks_exact(2).map(|c| (&c[0], &c[1]));
+        let Some(action) = pairs()
+            .find(|(k, _)| k.str() == Some("action"))
+            .and_then(|(_, v)| Action::parse(v.str()?))
+        else {
+            return Ok(None);
+        };
+        self.push_event(action, pairs()).map(Some)
+    }
+
+    /// Sets fields of the lowered event `index` from pairs that arrived
+    /// after it was lowered (they overwrite).
+    fn patch_event<'a>(&mut self, index: u32, pairs: impl Iterator<Item = (&'a Value, &'a Value)>) {
+        let mut event = self.events[index as usize];
+        if self.apply_fields(&mut event, pairs) {
+            self.framed[index as usize / 64] |= 1 << (index % 64);
+        }
+        self.events[index as usize] = event;
+    }
+
+    /// Whether the entry of event `index` had `frames`.
+    pub(super) fn is_framed(&self, index: usize) -> bool {
+        self.framed
+            .get(index / 64)
+            .is_some_and(|w| w >> (index % 64) & 1 == 1)
+    }
+
+    /// Lowers an entry's fields into a new event: its handle.
+    fn push_event<'a, F: Field + 'a>(
+        &mut self,
+        action: Action,
+        pairs: impl Iterator<Item = (&'a F, &'a F)>,
+    ) -> std::result::Result<Handle, String> {
+        let mut event = Event::new(action, 0, 0);
+        let has_frames = self.apply_fields(&mut event, pairs);
+        let index = self.events.len();
+        let handle = Handle::event(index)?;
+        self.events.push(event);
+        if index % 64 == 0 {
+            self.framed.push(0);
+        }
+        self.framed[index / 64] |= u64::from(has_frames) << (index % 64);
+        Ok(handle)
+    }
+
+    /// Sets `event`'s fields from an entry's pairs (the last of a repeated
+    /// key wins); returns whether there were `frames`.
+    fn apply_fields<'a, F: Field + 'a>(
+        &mut self,
+        event: &mut Event,
+        pairs: impl Iterator<Item = (&'a F, &'a F)>,
+    ) -> bool {
+        let mut has_frames = false;
+        for (key, value) in pairs {
+            let Some(key) = key.str() else { continue };
+            match key {
+                // An `oom` entry's address field is its `device_free`.
+                "addr" if event.action != Action::Oom => event.addr = self.uint(value.u64()),
+                "size" => event.size = self.uint(value.u64()),
+                "device_free" if event.action == Action::Oom => event.addr = self.uint(value.u64()),
+                "time_us" => event.ts_us = value.f64().unwrap_or(f64::NAN),
+                "category" => event.given = value.str().and_then(Category::parse),
+                "frames" => {
+                    has_frames = true;
+                    event.site = value.site(self);
+                }
+                _ => {}
+            }
+        }
+        has_frames
+    }
+
+    /// Interns a frames list as a site, then empties the list and leaves the
+    /// site's handle in it, so a later reference (free events share their
+    /// alloc's list) costs nothing and the frames are not held twice.
+    pub(super) fn site_of(&mut self, frames: &Value) -> SiteId {
+        let list = match frames {
+            Value::List(list) => list,
+            // A frames list lowered while it streamed in (shared by a block
+            // and its trace entries through the memo).
+            Value::Handle(h) => return site_of_handle(*h),
+            _ => return 0,
+        };
+        let mut items = list.borrow_mut();
+        if let [Value::Handle(h)] = items.as_slice() {
+            if let Lowered::Site(site) = h.lowered() {
+                return site;
+            }
+        }
+        let mut resolved = Vec::with_capacity(items.len());
+        for item in items.iter() {
+            match item {
+                Value::Handle(h) => match h.lowered() {
+                    Lowered::Frame(i) => resolved.push(self.frames[i as usize]),
+                    // The lowered first batch of a list appended to more than once.
+                    Lowered::Site(site) => resolved.extend_from_slice(self.sites.frames(site)),
+                    Lowered::Event(_) | Lowered::Skipped => self.entries_in_frames += 1,
+                    // Only the lowering holds markers (in dicts, never in lists).
+                    Lowered::Marker(_) => {}
+                },
+                Value::Dict(d) => resolved.push(frame_of(&mut self.sites, &d.borrow())),
+                // `forward_frames` style: preformatted lines.
+                Value::Str(line) => resolved.push(Frame {
+                    filename: 0,
+                    line: 0,
+                    name: self.sites.intern_str(line),
+                }),
+                _ => {}
+            }
+        }
+        let site = self.sites.intern_site(&resolved);
+        *items = vec![Value::Handle(Handle::site(site))];
+        site
+    }
+}
+
+/// A field value of a trace entry: a [`Value`], or an [`Item`] of a record
+/// the parser decoded in place (read exactly as the `Value` it stands for).
+trait Field {
+    fn u64(&self) -> Option<u64>;
+    fn f64(&self) -> Option<f64>;
+    fn str(&self) -> Option<&str>;
+    /// The site of a `frames` value.
+    fn site(&self, lowering: &mut EntryLowering) -> SiteId;
+}
+
+impl Field for Value {
+    fn u64(&self) -> Option<u64> {
+        self.as_u64()
+    }
+    fn f64(&self) -> Option<f64> {
+        self.as_f64()
+    }
+    fn str(&self) -> Option<&str> {
+        self.as_str()
+    }
+    fn site(&self, lowering: &mut EntryLowering) -> SiteId {
+        lowering.site_of(self)
+    }
+}
+
+impl Field for Item<'_> {
+    fn u64(&self) -> Option<u64> {
+        match *self {
+            Item::Int(i) => u64::try_from(i).ok(),
+            _ => None,
+        }
+    }
+    fn f64(&self) -> Option<f64> {
+        match *self {
+            Item::Float(f) => Some(f),
+            Item::Int(i) => Some(i as f64),
+            _ => None,
+        }
+    }
+    fn str(&self) -> Option<&str> {
+        match *self {
+            Item::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+    fn site(&self, _: &mut EntryLowering) -> SiteId {
+        // As `site_of` reads a handle (a lowered list is given as its handle).
+        match *self {
+            Item::Handle(h) => site_of_handle(h),
+            _ => 0,
+        }
+    }
+}
+
+/// The site of a `frames` value that is a handle: a traceback lowered while
+/// it streamed in (shared by a block and its trace entries through the
+/// memo); anything else has no site.
+fn site_of_handle(h: Handle) -> SiteId {
+    match h.lowered() {
+        Lowered::Site(site) => site,
+        _ => 0,
+    }
+}
+
+/// The pair a lowered entry's dict keeps: `(Handle(marker), None)`,
+/// recognised when the dict is appended to its trace list.
+fn marker(event: Handle) -> (Value, Value) {
+    let marker = Handle::marker(event).expect("an event's handle");
+    (Value::Handle(marker), Value::None)
+}
+
+/// The value of the first `key` among `pairs`.
+fn first_value<'a>(
+    mut pairs: impl Iterator<Item = (&'a Value, &'a Value)>,
+    key: &str,
+) -> Option<&'a Value> {
+    pairs.find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v)
+}
+
+fn has_key(dict: &[(Value, Value)], key: &str) -> bool {
+    dict.iter().any(|(k, _)| k.as_str() == Some(key))
+}
+
+/// `{"filename", "line", "name"}` → frame. FX fields and other keys are ignored.
+fn frame_of(sites: &mut Sites, dict: &[(Value, Value)]) -> Frame {
+    let mut frame = Frame {
+        filename: 0,
+        line: 0,
+        name: 0,
+    };
+    for (key, value) in dict {
+        match key.as_str() {
+            Some("filename") => frame.filename = sites.intern_str(value.as_str().unwrap_or("")),
+            Some("name") => frame.name = sites.intern_str(value.as_str().unwrap_or("")),
+            Some("line") => frame.line = value.as_u64().unwrap_or(0).min(u32::MAX as u64) as u32,
+            _ => {}
+        }
+    }
+    frame
+}
+
+/// [`EntryLowering`] with the fast paths' door closed: every opcode is
+/// interpreted one by one. The oracle of the differential tests.
+#[cfg(any(test, feature = "fuzzing"))]
+#[derive(Default)]
+pub(super) struct Plain(pub(super) EntryLowering);
+
+#[cfg(any(test, feature = "fuzzing"))]
+impl Hook for Plain {
+    fn on_list_dict(
+        &mut self,
+        dict: &[(Value, Value)],
+    ) -> std::result::Result<Option<Value>, String> {
+        self.0.on_list_dict(dict)
+    }
+    fn on_list_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
+        self.0.on_list_items(items)
+    }
+    fn on_dict_items(
+        &mut self,
+        items: &[Value],
+    ) -> std::result::Result<Option<(Value, Value)>, String> {
+        self.0.on_dict_items(items)
+    }
+    fn on_handle_items(
+        &mut self,
+        handle: Handle,
+        items: &[Value],
+    ) -> std::result::Result<bool, String> {
+        self.0.on_handle_items(handle, items)
+    }
+}

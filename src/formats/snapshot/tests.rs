@@ -1,0 +1,276 @@
+//! The snapshot reader's tests: shared frames, the differential tests of
+//! the fast paths against the plain path (fixtures, samples, the corpus and
+//! generated snapshots), and the fault each fixture is named after.
+
+use super::*;
+
+mod sharing_tests {
+    use super::*;
+
+    /// `pickle.dumps(..., protocol=4)` of a snapshot whose live block and
+    /// alloc entry share one frames list (as real dumps do through the memo;
+    /// `testdata/make_fixtures.py`).
+    pub(super) const SHARED_FRAMES: &[u8] = include_bytes!("testdata/shared_frames.pickle");
+
+    #[test]
+    fn a_frames_list_shared_by_a_block_and_an_entry_gives_both_the_site() {
+        let trace = parse_pickle(SHARED_FRAMES, &Limits::default()).unwrap();
+        let device = &trace.devices[0];
+        let block = &device.segments.as_ref().unwrap()[0].blocks[0];
+        assert_eq!(trace.sites.frames(block.site).len(), 2);
+        assert_eq!(device.events[0].site, block.site);
+        assert!(
+            !trace
+                .diagnostics
+                .iter()
+                .any(|d| d.message.contains("no frames")),
+            "{:?}",
+            trace.diagnostics
+        );
+    }
+}
+
+pub(crate) mod record_tests {
+    use super::*;
+    use crate::test_support::{corpus_dir, read_maybe_gz};
+
+    /// The plain path, the fast paths (whole and trickled) and the
+    /// read-ahead path agree on `bytes` ([`generate::all_ways`]).
+    fn both_ways(bytes: &[u8], what: &str) {
+        let agreed = std::panic::catch_unwind(|| generate::all_ways(bytes));
+        assert!(agreed.is_ok(), "{what}: the ways disagree");
+    }
+
+    #[test]
+    fn records_lowered_in_place_match_the_opcode_path() {
+        both_ways(sharing_tests::SHARED_FRAMES, "shared frames");
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut seen = 0;
+        let shared = root.join("tests/data/synthetic_shared_frames.pickle.gz");
+        let samples = glob::glob(&format!("{}/sample_traces/*.pickle.gz", root.display())).unwrap();
+        for path in samples.map(|p| p.unwrap()).chain([shared]) {
+            both_ways(&read_maybe_gz(&path), &path.display().to_string());
+            seen += 1;
+        }
+        assert!(seen > 1);
+    }
+
+    #[test]
+    #[ignore = "needs ../shared/corpus (or MEMCUT_CORPUS)"]
+    fn records_lowered_in_place_match_the_opcode_path_on_corpus_pickles() {
+        let dir = corpus_dir();
+        let pattern = format!("{}/**/*.pickle", dir.display());
+        let mut seen = 0;
+        for path in glob::glob(&pattern).unwrap() {
+            let path = path.unwrap();
+            both_ways(&std::fs::read(&path).unwrap(), &path.display().to_string());
+            seen += 1;
+        }
+        assert!(seen > 0, "no pickles in {}", dir.display());
+    }
+
+    /// `{"device_traces": [[{"action": "alloc", "addr": 16, "size": 32}]]}`,
+    /// then `"size": 64` set on the entry through the memo: while its batch
+    /// is open (`OPEN`) and after it was appended (`LATER`). Python's
+    /// `pickle.loads` gives size 64 for both.
+    const PATCHED_OPEN: &[u8] = &[
+        128, 4, 125, 148, 40, 140, 13, 100, 101, 118, 105, 99, 101, 95, 116, 114, 97, 99, 101, 115,
+        148, 93, 148, 40, 93, 148, 40, 125, 148, 40, 140, 6, 97, 99, 116, 105, 111, 110, 148, 140,
+        5, 97, 108, 108, 111, 99, 148, 140, 4, 97, 100, 100, 114, 148, 75, 16, 140, 4, 115, 105,
+        122, 101, 148, 75, 32, 117, 104, 4, 104, 8, 75, 64, 115, 48, 101, 101, 117, 46,
+    ];
+    const PATCHED_LATER: &[u8] = &[
+        128, 4, 125, 148, 40, 140, 13, 100, 101, 118, 105, 99, 101, 95, 116, 114, 97, 99, 101, 115,
+        148, 93, 148, 40, 93, 148, 40, 125, 148, 40, 140, 6, 97, 99, 116, 105, 111, 110, 148, 140,
+        5, 97, 108, 108, 111, 99, 148, 140, 4, 97, 100, 100, 114, 148, 75, 16, 140, 4, 115, 105,
+        122, 101, 148, 75, 32, 117, 101, 101, 117, 104, 4, 104, 8, 75, 64, 115, 48, 46,
+    ];
+
+    #[test]
+    fn keys_set_on_a_lowered_entry_overwrite_its_fields() {
+        for (bytes, what) in [
+            (PATCHED_OPEN, "batch open"),
+            (PATCHED_LATER, "after append"),
+        ] {
+            both_ways(bytes, what);
+            let trace = parse_pickle(bytes, &Limits::default()).unwrap();
+            assert_eq!(trace.devices[0].events[0].size, 64, "{what}");
+        }
+    }
+
+    /// A traceback list whose memo gets repeat an earlier list's bytes after
+    /// the memo slot of one of its frames was overwritten (`BINPUT` of another
+    /// frame dict): `pickle.loads` gives frames a.py, b.py for addr 32 and
+    /// c.py, b.py for addr 64. (Hand-assembled; `pickle.dump` never reuses a
+    /// slot, but a crafted file may.)
+    pub(crate) const OVERWRITTEN_FRAME: &[u8] = &[
+        128, 4, 125, 148, 40, 140, 8, 115, 101, 103, 109, 101, 110, 116, 115, 148, 93, 148, 140,
+        13, 100, 101, 118, 105, 99, 101, 95, 116, 114, 97, 99, 101, 115, 148, 93, 148, 40, 93, 148,
+        40, 125, 148, 40, 140, 6, 97, 99, 116, 105, 111, 110, 148, 140, 5, 97, 108, 108, 111, 99,
+        148, 140, 4, 97, 100, 100, 114, 148, 77, 16, 0, 140, 4, 115, 105, 122, 101, 148, 77, 0, 2,
+        140, 6, 115, 116, 114, 101, 97, 109, 148, 75, 0, 140, 6, 102, 114, 97, 109, 101, 115, 148,
+        93, 148, 40, 125, 148, 40, 140, 8, 102, 105, 108, 101, 110, 97, 109, 101, 148, 140, 4, 97,
+        46, 112, 121, 148, 140, 4, 108, 105, 110, 101, 148, 75, 1, 140, 4, 110, 97, 109, 101, 148,
+        140, 1, 102, 148, 117, 125, 148, 40, 104, 15, 140, 4, 98, 46, 112, 121, 148, 104, 17, 75,
+        2, 104, 18, 140, 1, 103, 148, 117, 101, 117, 125, 148, 40, 104, 7, 104, 8, 104, 9, 77, 32,
+        0, 104, 10, 77, 0, 2, 104, 11, 75, 0, 104, 12, 93, 148, 40, 104, 14, 104, 20, 101, 117,
+        125, 148, 40, 104, 7, 104, 8, 104, 9, 77, 48, 0, 104, 10, 77, 0, 2, 104, 11, 75, 0, 104,
+        12, 93, 148, 40, 125, 113, 14, 40, 104, 15, 140, 4, 99, 46, 112, 121, 148, 104, 17, 75, 3,
+        104, 18, 140, 1, 104, 148, 117, 101, 117, 125, 148, 40, 104, 7, 104, 8, 104, 9, 77, 64, 0,
+        104, 10, 77, 0, 2, 104, 11, 75, 0, 104, 12, 93, 148, 40, 104, 14, 104, 20, 101, 117, 101,
+        101, 117, 46,
+    ];
+
+    #[test]
+    fn equal_traceback_bytes_after_a_memo_slot_changed_give_the_new_frames() {
+        both_ways(OVERWRITTEN_FRAME, "overwritten frame");
+        let trace = parse_pickle(OVERWRITTEN_FRAME, &Limits::default()).unwrap();
+        let files = |addr: u64| -> Vec<String> {
+            let event = trace.devices[0]
+                .events
+                .iter()
+                .find(|e| e.addr == addr)
+                .unwrap();
+            let sites = &trace.sites;
+            sites
+                .frames(event.site)
+                .iter()
+                .map(|f| sites.str(f.filename).to_owned())
+                .collect()
+        };
+        assert_eq!(files(32), ["a.py", "b.py"]);
+        assert_eq!(files(48), ["c.py"]);
+        assert_eq!(files(64), ["c.py", "b.py"]);
+    }
+
+    /// The parser takes the answers of hinted runs (a sample trace's
+    /// tracebacks repeat), and they are the answers it would have found.
+    #[test]
+    fn hinted_tracebacks_are_taken_and_lowered_alike() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let bytes = read_maybe_gz(&root.join("tests/data/synthetic_shared_frames.pickle.gz"));
+        let hints = std::rc::Rc::new(pickle::GetRunHints::default());
+        hints.add(pickle::GetRunFinder::default().find(&bytes));
+        let hinted = parse_pickle_hinted(&bytes[..], &Limits::default(), Some(hints.clone()));
+        let plain = parse_pickle(&bytes[..], &Limits::default());
+        assert_eq!(format!("{hinted:?}"), format!("{plain:?}"));
+        assert!(hints.taken() > 100, "{} runs taken", hints.taken());
+    }
+
+    /// A trace entry whose frames list holds the entry itself (through the
+    /// memo), set by SETITEMS: `pickle.loads` gives `e['frames'][0] is e`.
+    /// (Found by the fuzzer: the dict was borrowed while the hook read it.)
+    const SELF_FRAMED_ENTRY: &[u8] = &[
+        128, 4, 125, 148, 40, 140, 13, 100, 101, 118, 105, 99, 101, 95, 116, 114, 97, 99, 101, 115,
+        148, 93, 148, 40, 93, 148, 40, 125, 148, 40, 140, 6, 97, 99, 116, 105, 111, 110, 148, 140,
+        5, 97, 108, 108, 111, 99, 148, 140, 4, 97, 100, 100, 114, 148, 75, 16, 140, 4, 115, 105,
+        122, 101, 148, 75, 32, 140, 6, 102, 114, 97, 109, 101, 115, 148, 93, 148, 104, 4, 97, 117,
+        101, 101, 117, 46,
+    ];
+
+    #[test]
+    fn an_entry_in_its_own_frames_is_no_panic() {
+        both_ways(SELF_FRAMED_ENTRY, "self-framed entry");
+        let trace = parse_pickle(SELF_FRAMED_ENTRY, &Limits::default()).unwrap();
+        assert_eq!(trace.devices[0].events[0].size, 32);
+    }
+
+    #[test]
+    fn truncated_records_fail_alike() {
+        let bytes = sharing_tests::SHARED_FRAMES;
+        for cut in 0..bytes.len() {
+            both_ways(&bytes[..cut], &format!("cut at {cut}"));
+        }
+    }
+}
+
+/// Regressions found by the generated snapshots below, and handles no
+/// pickle can forge.
+mod found {
+    use super::*;
+    use crate::formats::pickle::writer::{dumps, Py};
+
+    fn diagnostics(trace: &Trace) -> Vec<&str> {
+        trace
+            .diagnostics
+            .iter()
+            .map(|d| d.message.as_str())
+            .collect()
+    }
+
+    /// The same entry dict twice in a trace (a memo get): the plain path
+    /// counted it without frames twice, the fast path (which lowers the
+    /// whole record once) once. Now both count each appearance.
+    #[test]
+    fn an_entry_listed_twice_is_two_entries_without_frames_either_way() {
+        let entry = Py::dict([
+            ("action", Py::str("alloc")),
+            ("addr", Py::Int(16)),
+            ("size", Py::Int(32)),
+        ])
+        .shared();
+        let trace = Py::List(vec![entry.clone(), Py::Int(7), entry]);
+        let root = Py::dict([("device_traces", Py::List(vec![trace]))]);
+        for protocol in 2..=5 {
+            let bytes = dumps(&root, protocol);
+            generate::all_ways(&bytes).unwrap();
+            let trace = parse_pickle(&bytes[..], &Limits::default()).unwrap();
+            assert_eq!(trace.devices[0].events.len(), 2);
+            let message = "2 trace entries carry no frames (recorded without context): their sites are unknown";
+            assert!(
+                diagnostics(&trace).contains(&message),
+                "{:?}",
+                diagnostics(&trace)
+            );
+        }
+    }
+
+    /// A dict whose first key is a lowered entry (fetched from the memo)
+    /// and whose value is a bool once passed for the marker a lowered entry
+    /// keeps, and was read as that entry again; a marker is a kind of its
+    /// own now, which no memo get can fetch.
+    #[test]
+    fn a_dict_keyed_by_an_entry_is_no_marker() {
+        let entry = Py::dict([("action", Py::str("alloc")), ("addr", Py::Int(16))]).shared();
+        let keyed = Py::Dict(vec![(entry.clone(), Py::Bool(true))]);
+        let root = Py::dict([(
+            "device_traces",
+            Py::List(vec![Py::List(vec![entry, keyed])]),
+        )]);
+        for protocol in 2..=5 {
+            let bytes = dumps(&root, protocol);
+            generate::all_ways(&bytes).unwrap();
+            let trace = parse_pickle(&bytes[..], &Limits::default()).unwrap();
+            assert_eq!(trace.devices[0].events.len(), 1, "protocol {protocol}");
+        }
+    }
+
+    /// Two annotations with the same name and start, on a device and on
+    /// none, never ended: they came out in a `HashMap`'s order, which
+    /// changes from run to run (found by the `snapshot` fuzz target as the
+    /// plain and trickled parses disagreeing).
+    #[test]
+    fn annotations_open_at_the_end_come_out_in_one_order() {
+        let start = |device: Py| {
+            Py::dict([
+                ("name", Py::str("forward")),
+                ("stage", Py::str("START")),
+                ("time_us", Py::Int(144)),
+                ("device", device),
+            ])
+        };
+        let root = Py::dict([
+            ("device_traces", Py::List(vec![])),
+            (
+                "external_annotations",
+                Py::List(vec![start(Py::Int(0)), start(Py::None)]),
+            ),
+        ]);
+        let bytes = dumps(&root, 4);
+        for _ in 0..20 {
+            let trace = parse_pickle(&bytes[..], &Limits::default()).unwrap();
+            let devices: Vec<Option<i64>> = trace.annotations.iter().map(|a| a.device).collect();
+            assert_eq!(devices, [None, Some(0)]);
+        }
+    }
+}
