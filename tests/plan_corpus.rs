@@ -188,8 +188,9 @@ fn the_issue_s_corpus_files_get_plans_that_apply() {
             }
         }
     }
-    // vLLM and SGLang decode: no micro-batch or gradient-accumulation advice,
-    // a KV-cache lever first.
+    // vLLM and SGLang decode: no micro-batch or gradient-accumulation
+    // advice; the engine's preallocated KV-cache pool is the lever (a
+    // smaller KV dtype or context would only fit more tokens into it).
     for file in [
         "tracelens/tests/traces/inference/vllm_decode_full/capture_traces/graph_capture_rank_0.1773709742341309550.pt.trace.json.gz",
         "tracelens/tests/traces/inference/sglang_decode/capture_traces/bs_32_rank0.json.gz",
@@ -197,8 +198,11 @@ fn the_issue_s_corpus_files_get_plans_that_apply() {
         let plan = corpus_plan(file, &["--budget", "80%"]);
         assert_eq!(fact(&plan, "run"), "inference", "{file}");
         let names = levers(&plan["steps"]);
-        assert!(names[0].starts_with("kv_cache"), "{file}: {names:?}");
-        assert!(!names.contains(&"halve_micro_batch"), "{file}: {names:?}");
+        assert_eq!(fact(&plan, "KV cache"), "preallocated pool", "{file}");
+        assert_eq!(names[0], "kv_cache_pool", "{file}: {names:?}");
+        for not in ["halve_micro_batch", "kv_cache_quantization", "kv_cache_limit"] {
+            assert!(!names.contains(&not), "{file}: {names:?}");
+        }
         // The KV cache at the peak is inferred: the plan says it is an estimate.
         assert_eq!(plan["steps"][0]["estimate"], true, "{file}");
         assert_eq!(plan["estimate"], true, "{file}");

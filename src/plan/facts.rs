@@ -116,6 +116,9 @@ pub struct RunFacts {
     pub data_parallel: Fact<DataParallel>,
     /// Activation checkpointing in use already.
     pub checkpointing: Fact<bool>,
+    /// A serving engine (vLLM, SGLang) that preallocates its KV-cache pool
+    /// to fill a share of the GPU, whatever the dtype or context.
+    pub kv_pool: Fact<bool>,
     /// A GPU (`cuda:N`, `hip:N`, …) rather than the CPU.
     pub gpu: Fact<bool>,
     /// Expandable segments on already.
@@ -141,6 +144,7 @@ struct Signals {
     eight_bit_optimizer: Seen,
     inference: Seen,
     checkpoint: Seen,
+    serving_engine: Seen,
     collectives: Seen,
     data_parallel: Seen,
     sharded: Seen,
@@ -254,6 +258,15 @@ impl Signals {
                 || has("sglang/")
                 || has("model_executor")
                 || n.ends_with(": generate"),
+            n,
+            count,
+        );
+        self.serving_engine.note(
+            has("vllm/")
+                || has("sglang/")
+                || n.starts_with("_C_cache_ops::")
+                || n.starts_with("sglang::")
+                || n.starts_with("vllm::"),
             n,
             count,
         );
@@ -400,6 +413,7 @@ impl RunFacts {
                 "assumed",
             ),
             checkpointing: Fact::known(false, "assumed"),
+            kv_pool: Fact::known(false, "assumed"),
             gpu: Fact::known(true, "assumed"),
             expandable_segments: Fact::known(false, "assumed"),
             kept_gradients: Fact::known(0, "assumed"),
@@ -419,6 +433,17 @@ impl RunFacts {
             optimizer: optimizer(&signals),
             weights: weights(trace),
             data_parallel: data_parallel(trace, &signals, input.dp_ranks),
+            kv_pool: if signals.serving_engine.any() {
+                Fact::known(
+                    true,
+                    format!(
+                        "a serving engine that preallocates its KV-cache pool ({})",
+                        signals.serving_engine.example()
+                    ),
+                )
+            } else {
+                Fact::known(false, "no vLLM or SGLang in the trace")
+            },
             checkpointing: if signals.checkpoint.any() || allocs.recomputed > 0 {
                 let shown = if signals.checkpoint.any() {
                     signals.checkpoint.example().to_owned()
@@ -570,6 +595,17 @@ impl RunFacts {
                     &self.kept_gradients.because,
                 ),
             },
+            Condition::KvCacheGrows => match self.kv_pool.value {
+                Some(true) => Fails(format!(
+                    "{}: a smaller KV dtype or context only fits more tokens into the same pool",
+                    self.kv_pool.because
+                )),
+                _ => Holds(self.kv_pool.because.clone()),
+            },
+            Condition::KvCachePool => match self.kv_pool.value {
+                Some(true) => Holds(self.kv_pool.because.clone()),
+                _ => Fails(self.kv_pool.because.clone()),
+            },
             Condition::NotCheckpointing => match self.checkpointing.value {
                 Some(true) => Fails(self.checkpointing.because.clone()),
                 _ => Holds(self.checkpointing.because.clone()),
@@ -676,6 +712,13 @@ impl RunFacts {
             },
             &format!("{}; {}", self.gpu.because, self.expandable_segments.because),
         ));
+        if self.kv_pool.value == Some(true) {
+            out.push(line(
+                "KV cache",
+                "preallocated pool".into(),
+                &self.kv_pool.because,
+            ));
+        }
         if let Some(r) = &self.reserved_estimate {
             out.push(line("reserved memory", "estimate".into(), r));
         }

@@ -77,10 +77,16 @@ pub enum Condition {
     GradientsKeptAcrossSteps,
     /// Activations are not checkpointed already.
     NotCheckpointing,
+    /// The KV cache grows with the tokens it holds (not a pool preallocated
+    /// by a serving engine).
+    KvCacheGrows,
+    /// The KV cache is a pool a serving engine (vLLM, SGLang) preallocates
+    /// to fill a share of the GPU.
+    KvCachePool,
 }
 
 impl Condition {
-    pub const ALL: [Condition; 11] = [
+    pub const ALL: [Condition; 13] = [
         Condition::Training,
         Condition::Inference,
         Condition::Gpu,
@@ -92,6 +98,8 @@ impl Condition {
         Condition::DataParallel,
         Condition::GradientsKeptAcrossSteps,
         Condition::NotCheckpointing,
+        Condition::KvCacheGrows,
+        Condition::KvCachePool,
     ];
 
     /// The name in `--levers` files and the README.
@@ -108,6 +116,8 @@ impl Condition {
             Condition::DataParallel => "data_parallel",
             Condition::GradientsKeptAcrossSteps => "gradients_kept_across_steps",
             Condition::NotCheckpointing => "not_checkpointing",
+            Condition::KvCacheGrows => "kv_cache_grows",
+            Condition::KvCachePool => "kv_cache_pool",
         }
     }
 }
@@ -322,17 +332,25 @@ pub const CATALOGUE: &[LeverSpec] = &[
         name: "kv_cache_quantization",
         scales: &[(Target::all(C::KvCache), Times(0.5))],
         cost: Cost::Cheap,
-        action: "store the KV cache in 8 bits (vLLM kv_cache_dtype=\"fp8\", transformers QuantizedCache), if it is 16-bit now",
-        when: &[],
+        action: "store the KV cache in 8 bits (transformers QuantizedCache, KIVI-style quantisation), if it is 16-bit now",
+        when: &[W::KvCacheGrows],
         tradeoff: "small quality loss",
     },
     LeverSpec {
         name: "kv_cache_limit",
         scales: &[(Target::all(C::KvCache), Times(0.5))],
         cost: Cost::Cheap,
-        action: "halve the KV cache: a shorter maximum context (max_model_len) or fewer concurrent sequences (max_num_seqs), or a paged cache that holds only the tokens in use",
-        when: &[W::Inference],
+        action: "halve the KV cache: a shorter maximum context or fewer sequences at once, or a paged cache that holds only the tokens in use",
+        when: &[W::Inference, W::KvCacheGrows],
         tradeoff: "shorter contexts or fewer sequences at once",
+    },
+    LeverSpec {
+        name: "kv_cache_pool",
+        scales: &[(Target::all(C::KvCache), Times(0.5))],
+        cost: Cost::Cheap,
+        action: "give the engine a smaller share of the GPU (vLLM gpu_memory_utilization, SGLang mem_fraction_static): it fills that share with KV-cache blocks",
+        when: &[W::KvCachePool],
+        tradeoff: "half the cached tokens: fewer sequences at once or shorter contexts (fp8 kv_cache_dtype then holds as many tokens as before)",
     },
     LeverSpec {
         name: "optimizer_8bit",
@@ -394,7 +412,7 @@ pub const CATALOGUE: &[LeverSpec] = &[
         name: "weight_quantization",
         scales: &[(Target::all(C::Parameter), EightBitWeights)],
         cost: Cost::Accuracy,
-        action: "load the weights in 8 bits (bitsandbytes LLM.int8, torchao int8 weight-only); 4-bit halves them again",
+        action: "load the weights in 8 bits (bitsandbytes LLM.int8, torchao int8 weight-only; from fp32 weights, bf16 alone halves them); 4-bit halves them again",
         when: &[W::Inference, W::WeightsNotQuantized],
         tradeoff: "check the quality; int8 matmuls may be slower",
     },
@@ -402,8 +420,10 @@ pub const CATALOGUE: &[LeverSpec] = &[
         name: "bf16_weights",
         scales: &[(Target::all(C::Parameter), Times(0.5))],
         cost: Cost::Accuracy,
-        action: "keep the fp32 weights in bf16 (load with torch_dtype=torch.bfloat16; in training, pure-bf16 weights)",
-        when: &[W::WeightsFp32],
+        action: "train with bf16 weights (pure-bf16 training; keep an eye on updates below bf16 resolution)",
+        // Inference has weight_quantization, which counts fp32 → 8-bit as
+        // ×0.25: the two together would count the bf16 half twice.
+        when: &[W::Training, W::WeightsFp32],
         tradeoff: "bf16 rounding; in training, updates smaller than bf16 resolution are lost",
     },
 ];

@@ -752,6 +752,32 @@ mod tests {
     }
 
     #[test]
+    fn a_serving_engine_s_kv_pool_is_cut_by_its_share_not_its_dtype() {
+        let demand = Demand::from_series(&[
+            (Category::Parameter, vec![100, 100]),
+            (Category::KvCache, vec![800, 800]),
+        ]);
+        let mut engine = RunFacts::for_tests(Some(Mode::Inference));
+        engine.kv_pool = facts::Fact {
+            value: Some(true),
+            because: "vLLM".into(),
+        };
+        let p = plan(&demand, &engine, 800);
+        let names: Vec<&str> = p.steps.iter().map(|s| s.lever.as_str()).collect();
+        assert_eq!(names, ["kv_cache_pool"]);
+        for lever in ["kv_cache_quantization", "kv_cache_limit", "bf16_weights"] {
+            let c = p.considered.iter().find(|c| c.lever == lever).unwrap();
+            assert_eq!(c.outcome, "not_applicable", "{c:?}");
+        }
+        // Without an engine the KV cache grows with the tokens: its dtype
+        // and length are the levers, and the pool lever does not apply.
+        let generate = RunFacts::for_tests(Some(Mode::Inference));
+        let p = plan(&demand, &generate, 800);
+        assert_eq!(p.steps[0].lever, "kv_cache_quantization");
+        assert!(p.considered.iter().any(|c| c.lever == "kv_cache_pool"));
+    }
+
+    #[test]
     fn oom_plan_counts_the_request_and_the_cache() {
         let oom = OomFinding {
             event_index: 0,
