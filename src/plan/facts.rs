@@ -992,7 +992,7 @@ fn inferred(peak: &[LiveAllocation]) -> Vec<(Category, String)> {
             (
                 c,
                 format!(
-                    "{} of its {} existed before the recording; its category is inferred from a frame or assumed",
+                    "{} of its {} existed before the recording; its category is inferred, not observed (see before_recording)",
                     h(inferred),
                     h(total)
                 ),

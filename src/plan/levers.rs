@@ -539,4 +539,28 @@ mod tests {
             assert_eq!(json, format!("\"{}\"", c.as_str()));
         }
     }
+
+    /// The README's lever table names every lever of the catalogue with
+    /// each of its conditions.
+    #[test]
+    fn the_readme_lever_table_follows_the_catalogue() {
+        let readme = include_str!("../../README.md");
+        for spec in CATALOGUE {
+            let row = readme
+                .lines()
+                .find(|l| {
+                    l.starts_with(&format!("| {} |", spec.name))
+                        || (spec.name.ends_with("_sharding") && l.contains(" sharding | ×1/N"))
+                })
+                .unwrap_or_else(|| panic!("README: no row for {}", spec.name));
+            for c in spec.when {
+                assert!(
+                    row.contains(c.as_str()),
+                    "README, {}: no {}",
+                    spec.name,
+                    c.as_str()
+                );
+            }
+        }
+    }
 }
