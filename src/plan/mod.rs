@@ -591,7 +591,7 @@ fn verdict_and_reason(
     let after = if names.is_empty() {
         "with no lever that lowers it by 1% or more,".to_owned()
     } else {
-        format!("after {}", names.join(" + "))
+        format!("after {},", names.join(" + "))
     };
     let sharding_could = facts.dp_ranks() <= 1
         && facts.mode.value != Some(facts::Mode::Inference)
