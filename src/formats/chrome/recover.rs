@@ -315,6 +315,13 @@ pub(super) fn recover<'a>(
                             col.set_device_props(props);
                         }
                     }
+                    b"distributedInfo" => {
+                        if let Ok(info) =
+                            serde_json::from_slice::<serde_json::Value>(&sanitize(slice).bytes)
+                        {
+                            col.set_distributed(&info);
+                        }
+                    }
                     b"baseTimeNanoseconds" => {
                         col.set_base_time(
                             serde_json::from_slice::<Num>(slice).ok().and_then(Num::i64),
