@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
-use memcut::{Headroom, Order, OutputFormat};
+use memcut::{BudgetSpec, Headroom, Order, OutputFormat};
 
 /// A report format on the command line (the library's [`OutputFormat`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -147,10 +147,11 @@ fn parse_percent(s: &str) -> Result<f64, String> {
 /// What the cut plan is planned against (shared by every command that plans).
 #[derive(Debug, Args)]
 pub struct BudgetArgs {
-    /// Memory budget per device: 80GiB, 79.6GB, 512MiB or bytes (GB = 10^9, GiB = 2^30)
+    /// Memory budget per device: 80GiB, 79.6GB, 512MiB or bytes (GB = 10^9, GiB = 2^30),
+    /// or a share of each device's observed peak (80%)
     /// [default: the device's memory if the trace says, else free + reserved at an OOM].
-    #[arg(long, value_name = "SIZE", allow_hyphen_values = true, value_parser = memcut::parse_positive_size)]
-    pub budget: Option<u64>,
+    #[arg(long, value_name = "SIZE|PCT", allow_hyphen_values = true, value_parser = parse_budget)]
+    pub budget: Option<BudgetSpec>,
     /// Room kept free below the budget: a percentage of the budget (10%) or a
     /// size with a unit (2GiB); smaller than the budget.
     #[arg(long, value_name = "PCT|SIZE", default_value = "10%", allow_hyphen_values = true, value_parser = parse_headroom)]
@@ -169,6 +170,15 @@ pub struct BudgetArgs {
 
 /// `--headroom`: a percentage or a size with a unit. A bare number other
 /// than 0 is refused: `10` would be ten bytes, which nobody means.
+/// `--budget`: a share of the observed peak (`80%`), or a positive size.
+fn parse_budget(s: &str) -> Result<BudgetSpec, memcut::SizeError> {
+    if s.trim().ends_with('%') {
+        BudgetSpec::parse(s)
+    } else {
+        memcut::parse_positive_size(s).map(BudgetSpec::Bytes)
+    }
+}
+
 fn parse_headroom(s: &str) -> Result<Headroom, memcut::SizeError> {
     let t = s.trim();
     if t.starts_with('-') {

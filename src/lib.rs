@@ -101,16 +101,18 @@ pub use plan::components::{
     self as components, parse_components, plan_components, Component, ComponentReport,
     ComponentsError,
 };
-pub use plan::levers::{parse_levers, Cost, Lever, LeversError};
+pub use plan::levers::{parse_levers, Condition, Cost, Lever, LeversError};
+pub use plan::pools::Target;
 pub use plan::search::Order;
-pub use plan::{Headroom, PlanOptions};
+pub use plan::{BudgetSpec, Headroom, PlanOptions};
 pub use report::{render, render_diff, OutputFormat};
 pub use schema::{
-    Attribution, BeforeRecordingPart, BlockSpan, BlockUse, CategoryChange, Change, DeviceDiff,
-    DeviceReport, DiffReport, DiffTimeline, EventRef, LiveAllocation, NormalisedSeries, OomFinding,
-    OomPlan, Peak, PeakCategories, PeakCheck, PeakInstant, Plan, PlanStep, PlanSummary, Report,
-    ReportedInstant, SegmentMap, SegmentState, SegmentsView, SiteChange, SiteStatus, SourceInfo,
-    StackTable, TimelineSeries, Tool, TopSite, Verdict, DIFF_SCHEMA_VERSION, SCHEMA_VERSION,
+    Attribution, BeforeRecordingPart, BlockSpan, BlockUse, CategoryChange, Change, ConsideredLever,
+    DeviceDiff, DeviceReport, DiffReport, DiffTimeline, EventRef, Headline, LiveAllocation,
+    NormalisedSeries, OomFinding, OomPlan, Peak, PeakCategories, PeakCheck, PeakInstant, Plan,
+    PlanFact, PlanStep, PlanSummary, Report, ReportedInstant, SegmentMap, SegmentState,
+    SegmentsView, SiteChange, SiteStatus, SourceInfo, StackTable, TimelineSeries, Tool, TopSite,
+    Verdict, DIFF_SCHEMA_VERSION, SCHEMA_VERSION,
 };
 pub use units::{human_bytes, parse_positive_size, parse_size, SizeError};
 

@@ -294,7 +294,9 @@ fn warn(name: &str, report: &Report) -> bool {
 
 /// The planner's options from the command line (`--levers` is read here).
 fn plan_options(args: &BudgetArgs) -> Result<memcut::PlanOptions, String> {
-    if let (Some(budget), memcut::Headroom::Bytes(room)) = (args.budget, args.headroom) {
+    if let (Some(memcut::BudgetSpec::Bytes(budget)), memcut::Headroom::Bytes(room)) =
+        (args.budget, args.headroom)
+    {
         if room >= budget {
             return Err(format!(
                 "--headroom {} leaves nothing of --budget {}: the headroom must be smaller than the budget",
@@ -308,7 +310,9 @@ fn plan_options(args: &BudgetArgs) -> Result<memcut::PlanOptions, String> {
         None => None,
     };
     let mut options = memcut::PlanOptions::default();
-    options.budget = args.budget;
+    if let Some(budget) = args.budget {
+        options.set_budget(budget);
+    }
     options.headroom = args.headroom;
     options.dp_ranks = args.dp_ranks;
     options.levers = levers;

@@ -338,6 +338,25 @@ pub struct Annotation {
     pub end_us: f64,
 }
 
+/// What a trace says about the run as a whole, beyond its memory events.
+/// The planner reads it (`plan::facts`) to decide which levers apply to the
+/// run: training or inference, the optimizer, the weights' dtype, data
+/// parallelism, the allocator's settings.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RunInfo {
+    /// Chrome traces: every operator, Python-function and annotation name
+    /// of the whole trace (not only those open at a memory event) with its
+    /// number of calls, sorted by name. Empty for other formats, whose
+    /// evidence is in their frames.
+    pub operators: Vec<(String, u64)>,
+    /// Chrome traces recorded with `record_shapes`: the dtype (`Input type`)
+    /// of the weight of each linear layer or library GEMM call, with counts,
+    /// sorted.
+    pub weight_dtypes: Vec<(Dtype, u64)>,
+    /// Snapshots: `allocator_settings.expandable_segments`.
+    pub expandable_segments: Option<bool>,
+}
+
 /// How much a [`Diagnostic`] matters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -396,6 +415,8 @@ pub struct Trace {
     /// Which rank of a distributed job recorded the trace, when the file
     /// says (Kineto `distributedInfo`).
     pub distributed: Option<Distributed>,
+    /// Evidence about the run that no memory event carries.
+    pub run: RunInfo,
     /// Operator calls that say something about memory no event names
     /// (Chrome traces; empty for other formats).
     pub evidence: Vec<OperatorCall>,
@@ -425,6 +446,7 @@ impl Trace {
             annotations: Vec::new(),
             diagnostics: Vec::new(),
             distributed: None,
+            run: RunInfo::default(),
             evidence: Vec::new(),
         }
     }
@@ -676,6 +698,12 @@ impl Sites {
 
     pub fn str(&self, id: StrId) -> &str {
         &self.strings[id as usize]
+    }
+
+    /// Every interned string (file names, function and operator names), in
+    /// the order they were first seen.
+    pub fn strings(&self) -> impl Iterator<Item = &str> {
+        self.strings.iter().map(|s| &**s)
     }
 
     /// The frames of a site, innermost first.

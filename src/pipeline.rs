@@ -7,8 +7,11 @@ use std::path::{Path, PathBuf};
 
 use crate::classify::{parse_rules, RulesError, UserRule};
 use crate::error::{Error, Result};
-use crate::model::Trace;
+use crate::model::{DeviceTrace, Trace};
+use crate::plan::demand::Demand;
+use crate::plan::facts::{FactsInput, Mode, RunFacts};
 use crate::plan::levers::{parse_levers, Lever, LeversError};
+use crate::plan::pools::{Overlay, OverlayInput};
 use crate::schema::{Report, SourceInfo};
 use crate::{analysis, input, plan};
 
@@ -75,20 +78,41 @@ pub fn read_rules_file(path: &Path) -> std::result::Result<Vec<UserRule>, Option
 /// Runs the whole pipeline on a trace already parsed.
 pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions) -> Report {
     let devices = analysis::classify_devices(trace, &options.analysis);
-    // The planner's demand needs only the timelines: made meanwhile.
-    let (mut report, demands) = rayon::join(
+    let selected: Vec<&DeviceTrace> = analysis::selected(trace, &options.analysis).collect();
+    // The planner's evidence and demand need only the classified
+    // timelines: made meanwhile.
+    let (mut report, planned) = rayon::join(
         || analysis::report(trace, source, &devices, &options.analysis),
         || {
             devices
                 .iter()
-                .map(|d| plan::demand::Demand::from_timeline(&d.timeline))
+                .zip(&selected)
+                .map(|(d, device)| {
+                    let input = FactsInput {
+                        device,
+                        classes: &d.classes,
+                        dp_ranks: options.plan.dp_ranks,
+                    };
+                    let facts = RunFacts::gather(trace, &input);
+                    let training = facts.mode.value == Some(Mode::Training);
+                    let overlay =
+                        Overlay::build(&d.timeline, &d.classes, OverlayInput { training });
+                    (facts, Demand::from_timeline(&d.timeline, overlay))
+                })
                 .collect::<Vec<_>>()
         },
     );
-    let selected = analysis::selected(trace, &options.analysis);
-    for ((d, demand), device) in report.devices.iter_mut().zip(&demands).zip(selected) {
+    for ((d, (mut facts, demand)), device) in report.devices.iter_mut().zip(planned).zip(selected) {
+        if let Some(overlay) = demand.overlay() {
+            facts.complete(&demand.max_by_pool(), overlay, &d.peak.allocations);
+        }
         let describe = |p: usize| analysis::describe_position(trace, device, p);
-        d.plan = plan::plan_for(d, demand, &options.plan, &describe);
+        let input = plan::PlanInput {
+            demand: &demand,
+            facts: &facts,
+            describe: &describe,
+        };
+        d.plan = plan::plan_for(d, &input, &options.plan);
     }
     report
 }

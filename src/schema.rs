@@ -386,6 +386,11 @@ pub struct Plan {
     pub budget_bytes: u64,
     pub headroom_bytes: u64,
     pub target_bytes: u64,
+    /// What a report leads with: the failed allocation's plan when the
+    /// trace holds an OOM (the question a post-mortem asks), else the
+    /// replayed peak's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headline: Option<Headline>,
     /// Peak of the demand (allocated + allocator cache) before any cut.
     pub peak_before_bytes: u64,
     pub steps: Vec<PlanStep>,
@@ -404,6 +409,57 @@ pub struct Plan {
     /// The same levers planned for the instant of the (first) failed allocation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom_plan: Option<OomPlan>,
+    /// The verdict rests on an estimate (`estimate_reason` says which).
+    #[serde(default)]
+    pub estimate: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate_reason: Option<String>,
+    /// The smallest saving a step must make: 1% of the peak (at least 1 B).
+    #[serde(default)]
+    pub min_step_bytes: u64,
+    /// Levers that are not steps, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub considered: Vec<ConsideredLever>,
+    /// What the trace shows about the run, with the evidence: why a lever
+    /// applies or not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub facts: Vec<PlanFact>,
+}
+
+/// The verdict a report leads with ([`Plan::headline`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Headline {
+    /// `oom` (the failed allocation: [`Plan::oom_plan`]) or `peak` (the
+    /// replayed peak: the plan's own steps).
+    pub about: String,
+    pub verdict: Verdict,
+    pub reason: String,
+    pub estimate: bool,
+}
+
+/// A lever the planner did not make a step, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ConsideredLever {
+    pub lever: String,
+    /// `not_applicable` (the run's evidence rules it out), `negligible`
+    /// (it would lower the peak by less than 1% of it) or `no_effect`
+    /// (nothing it cuts is live at the peak).
+    pub outcome: String,
+    pub reason: String,
+    /// What it would lower the peak by after the plan's steps.
+    pub saved_bytes: u64,
+}
+
+/// One fact about the run and the evidence for it (`run`: `training`,
+/// because `412 allocations in backward, …`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PlanFact {
+    pub fact: String,
+    pub value: String,
+    pub because: String,
 }
 
 /// One lever applied, and the whole timeline's peak after it.
@@ -428,6 +484,25 @@ pub struct PlanStep {
     /// Whether this step moved the peak to another instant.
     #[serde(default)]
     pub peak_moved: bool,
+    /// The exact targets and factors (`activation.saved_for_backward`:
+    /// 0.3); `scales` shows them by category.
+    #[serde(default)]
+    pub targets: BTreeMap<String, f64>,
+    /// Why the lever applies to this run: the evidence for its conditions.
+    #[serde(default)]
+    pub because: String,
+    /// What the step rests on that the trace does not show (`if the
+    /// weights are fp32`); such steps come after every certain one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
+    /// What the cost means here (`≈ one extra forward per step`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tradeoff: Option<String>,
+    /// The saving rests on an estimated quantity (`estimate_reason`).
+    #[serde(default)]
+    pub estimate: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate_reason: Option<String>,
 }
 
 /// Whether the peak fits the target.
@@ -453,10 +528,10 @@ impl Verdict {
 }
 
 /// The plan for the instant an allocation failed: demand = bytes allocated
-/// just before the failure (by category) + the failed request (counted as
-/// `unknown`: no lever is assumed to shrink it). The allocator cache is left
-/// out: what failed is the request, and the question is whether the live
-/// tensors plus the request fit the target at all.
+/// just before the failure (by category) + the allocator cache then
+/// (reserved − allocated, when known: fragmentation is a reason requests
+/// fail) + the failed request (counted as `unknown`: no lever is assumed to
+/// shrink it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct OomPlan {
@@ -468,6 +543,11 @@ pub struct OomPlan {
     pub verdict: Verdict,
     pub gap_bytes: u64,
     pub reason: String,
+    /// The verdict rests on an estimate (`estimate_reason` says which).
+    #[serde(default)]
+    pub estimate: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate_reason: Option<String>,
 }
 
 mod diff;

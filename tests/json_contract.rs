@@ -233,6 +233,9 @@ struct Plan {
     budget_bytes: u64,
     headroom_bytes: u64,
     target_bytes: u64,
+    /// What the report leads with: the OOM's plan when there is one.
+    #[serde(default)]
+    headline: Option<Headline>,
     peak_before_bytes: u64,
     steps: Vec<PlanStep>,
     estimated_peak_bytes: u64,
@@ -244,6 +247,57 @@ struct Plan {
     /// Left out when there is no OOM.
     #[serde(default)]
     oom_plan: Option<OomPlan>,
+    estimate: bool,
+    #[serde(default)]
+    estimate_reason: Option<String>,
+    min_step_bytes: u64,
+    /// Left out when empty.
+    #[serde(default)]
+    considered: Vec<ConsideredLever>,
+    /// Left out when empty.
+    #[serde(default)]
+    facts: Vec<PlanFact>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Headline {
+    about: HeadlineAbout,
+    verdict: Verdict,
+    reason: String,
+    estimate: bool,
+}
+
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum HeadlineAbout {
+    Oom,
+    Peak,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConsideredLever {
+    lever: String,
+    outcome: ConsideredOutcome,
+    reason: String,
+    saved_bytes: u64,
+}
+
+#[derive(Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum ConsideredOutcome {
+    NotApplicable,
+    Negligible,
+    NoEffect,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanFact {
+    fact: String,
+    value: String,
+    because: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -259,6 +313,16 @@ struct PlanStep {
     scales: BTreeMap<Category, f64>,
     peak_event_index: u64,
     peak_moved: bool,
+    targets: BTreeMap<String, f64>,
+    because: String,
+    /// Left out when the lever's conditions all hold.
+    #[serde(default)]
+    condition: Option<String>,
+    #[serde(default)]
+    tradeoff: Option<String>,
+    estimate: bool,
+    #[serde(default)]
+    estimate_reason: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -271,6 +335,8 @@ enum Cost {
     Compute,
     #[serde(rename = "costs bandwidth")]
     Bandwidth,
+    #[serde(rename = "costs accuracy")]
+    Accuracy,
 }
 
 #[derive(Debug, Deserialize)]
@@ -284,6 +350,9 @@ struct OomPlan {
     verdict: Verdict,
     gap_bytes: u64,
     reason: String,
+    estimate: bool,
+    #[serde(default)]
+    estimate_reason: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -319,6 +388,45 @@ struct Diagnostic {
 enum Level {
     Info,
     Warning,
+}
+
+/// A plan's steps each save at least 1% of the peak, and add up to the
+/// total reduction; the headline is the OOM's plan when there is one.
+fn check_plan(what: &str, plan: &Plan) {
+    let totals = [(
+        plan.peak_before_bytes,
+        plan.estimated_peak_bytes,
+        &plan.steps,
+    )]
+    .into_iter()
+    .chain(
+        plan.oom_plan
+            .iter()
+            .map(|o| (o.demand_bytes, o.estimated_peak_bytes, &o.steps)),
+    );
+    for (before, after, steps) in totals {
+        let saved: u64 = steps.iter().map(|s| s.saved_bytes).sum();
+        assert_eq!(saved, before - after, "{what}: the steps add up");
+        for s in steps {
+            assert!(
+                s.saved_bytes >= plan.min_step_bytes.min(1),
+                "{what}: {}",
+                s.lever
+            );
+        }
+    }
+    assert!(
+        plan.steps
+            .iter()
+            .all(|s| s.saved_bytes >= plan.min_step_bytes),
+        "{what}"
+    );
+    let headline = plan.headline.as_ref().expect("a headline");
+    let about = match plan.oom_plan {
+        Some(_) => HeadlineAbout::Oom,
+        None => HeadlineAbout::Peak,
+    };
+    assert_eq!(headline.about, about, "{what}");
 }
 
 fn manifest() -> &'static Path {
@@ -444,6 +552,9 @@ fn check(what: &str, text: &str) -> Report {
                 d.device,
                 a.addr
             );
+        }
+        if let Some(plan) = &d.plan {
+            check_plan(what, plan);
         }
     }
     report

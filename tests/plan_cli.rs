@@ -379,20 +379,23 @@ fn corpus_plans_make_sense() {
         );
         assert_eq!(plan["verdict"], "fits_after_cuts");
 
-        // Tighter: the peak moves to the optimizer step once activations are cut.
+        // Tighter: Adam's state (from before the recording) is live in
+        // backward too, so the 8-bit optimizer is a step there, before the
+        // costlier checkpointing.
         let v = analyze_json(&medium, &["--budget", "8GiB"]);
-        let steps = v["devices"][0]["plan"]["steps"].as_array().unwrap().clone();
+        let plan = &v["devices"][0]["plan"];
+        let names = lever_names(plan);
+        let at = |l: &str| names.iter().position(|n| n == l);
         assert!(
-            steps.iter().any(|s| s["peak_moved_to"]
-                .as_str()
-                .unwrap()
-                .contains("Optimizer.step")),
-            "{steps:?}"
+            at("optimizer_8bit") < at("activation_checkpointing"),
+            "{names:?}"
         );
+        assert!(at("optimizer_8bit").is_some(), "{names:?}");
+        assert_eq!(plan["verdict"], "fits_after_cuts");
     }
     let silmont = corpus.join("cs336-silmont2000/mem_snapshot.pickle");
     {
-        let v = analyze_json(&silmont, &["--budget", "2GiB"]);
+        let v = analyze_json(&silmont, &["--budget", "3GiB"]);
         let plan = &v["devices"][0]["plan"];
         assert_eq!(lever_names(plan)[0], "expandable_segments");
         assert_eq!(plan["verdict"], "fits_after_cuts");

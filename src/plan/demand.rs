@@ -1,25 +1,35 @@
-//! Demand: a device's memory by category at every position of its
-//! timeline, and the peak of it under any factors, found without a table
-//! of every position.
+//! Demand: a device's memory by pool (category, or part of one: see
+//! [`super::pools`]) at every position of its timeline, and the peak of it
+//! under any factors, found without a table of every position.
 
-use super::NCAT;
+use super::pools::{Overlay, OverlayWalk, Part, NPOOL};
 use crate::model::Category;
 use crate::timeline::{DeviceTimeline, Walk};
 
-/// A device's memory demand at every position of its timeline, by category:
+/// Bytes by pool at one position.
+pub type Row = [u64; NPOOL];
+
+/// A device's memory demand at every position of its timeline, by pool:
 /// allocated bytes by category (what the replay cannot attribute is
-/// `unknown`) plus `allocator_cache` = reserved − allocated where reserved is
-/// known.
+/// `unknown`), the parts of categories that some lever acts on alone moved
+/// into their own pools, plus `allocator_cache`: the allocator's overhead.
+///
+/// **The allocator's overhead is one number**, reserved peak − allocated
+/// peak, added at every position. A caching allocator keeps what the
+/// allocated peak needed plus its fragmentation; cutting tensors lowers the
+/// allocated peak and what it reserves with it, so the cache left behind at
+/// quieter instants (reserved − allocated there) is not a demand of its own.
+/// Before any cut the peak of the demand is the reserved peak.
 ///
 /// A 1M-event trace has 1M positions, and the planner asks for the peak
-/// under new factors after every lever, so the rows are not stored: the
-/// positions are cut into blocks of [`BLOCK`], each keeping the state of the
-/// replay at its start and the componentwise maximum of its rows. A peak
-/// search replays only the blocks whose maximum, scaled, can still reach the
-/// best total found so far.
+/// under new factors many times, so the rows are not stored: the positions
+/// are cut into blocks of [`BLOCK`], each keeping the state of the replay at
+/// its start and the componentwise maximum of its rows. A peak search
+/// replays only the blocks whose maximum, scaled, can still reach the best
+/// total found so far.
 #[derive(Clone)]
 pub struct Demand<'a> {
-    cats: Vec<Category>,
+    pools: Vec<usize>,
     positions: usize,
     rows: Rows<'a>,
     block_max: Vec<BlockMax>,
@@ -27,16 +37,26 @@ pub struct Demand<'a> {
 
 /// What bounds a block's rows: their componentwise maximum, and the largest
 /// row total and tensor (non-cache) total.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 struct BlockMax {
-    per_category: [u64; NCAT],
+    per_pool: Row,
     total: u64,
     tensors: u64,
 }
 
+impl Default for BlockMax {
+    fn default() -> BlockMax {
+        BlockMax {
+            per_pool: [0; NPOOL],
+            total: 0,
+            tensors: 0,
+        }
+    }
+}
+
 impl BlockMax {
-    fn add(&mut self, row: &[u64; NCAT]) {
-        for (m, v) in self.per_category.iter_mut().zip(row) {
+    fn add(&mut self, row: &Row) {
+        for (m, v) in self.per_pool.iter_mut().zip(row) {
             *m = (*m).max(*v);
         }
         let total: u64 = row.iter().sum();
@@ -53,48 +73,54 @@ pub(crate) const BLOCK: usize = 128;
 #[derive(Clone)]
 enum Rows<'a> {
     /// Every row (small demands: an OOM instant, tests).
-    Table(Vec<[u64; NCAT]>),
-    /// Rows replayed from the timeline's category deltas, from the walk
-    /// state saved at each block's start.
+    Table(Vec<Row>),
+    /// Rows replayed from the timeline's category changes and the parts'
+    /// overlay, from the walk states saved at each block's start.
     Timeline {
         tl: &'a DeviceTimeline,
-        starts: Vec<Walk>,
+        overlay: Overlay,
+        overhead: u64,
+        starts: Vec<(Walk, OverlayWalk)>,
     },
 }
 
 impl<'a> Demand<'a> {
-    /// Builds the demand from a replayed, classified device: one walk over
-    /// its positions, O(positions + allocations), O(positions / [`BLOCK`])
-    /// memory.
-    pub fn from_timeline(tl: &'a DeviceTimeline) -> Demand<'a> {
+    /// Builds the demand from a replayed, classified device and the parts
+    /// of its categories: one walk over its positions, O(positions +
+    /// allocations), O(positions / [`BLOCK`]) memory.
+    pub fn from_timeline(tl: &'a DeviceTimeline, overlay: Overlay) -> Demand<'a> {
         let positions = tl.replay.positions() as usize;
+        let overhead = allocator_overhead(tl);
         let mut starts = Vec::with_capacity(positions.div_ceil(BLOCK));
         let mut block_max = Vec::with_capacity(positions.div_ceil(BLOCK));
-        let mut walk = Walk::default();
+        let mut walk = (Walk::default(), OverlayWalk::default());
         for start in (0..positions).step_by(BLOCK) {
             starts.push(walk.clone());
             let mut max = BlockMax::default();
             walk_rows(
                 &mut walk,
                 tl,
+                &overlay,
+                overhead,
                 start..(start + BLOCK).min(positions),
                 |_, row| max.add(row),
             );
             block_max.push(max);
         }
-        Demand::new(positions, Rows::Timeline { tl, starts }, block_max)
+        Demand::new(
+            positions,
+            Rows::Timeline {
+                tl,
+                overlay,
+                overhead,
+                starts,
+            },
+            block_max,
+        )
     }
 
-    /// Builds a demand from per-category series of equal length (repeated
-    /// categories add up).
-    pub fn from_series(series: &[(Category, Vec<u64>)]) -> Demand<'static> {
-        let positions = series.iter().map(|(_, v)| v.len()).max().unwrap_or(0);
-        let mut rows = vec![[0u64; NCAT]; positions];
-        for (c, v) in series {
-            for (row, x) in rows.iter_mut().zip(v) {
-                row[c.index()] += x;
-            }
-        }
+    /// Builds a demand from rows by pool.
+    pub fn from_rows(rows: Vec<Row>) -> Demand<'static> {
         let block_max = rows
             .chunks(BLOCK)
             .map(|block| {
@@ -103,31 +129,63 @@ impl<'a> Demand<'a> {
                 max
             })
             .collect();
-        Demand::new(positions, Rows::Table(rows), block_max)
+        Demand::new(rows.len(), Rows::Table(rows), block_max)
+    }
+
+    /// Builds a demand from per-category series of equal length (repeated
+    /// categories add up; `allocator_cache` is taken as given).
+    #[cfg(test)]
+    pub fn from_series(series: &[(Category, Vec<u64>)]) -> Demand<'static> {
+        let positions = series.iter().map(|(_, v)| v.len()).max().unwrap_or(0);
+        let mut rows = vec![[0u64; NPOOL]; positions];
+        for (c, v) in series {
+            for (row, x) in rows.iter_mut().zip(v) {
+                row[c.index()] += x;
+            }
+        }
+        Demand::from_rows(rows)
     }
 
     fn new(positions: usize, rows: Rows<'a>, block_max: Vec<BlockMax>) -> Demand<'a> {
-        let cats = Category::ALL
-            .into_iter()
-            .filter(|c| block_max.iter().any(|m| m.per_category[c.index()] > 0))
+        let pools = (0..NPOOL)
+            .filter(|&p| block_max.iter().any(|m| m.per_pool[p] > 0))
             .collect();
         Demand {
-            cats,
+            pools,
             positions,
             rows,
             block_max,
         }
     }
 
-    /// Bytes by category at a position, each category scaled by its factor
+    /// The parts' overlay the demand was made with (empty for a table).
+    pub fn overlay(&self) -> Option<&Overlay> {
+        match &self.rows {
+            Rows::Timeline { overlay, .. } => Some(overlay),
+            Rows::Table(_) => None,
+        }
+    }
+
+    /// The largest bytes each pool holds at any position.
+    pub fn max_by_pool(&self) -> Row {
+        let mut out = [0u64; NPOOL];
+        for m in &self.block_max {
+            for (o, v) in out.iter_mut().zip(&m.per_pool) {
+                *o = (*o).max(*v);
+            }
+        }
+        out
+    }
+
+    /// Bytes by pool at a position, each pool scaled by its factor
     /// (rounded to whole bytes).
-    pub fn scaled_at(&self, position: usize, factors: &[f64; NCAT]) -> [u64; NCAT] {
-        let mut out = [0u64; NCAT];
+    pub fn scaled_at(&self, position: usize, factors: &[f64; NPOOL]) -> Row {
+        let mut out = [0u64; NPOOL];
         if position < self.positions {
             self.visit_block(position / BLOCK, |p, row| {
                 if p == position {
-                    for c in &self.cats {
-                        out[c.index()] = scale(row[c.index()], factors[c.index()]);
+                    for &c in &self.pools {
+                        out[c] = scale(row[c], factors[c]);
                     }
                 }
             });
@@ -137,17 +195,15 @@ impl<'a> Demand<'a> {
 
     /// The peak of the scaled total over the whole timeline and its position.
     /// Ties go to the position with the most allocated (non-cache) bytes,
-    /// then the earliest: reserved memory often plateaus at its maximum, and
-    /// the instant that matters is where the tensors peak.
+    /// then the earliest.
     ///
     /// Blocks are searched by their scaled maximum, largest first, until no
     /// block left can reach the best total (`scale` is monotone, so a block's
     /// scaled maximum bounds every scaled row in it).
-    pub fn peak(&self, factors: &[f64; NCAT]) -> (u64, usize) {
-        let cats: Vec<usize> = self.cats.iter().map(|c| c.index()).collect();
+    pub fn peak(&self, factors: &[f64; NPOOL]) -> (u64, usize) {
+        let pools = &self.pools;
         let cache = Category::AllocatorCache.index();
-        let total =
-            |row: &[u64; NCAT]| -> u64 { cats.iter().map(|&c| scale(row[c], factors[c])).sum() };
+        let total = |row: &Row| -> u64 { pools.iter().map(|&c| scale(row[c], factors[c])).sum() };
         // Per block: bounds on its scaled total and on its tensor bytes.
         // Factors of at most 1 never grow a row (`scale` rounds to the
         // nearest byte), so its unscaled totals bound it too.
@@ -156,8 +212,8 @@ impl<'a> Demand<'a> {
             .block_max
             .iter()
             .map(|max| {
-                let t = total(&max.per_category);
-                let n = t - scale(max.per_category[cache], factors[cache]);
+                let t = total(&max.per_pool);
+                let n = t - scale(max.per_pool[cache], factors[cache]);
                 match shrink_only {
                     true => (t.min(max.total), n.min(max.tensors)),
                     false => (t, n),
@@ -175,9 +231,6 @@ impl<'a> Demand<'a> {
                 if bound_total < t {
                     break;
                 }
-                // Reserved memory plateaus, so with the cache counted many
-                // blocks tie on the total: only those that may hold more
-                // tensor bytes (or as many, earlier) can win.
                 if bound_total == t && bound_tensors < n {
                     continue;
                 }
@@ -197,7 +250,7 @@ impl<'a> Demand<'a> {
     }
 
     /// Calls `visit(position, row)` for each position of block `b`, in order.
-    fn visit_block(&self, b: usize, mut visit: impl FnMut(usize, &[u64; NCAT])) {
+    fn visit_block(&self, b: usize, mut visit: impl FnMut(usize, &Row)) {
         let range = b * BLOCK..((b + 1) * BLOCK).min(self.positions);
         match &self.rows {
             Rows::Table(rows) => {
@@ -205,34 +258,59 @@ impl<'a> Demand<'a> {
                     visit(p, &rows[p]);
                 }
             }
-            Rows::Timeline { tl, starts } => walk_rows(&mut starts[b].clone(), tl, range, visit),
+            Rows::Timeline {
+                tl,
+                overlay,
+                overhead,
+                starts,
+            } => walk_rows(&mut starts[b].clone(), tl, overlay, *overhead, range, visit),
         }
     }
 }
 
+/// The allocator's overhead the demand adds at every position: reserved
+/// peak − allocated peak (0 when reserved memory is unknown).
+pub fn allocator_overhead(tl: &DeviceTimeline) -> u64 {
+    let allocated = tl.replay.allocated.iter().copied().max().unwrap_or(0);
+    let reserved = tl
+        .replay
+        .reserved
+        .as_deref()
+        .and_then(|r| r.iter().copied().max())
+        .unwrap_or(0);
+    reserved.saturating_sub(allocated)
+}
+
 /// Walks `range` (which must start where `walk` stands), calling
 /// `visit(position, row)`: the categories' bytes (clamped at 0), plus
-/// `unknown` for allocated bytes the categories do not cover, plus
-/// `allocator_cache` = reserved − allocated.
+/// `unknown` for allocated bytes the categories do not cover, the parts
+/// moved out of their categories, and the allocator's overhead.
 fn walk_rows(
-    walk: &mut Walk,
+    walk: &mut (Walk, OverlayWalk),
     tl: &DeviceTimeline,
+    overlay: &Overlay,
+    overhead: u64,
     range: std::ops::Range<usize>,
-    mut visit: impl FnMut(usize, &[u64; NCAT]),
+    mut visit: impl FnMut(usize, &Row),
 ) {
-    let reserved = tl.replay.reserved.as_deref();
+    let (walk, parts) = walk;
     for p in range {
         walk.advance(tl, p);
-        let mut row = [0u64; NCAT];
+        parts.advance(overlay, p);
+        let mut row = [0u64; NPOOL];
         for (r, c) in row.iter_mut().zip(&walk.current) {
             *r = (*c).max(0) as u64;
         }
         let tracked: u64 = row.iter().sum();
         let allocated = tl.replay.allocated.get(p).copied().unwrap_or(tracked);
         row[Category::Unknown.index()] += allocated.saturating_sub(tracked);
-        if let Some(r) = reserved.and_then(|r| r.get(p)) {
-            row[Category::AllocatorCache.index()] += r.saturating_sub(allocated);
+        for part in Part::ALL {
+            let moved =
+                (parts.current[part as usize].max(0) as u64).min(row[part.category().index()]);
+            row[part.category().index()] -= moved;
+            row[part.pool()] = moved;
         }
+        row[Category::AllocatorCache.index()] = overhead;
         visit(p, &row);
     }
 }
@@ -277,7 +355,7 @@ mod tests {
         proptest!(ProptestConfig::with_cases(4000), |((series, f) in cases)| {
             let series: Vec<(Category, Vec<u64>)> = cats.iter().copied().zip(series).collect();
             let demand = Demand::from_series(&series);
-            let mut factors = [1.0; NCAT];
+            let mut factors = [1.0; NPOOL];
             for (c, x) in cats.iter().zip(&f) {
                 factors[c.index()] = *x;
             }

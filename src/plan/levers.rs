@@ -1,6 +1,8 @@
-//! Levers: the ways to cut memory, each scaling some categories by a factor
-//! at a cost, the built-in catalogue of them ([`CATALOGUE`], [`catalogue`]),
-//! the `--levers FILE` format ([`parse_levers`]), and when a lever applies
+//! Levers: the ways to cut memory, each scaling some pools (categories, or
+//! parts of them: [`super::pools`]) by a factor at a cost, under conditions
+//! on the run ([`Condition`]) that the trace's evidence decides
+//! (`super::facts`). The built-in catalogue ([`CATALOGUE`], [`catalogue`]),
+//! the `--levers FILE` format ([`parse_levers`]), and what a lever would do
 //! at an instant ([`Lever::applicability`]). The search (`super::search`)
 //! picks among the levers that apply; nothing else here knows about it.
 
@@ -9,8 +11,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::demand::scale;
-use super::NCAT;
+use super::demand::{scale, Row};
+use super::pools::{Part, Target, NPOOL};
 use crate::model::Category;
 
 /// What a lever costs, cheapest first (the default plan order).
@@ -28,6 +30,9 @@ pub enum Cost {
     /// Moves data between GPUs or to the host every step.
     #[serde(rename = "costs bandwidth")]
     Bandwidth,
+    /// Fewer bits for numbers the model computes with: check the quality.
+    #[serde(rename = "costs accuracy")]
+    Accuracy,
 }
 
 impl Cost {
@@ -37,56 +42,146 @@ impl Cost {
             Cost::Cheap => "cheap",
             Cost::Compute => "costs compute",
             Cost::Bandwidth => "costs bandwidth",
+            Cost::Accuracy => "costs accuracy",
         }
     }
 }
 
-/// A way to cut memory: the categories it scales and by what factor.
-/// `--levers FILE` takes a JSON list of these:
-/// `[{"name": "…", "scales": {"activation": 0.5}, "cost": "cheap", "action": "…"}]`.
+/// A condition on the run under which a lever applies. The planner decides
+/// each from the trace's evidence (`super::facts`) as holds, does not hold,
+/// or unknown; a lever whose condition is unknown is planned last and
+/// worded "if …". `--levers` files name them in `when`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Condition {
+    /// The run trains: backward, an optimizer step, gradients or optimizer
+    /// state in memory.
+    Training,
+    /// The run only infers: forward passes without backward or optimizer.
+    Inference,
+    /// The device is a GPU (host memory is elsewhere; a caching allocator).
+    Gpu,
+    /// The caching allocator does not use expandable segments already.
+    ExpandableSegmentsOff,
+    /// Optimizer state is in memory (and not 8-bit already).
+    OptimizerState,
+    /// The optimizer step is not fused already.
+    OptimizerNotFused,
+    /// The weights are fp32.
+    WeightsFp32,
+    /// The weights are wider than 8 bits.
+    WeightsNotQuantized,
+    /// Data parallel over more than one rank, not sharded already.
+    DataParallel,
+    /// Gradients are held from an optimizer step through the next forward.
+    GradientsKeptAcrossSteps,
+    /// Activations are not checkpointed already.
+    NotCheckpointing,
+    /// The KV cache grows with the tokens it holds (not a pool preallocated
+    /// by a serving engine).
+    KvCacheGrows,
+    /// The KV cache is a pool a serving engine (vLLM, SGLang) preallocates
+    /// to fill a share of the GPU.
+    KvCachePool,
+}
+
+impl Condition {
+    pub const ALL: [Condition; 13] = [
+        Condition::Training,
+        Condition::Inference,
+        Condition::Gpu,
+        Condition::ExpandableSegmentsOff,
+        Condition::OptimizerState,
+        Condition::OptimizerNotFused,
+        Condition::WeightsFp32,
+        Condition::WeightsNotQuantized,
+        Condition::DataParallel,
+        Condition::GradientsKeptAcrossSteps,
+        Condition::NotCheckpointing,
+        Condition::KvCacheGrows,
+        Condition::KvCachePool,
+    ];
+
+    /// The name in `--levers` files and the README.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Condition::Training => "training",
+            Condition::Inference => "inference",
+            Condition::Gpu => "gpu",
+            Condition::ExpandableSegmentsOff => "expandable_segments_off",
+            Condition::OptimizerState => "optimizer_state",
+            Condition::OptimizerNotFused => "optimizer_not_fused",
+            Condition::WeightsFp32 => "weights_fp32",
+            Condition::WeightsNotQuantized => "weights_not_quantized",
+            Condition::DataParallel => "data_parallel",
+            Condition::GradientsKeptAcrossSteps => "gradients_kept_across_steps",
+            Condition::NotCheckpointing => "not_checkpointing",
+            Condition::KvCacheGrows => "kv_cache_grows",
+            Condition::KvCachePool => "kv_cache_pool",
+        }
+    }
+}
+
+/// A way to cut memory: the pools it scales and by what factor, and when it
+/// applies. `--levers FILE` takes a JSON list of these:
+/// `[{"name": "…", "scales": {"activation": 0.5}, "cost": "cheap", "action": "…",
+///    "when": ["training"], "tradeoff": "…"}]` (`when` and `tradeoff` optional).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Lever {
     pub name: String,
-    /// Factor in `[0, 1]` per category it shrinks.
-    pub scales: BTreeMap<Category, f64>,
+    /// Factor in `[0, 1]` per target it shrinks: a category, or one part of it.
+    pub scales: BTreeMap<Target, f64>,
     pub cost: Cost,
     /// What to do, concretely.
     pub action: String,
+    /// Conditions on the run, all of which must hold (none: always).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub when: Vec<Condition>,
+    /// What the cost means here (`≈ one extra forward per step`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tradeoff: String,
 }
 
 impl Lever {
-    /// The factor for every category (1 where the lever does not scale it),
-    /// by [`Category::index`].
-    pub fn factors(&self) -> [f64; NCAT] {
-        let mut f = [1.0; NCAT];
-        for (c, s) in &self.scales {
-            f[c.index()] = *s;
+    /// The factor for every pool (1 where the lever does not scale it). A
+    /// target naming a part overrides its category's factor for that part.
+    pub fn factors(&self) -> [f64; NPOOL] {
+        let mut f = [1.0; NPOOL];
+        // Whole categories first, then the narrower targets over them.
+        let mut targets: Vec<(&Target, &f64)> = self.scales.iter().collect();
+        targets.sort_by_key(|(t, _)| t.part.is_some());
+        for (t, s) in targets {
+            for p in t.pools() {
+                f[p] = *s;
+            }
         }
         f
     }
 
-    /// The categories this lever actually shrinks (factor < 1).
+    /// The categories this lever actually shrinks (factor < 1 for some part).
     pub fn categories(&self) -> Vec<Category> {
-        self.scales
+        let mut out: Vec<Category> = self
+            .scales
             .iter()
             .filter(|(_, s)| **s < 1.0)
-            .map(|(c, _)| *c)
-            .collect()
+            .map(|(t, _)| t.category)
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 
-    /// Whether the lever applies at an instant with `bytes` by category
-    /// (scaled by the levers applied so far): what it would save there, and
-    /// the bytes of the categories it shrinks. A lever that saves nothing at
-    /// the current peak cannot lower it, and waits for the peak to move.
-    pub fn applicability(&self, bytes: &[u64; NCAT]) -> Applicability {
+    /// What the lever would do at an instant with `bytes` by pool (scaled by
+    /// the levers applied so far): what it saves there, and the bytes of the
+    /// pools it shrinks.
+    pub fn applicability(&self, bytes: &Row) -> Applicability {
         let f = self.factors();
         let mut a = Applicability::default();
-        for c in Category::ALL {
-            if f[c.index()] < 1.0 {
-                let b = bytes[c.index()];
+        for (p, b) in bytes.iter().enumerate() {
+            if f[p] < 1.0 {
                 a.contribution += b;
-                a.saving += b - scale(b, f[c.index()]);
+                a.saving += b - scale(*b, f[p]);
             }
         }
         a
@@ -98,14 +193,8 @@ impl Lever {
 pub struct Applicability {
     /// Bytes the lever removes there.
     pub saving: u64,
-    /// Bytes of the categories it scales there.
+    /// Bytes of the pools it scales there.
     pub contribution: u64,
-}
-
-impl Applicability {
-    pub fn applies(self) -> bool {
-        self.saving > 0
-    }
 }
 
 /// Why a levers file was refused (one line each).
@@ -116,12 +205,10 @@ pub enum LeversError {
     Json(serde_json::Error),
     #[error("bad levers file: a lever has an empty name")]
     EmptyName,
-    #[error(
-        "bad levers file: lever {lever}: factor for {category} must be in [0, 1], got {factor}"
-    )]
+    #[error("bad levers file: lever {lever}: factor for {target} must be in [0, 1], got {factor}")]
     BadFactor {
         lever: String,
-        category: Category,
+        target: Target,
         factor: f64,
     },
 }
@@ -133,11 +220,11 @@ pub fn parse_levers(text: &str) -> Result<Vec<Lever>, LeversError> {
         if l.name.trim().is_empty() {
             return Err(LeversError::EmptyName);
         }
-        for (c, s) in &l.scales {
+        for (t, s) in &l.scales {
             if !s.is_finite() || !(0.0..=1.0).contains(s) {
                 return Err(LeversError::BadFactor {
                     lever: l.name.clone(),
-                    category: *c,
+                    target: *t,
                     factor: *s,
                 });
             }
@@ -150,138 +237,224 @@ pub fn parse_levers(text: &str) -> Result<Vec<Lever>, LeversError> {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Factor {
     Times(f64),
-    /// `1 / N` for `N` data-parallel ranks (`--dp-ranks`); the lever is
-    /// skipped when `N = 1`.
+    /// `1 / N` for `N` data-parallel ranks (`--dp-ranks`, or the trace's
+    /// `distributedInfo`).
     PerRank,
+    /// 8-bit weights: ×0.5 of 16-bit weights, ×0.25 of fp32 ones.
+    EightBitWeights,
 }
 
 /// One row of the built-in catalogue.
 #[derive(Debug, Clone, Copy)]
 pub struct LeverSpec {
     pub name: &'static str,
-    pub scales: &'static [(Category, Factor)],
+    pub scales: &'static [(Target, Factor)],
     pub cost: Cost,
     /// `{N}` is replaced by the number of data-parallel ranks.
     pub action: &'static str,
+    pub when: &'static [Condition],
+    pub tradeoff: &'static str,
 }
 
 use Category as C;
-use Factor::{PerRank, Times};
+use Condition as W;
+use Factor::{EightBitWeights, PerRank, Times};
+
+const ACTIVATION: Target = Target::all(C::Activation);
+const SAVED: Target = Target::part(Part::SavedForBackward);
+const STEP_TRANSIENTS: Target = Target::part(Part::OptimizerStep);
+const KEPT_GRADIENTS: Target = Target::part(Part::KeptAcrossSteps);
+const OTHER_TEMPORARIES: Target = Target::other(C::Temporary);
 
 /// The built-in levers. The factors are deliberately round, documented
 /// defaults, not measurements of your model; override them with `--levers`.
-///
-/// | lever | scales | cost | why this factor |
-/// |---|---|---|---|
-/// | `expandable_segments` | allocator_cache ×0.2 | free | Expandable segments grow one mapping per stream instead of many fixed `cudaMalloc` segments, which removes most fragmentation; the rest of the cache (rounding, blocks cached for reuse) stays: we keep a fifth. |
-/// | `halve_micro_batch` | activation, autograd_detail, temporary, input ×0.5 | cheap | These scale linearly with the batch; gradient accumulation over twice the steps keeps the effective batch and the result. Smaller kernels cost some throughput. |
-/// | `chunk_temporaries` | temporary ×0.5 | cheap | Chunking the largest workspaces (logits/loss over the vocabulary, attention scores) shrinks them by the chunk count, but not the many small ones: half, conservatively. |
-/// | `kv_cache_quantization` | kv_cache ×0.5 | cheap | A bf16 cache stored in 8 bits is half the size; halving the maximum context (or paging it) gives the same. |
-/// | `optimizer_8bit` | optimizer_state ×0.25 | cheap | Adam keeps two fp32 moments (8 bytes/parameter); 8-bit optimizers keep 2 bytes/parameter. |
-/// | `activation_checkpointing` | activation ×0.3, autograd_detail ×0.5 | costs compute | Checkpointing every block keeps only block inputs plus one block being recomputed: typically 60–80% of activation memory goes (×0.3); engine buffers in backward shrink less (×0.5). About a third more forward compute. |
-/// | `bf16_weights` | parameter ×0.5 | costs compute | fp32 weights held in bf16 are half the size (pure-bf16 training or inference; with AMP's fp32 master weights this does not apply). Its real cost is numerical, which no class names: it is ranked with the levers that cost compute so that the changes that leave the numbers alone come first. |
-/// | `optimizer_state_sharding` | optimizer_state ×1/N | costs bandwidth | ZeRO-1: each of N data-parallel ranks keeps 1/N of the state. |
-/// | `gradient_sharding` | gradient ×1/N | costs bandwidth | ZeRO-2: reduce-scatter leaves each rank 1/N of the gradients. |
-/// | `parameter_sharding` | parameter ×1/N | costs bandwidth | ZeRO-3 / FSDP full shard: 1/N of the weights at rest (one layer is gathered at a time; ignored here). |
-/// | `optimizer_cpu_offload` | optimizer_state ×0 | costs bandwidth | The state lives in host memory; the step streams it over PCIe. |
-///
-/// `N` defaults to 1 (`--dp-ranks`): a single-device trace says nothing about
-/// how many GPUs you have, so sharding is only planned when you say.
+/// Each applies under its conditions only (`when`); the README's lever
+/// table explains every condition, factor and cost.
 pub const CATALOGUE: &[LeverSpec] = &[
     LeverSpec {
         name: "expandable_segments",
-        scales: &[(C::AllocatorCache, Times(0.2))],
+        scales: &[(Target::all(C::AllocatorCache), Times(0.2))],
         cost: Cost::Free,
         action: "set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        when: &[W::Gpu, W::ExpandableSegmentsOff],
+        tradeoff: "",
+    },
+    LeverSpec {
+        name: "zero_grad_set_to_none",
+        scales: &[(KEPT_GRADIENTS, Times(0.0))],
+        cost: Cost::Free,
+        action: "call optimizer.zero_grad(set_to_none=True) right after optimizer.step(), so gradients are freed until backward writes them again",
+        when: &[W::Training, W::GradientsKeptAcrossSteps],
+        tradeoff: "",
+    },
+    LeverSpec {
+        name: "fused_optimizer",
+        scales: &[(STEP_TRANSIENTS, Times(0.1))],
+        cost: Cost::Free,
+        action: "use the fused optimizer step (e.g. torch.optim.AdamW(..., fused=True)); foreach=False also avoids the multi-tensor intermediates",
+        when: &[W::Training, W::OptimizerNotFused],
+        tradeoff: "same math; foreach=False is slower on many small tensors",
     },
     LeverSpec {
         name: "halve_micro_batch",
         scales: &[
-            (C::Activation, Times(0.5)),
-            (C::AutogradDetail, Times(0.5)),
-            (C::Temporary, Times(0.5)),
-            (C::Input, Times(0.5)),
+            (ACTIVATION, Times(0.5)),
+            (Target::all(C::AutogradDetail), Times(0.5)),
+            (OTHER_TEMPORARIES, Times(0.5)),
+            (Target::all(C::Input), Times(0.5)),
         ],
         cost: Cost::Cheap,
         action: "halve the micro-batch and double the gradient-accumulation steps (same effective batch)",
+        when: &[W::Training],
+        tradeoff: "smaller kernels: some throughput",
+    },
+    LeverSpec {
+        name: "halve_batch",
+        scales: &[
+            (ACTIVATION, Times(0.5)),
+            (OTHER_TEMPORARIES, Times(0.5)),
+            (Target::all(C::Input), Times(0.5)),
+        ],
+        cost: Cost::Cheap,
+        action: "halve the batch (sequences per forward) or the longest sequence per forward (chunked prefill)",
+        when: &[W::Inference],
+        tradeoff: "fewer sequences at once: lower throughput",
     },
     LeverSpec {
         name: "chunk_temporaries",
-        scales: &[(C::Temporary, Times(0.5))],
+        scales: &[(OTHER_TEMPORARIES, Times(0.5))],
         cost: Cost::Cheap,
         action: "compute the largest temporaries in chunks (chunked logits/loss, smaller attention blocks)",
+        when: &[],
+        tradeoff: "",
     },
     LeverSpec {
         name: "kv_cache_quantization",
-        scales: &[(C::KvCache, Times(0.5))],
+        scales: &[(Target::all(C::KvCache), Times(0.5))],
         cost: Cost::Cheap,
-        action: "store the KV cache in 8 bits, or halve the maximum context / use a paged cache",
+        action: "store the KV cache in 8 bits (transformers QuantizedCache, KIVI-style quantisation), if it is 16-bit now",
+        when: &[W::KvCacheGrows],
+        tradeoff: "small quality loss",
+    },
+    LeverSpec {
+        name: "kv_cache_limit",
+        scales: &[(Target::all(C::KvCache), Times(0.5))],
+        cost: Cost::Cheap,
+        action: "halve the KV cache: a shorter maximum context or fewer sequences at once, or a paged cache that holds only the tokens in use",
+        when: &[W::Inference, W::KvCacheGrows],
+        tradeoff: "shorter contexts or fewer sequences at once",
+    },
+    LeverSpec {
+        name: "kv_cache_pool",
+        scales: &[(Target::all(C::KvCache), Times(0.5))],
+        cost: Cost::Cheap,
+        action: "give the engine a smaller share of the GPU (vLLM gpu_memory_utilization, SGLang mem_fraction_static): it fills that share with KV-cache blocks",
+        when: &[W::KvCachePool],
+        tradeoff: "half the cached tokens: fewer sequences at once or shorter contexts (fp8 kv_cache_dtype then holds as many tokens as before)",
     },
     LeverSpec {
         name: "optimizer_8bit",
-        scales: &[(C::OptimizerState, Times(0.25))],
+        scales: &[(Target::all(C::OptimizerState), Times(0.25))],
         cost: Cost::Cheap,
         action: "use an 8-bit optimizer (e.g. bitsandbytes AdamW8bit)",
+        when: &[W::Training, W::OptimizerState],
+        tradeoff: "usually the same loss curve; check it",
     },
     LeverSpec {
         name: "activation_checkpointing",
-        scales: &[(C::Activation, Times(0.3)), (C::AutogradDetail, Times(0.5))],
+        scales: &[(SAVED, Times(0.3))],
         cost: Cost::Compute,
-        action: "checkpoint each block (torch.utils.checkpoint) so activations are recomputed in backward",
+        action: "checkpoint each block (torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)): only block inputs are saved, the rest is recomputed in backward",
+        when: &[W::Training, W::NotCheckpointing],
+        tradeoff: "≈ one extra forward per step (about a third more compute)",
     },
     LeverSpec {
-        name: "bf16_weights",
-        scales: &[(C::Parameter, Times(0.5))],
-        cost: Cost::Compute,
-        action: "keep fp32 weights in bf16 (pure-bf16 training or inference)",
+        name: "save_on_cpu",
+        scales: &[(SAVED, Times(0.2))],
+        cost: Cost::Bandwidth,
+        action: "run the forward under torch.autograd.graph.save_on_cpu(pin_memory=True): tensors saved for backward wait in host memory",
+        when: &[W::Training, W::Gpu],
+        tradeoff: "every saved tensor crosses PCIe twice per step",
     },
     LeverSpec {
         name: "optimizer_state_sharding",
-        scales: &[(C::OptimizerState, PerRank)],
+        scales: &[(Target::all(C::OptimizerState), PerRank)],
         cost: Cost::Bandwidth,
         action: "shard optimizer state across the {N} data-parallel ranks (ZeRO-1 / FSDP SHARD_GRAD_OP)",
+        when: &[W::Training, W::DataParallel, W::OptimizerState],
+        tradeoff: "",
     },
     LeverSpec {
         name: "gradient_sharding",
-        scales: &[(C::Gradient, PerRank)],
+        scales: &[(Target::all(C::Gradient), PerRank)],
         cost: Cost::Bandwidth,
         action: "shard gradients across the {N} data-parallel ranks (ZeRO-2 / FSDP SHARD_GRAD_OP)",
+        when: &[W::Training, W::DataParallel],
+        tradeoff: "reduce-scatter instead of all-reduce",
     },
     LeverSpec {
         name: "parameter_sharding",
-        scales: &[(C::Parameter, PerRank)],
+        scales: &[(Target::all(C::Parameter), PerRank)],
         cost: Cost::Bandwidth,
         action: "shard parameters across the {N} data-parallel ranks (ZeRO-3 / FSDP FULL_SHARD)",
+        when: &[W::Training, W::DataParallel],
+        tradeoff: "an all-gather per layer in forward and in backward",
     },
     LeverSpec {
         name: "optimizer_cpu_offload",
-        scales: &[(C::OptimizerState, Times(0.0))],
+        scales: &[(Target::all(C::OptimizerState), Times(0.0))],
         cost: Cost::Bandwidth,
         action: "offload optimizer state to host memory (DeepSpeed offload_optimizer, FSDP CPUOffload)",
+        when: &[W::Training, W::OptimizerState, W::Gpu],
+        tradeoff: "the step streams the state over PCIe",
+    },
+    LeverSpec {
+        name: "weight_quantization",
+        scales: &[(Target::all(C::Parameter), EightBitWeights)],
+        cost: Cost::Accuracy,
+        action: "load the weights in 8 bits (bitsandbytes LLM.int8, torchao int8 weight-only; from fp32 weights, bf16 alone halves them); 4-bit halves them again",
+        when: &[W::Inference, W::WeightsNotQuantized],
+        tradeoff: "check the quality; int8 matmuls may be slower",
+    },
+    LeverSpec {
+        name: "bf16_weights",
+        scales: &[(Target::all(C::Parameter), Times(0.5))],
+        cost: Cost::Accuracy,
+        action: "train with bf16 weights (pure-bf16 training; keep an eye on updates below bf16 resolution)",
+        // Inference has weight_quantization, which counts fp32 → 8-bit as
+        // ×0.25: the two together would count the bf16 half twice.
+        when: &[W::Training, W::WeightsFp32],
+        tradeoff: "bf16 rounding; in training, updates smaller than bf16 resolution are lost",
     },
 ];
 
-/// The catalogue for `dp_ranks` data-parallel ranks (sharding levers are
-/// left out when `dp_ranks <= 1`).
-pub fn catalogue(dp_ranks: u32) -> Vec<Lever> {
+/// The catalogue for `dp_ranks` data-parallel ranks (the sharding levers
+/// scale by `1 / dp_ranks`; with one rank they change nothing and their
+/// `data_parallel` condition keeps them out of the plan), with weights of
+/// `weights_fp32` (8-bit weights are a quarter of fp32 ones, half of
+/// 16-bit ones).
+pub fn catalogue(dp_ranks: u32, weights_fp32: bool) -> Vec<Lever> {
     CATALOGUE
         .iter()
-        .filter(|spec| dp_ranks > 1 || !spec.scales.iter().any(|(_, f)| *f == PerRank))
         .map(|spec| Lever {
             name: spec.name.to_owned(),
             scales: spec
                 .scales
                 .iter()
-                .map(|(c, f)| {
+                .map(|(t, f)| {
                     let v = match f {
                         Times(x) => *x,
                         PerRank => 1.0 / dp_ranks.max(1) as f64,
+                        EightBitWeights if weights_fp32 => 0.25,
+                        EightBitWeights => 0.5,
                     };
-                    (*c, v)
+                    (*t, v)
                 })
                 .collect(),
             cost: spec.cost,
             action: spec.action.replace("{N}", &dp_ranks.to_string()),
+            when: spec.when.to_vec(),
+            tradeoff: spec.tradeoff.to_owned(),
         })
         .collect()
 }
@@ -291,33 +464,103 @@ mod tests {
     use super::*;
 
     #[test]
-    fn catalogue_skips_sharding_for_one_rank() {
-        let one = catalogue(1);
-        assert!(one.iter().all(|l| !l.name.contains("sharding")));
-        let eight = catalogue(8);
+    fn catalogue_scales_sharding_by_the_ranks_and_weights_by_their_dtype() {
+        let eight = catalogue(8, false);
         let opt = eight
             .iter()
             .find(|l| l.name == "optimizer_state_sharding")
             .unwrap();
-        assert_eq!(opt.scales[&Category::OptimizerState], 0.125);
+        assert_eq!(opt.scales[&Target::all(Category::OptimizerState)], 0.125);
         assert!(opt.action.contains("8 data-parallel"));
-        // Every lever's factors are in [0, 1) for the categories it names.
-        for l in eight {
+        assert!(opt.when.contains(&Condition::DataParallel));
+        let quant = |fp32| {
+            catalogue(1, fp32)
+                .into_iter()
+                .find(|l| l.name == "weight_quantization")
+                .unwrap()
+                .scales[&Target::all(Category::Parameter)]
+        };
+        assert_eq!((quant(false), quant(true)), (0.5, 0.25));
+        // Every lever's factors are in [0, 1) for the targets it names,
+        // and the names are unique.
+        for l in &eight {
             assert!(l.scales.values().all(|s| (0.0..1.0).contains(s)), "{l:?}");
         }
+        let mut names: Vec<&str> = eight.iter().map(|l| l.name.as_str()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), eight.len());
+    }
+
+    #[test]
+    fn checkpointing_scales_only_what_is_saved_for_backward() {
+        let ckpt = catalogue(1, false)
+            .into_iter()
+            .find(|l| l.name == "activation_checkpointing")
+            .unwrap();
+        let f = ckpt.factors();
+        assert_eq!(f[Part::SavedForBackward.pool()], 0.3);
+        assert_eq!(f[Category::Activation.index()], 1.0);
+        assert_eq!(f[Category::AutogradDetail.index()], 1.0);
+        assert!(ckpt.tradeoff.contains("one extra forward"));
+        // A whole-category target covers its parts; a part target overrides it.
+        let lever: Vec<Lever> = serde_json::from_str(
+            r#"[{"name": "x", "scales": {"temporary": 0.5, "temporary.optimizer_step": 0.0}, "cost": "cheap", "action": "a"}]"#,
+        )
+        .unwrap();
+        let f = lever[0].factors();
+        assert_eq!(f[Category::Temporary.index()], 0.5);
+        assert_eq!(f[Part::OptimizerStep.pool()], 0.0);
+        assert_eq!(lever[0].categories(), [Category::Temporary]);
     }
 
     #[test]
     fn levers_file_round_trips_and_is_checked() {
-        let text = serde_json::to_string(&catalogue(4)).unwrap();
-        assert_eq!(parse_levers(&text).unwrap(), catalogue(4));
-        assert!(parse_levers(
-            r#"[{"name": "x", "scales": {"activation": 1.5}, "cost": "free", "action": "a"}]"#
+        let text = serde_json::to_string(&catalogue(4, true)).unwrap();
+        assert_eq!(parse_levers(&text).unwrap(), catalogue(4, true));
+        let with_when = parse_levers(
+            r#"[{"name": "x", "scales": {"activation.saved_for_backward": 0.5}, "cost": "costs accuracy", "action": "a", "when": ["training", "weights_fp32"]}]"#,
         )
-        .is_err());
-        assert!(parse_levers(
-            r#"[{"name": "x", "scales": {"nonsense": 0.5}, "cost": "free", "action": "a"}]"#
-        )
-        .is_err());
+        .unwrap();
+        assert_eq!(
+            with_when[0].when,
+            [Condition::Training, Condition::WeightsFp32]
+        );
+        for bad in [
+            r#"[{"name": "x", "scales": {"activation": 1.5}, "cost": "free", "action": "a"}]"#,
+            r#"[{"name": "x", "scales": {"nonsense": 0.5}, "cost": "free", "action": "a"}]"#,
+            r#"[{"name": "x", "scales": {"parameter.saved_for_backward": 0.5}, "cost": "free", "action": "a"}]"#,
+            r#"[{"name": "x", "scales": {}, "cost": "free", "action": "a", "when": ["sometimes"]}]"#,
+        ] {
+            assert!(parse_levers(bad).is_err(), "{bad}");
+        }
+        for c in Condition::ALL {
+            let json = serde_json::to_string(&c).unwrap();
+            assert_eq!(json, format!("\"{}\"", c.as_str()));
+        }
+    }
+
+    /// The README's lever table names every lever of the catalogue with
+    /// each of its conditions.
+    #[test]
+    fn the_readme_lever_table_follows_the_catalogue() {
+        let readme = include_str!("../../README.md");
+        for spec in CATALOGUE {
+            let row = readme
+                .lines()
+                .find(|l| {
+                    l.starts_with(&format!("| {} |", spec.name))
+                        || (spec.name.ends_with("_sharding") && l.contains(" sharding | ×1/N"))
+                })
+                .unwrap_or_else(|| panic!("README: no row for {}", spec.name));
+            for c in spec.when {
+                assert!(
+                    row.contains(c.as_str()),
+                    "README, {}: no {}",
+                    spec.name,
+                    c.as_str()
+                );
+            }
+        }
     }
 }

@@ -15,18 +15,24 @@
 
 pub mod components;
 pub mod demand;
+pub mod facts;
 pub mod levers;
+pub mod pools;
 #[cfg(test)]
 mod properties;
 pub mod search;
 
 use crate::model::Category;
-use crate::schema::{DeviceReport, OomFinding, OomPlan, Plan, PlanStep, Verdict};
+use crate::schema::{
+    ConsideredLever, DeviceReport, Headline, OomFinding, OomPlan, Plan, PlanStep, Verdict,
+};
 use crate::units::{human_bytes as h, parse_size, SizeError};
 
-use demand::Demand;
+use demand::{Demand, Row};
+use facts::{Check, RunFacts};
 use levers::{catalogue, Lever};
-use search::{plan_timeline_cuts, Order, TimelineCuts};
+use pools::{pool_category, NPOOL};
+use search::{plan_timeline_cuts, Eligibility, Order, Search, TimelineCuts};
 
 const NCAT: usize = Category::ALL.len();
 
@@ -46,21 +52,25 @@ impl Default for Headroom {
     }
 }
 
+/// Parses `NN%` into a percentage in `[0, max)` (`max` excluded).
+fn parse_percent(s: &str, max: f64) -> Option<Result<f64, SizeError>> {
+    let p = s.trim().strip_suffix('%')?;
+    Some(match p.trim().parse::<f64>() {
+        Err(_) => Err(SizeError::BadPercentage(s.to_owned())),
+        Ok(p) if !p.is_finite() || !(0.0..max).contains(&p) => {
+            Err(SizeError::PercentageOutOfRange(s.to_owned()))
+        }
+        Ok(p) => Ok(p),
+    })
+}
+
 impl Headroom {
     /// Parses `10%` or a size (see [`parse_size`]).
     pub fn parse(s: &str) -> Result<Headroom, SizeError> {
-        let t = s.trim();
-        if let Some(p) = t.strip_suffix('%') {
-            let p: f64 = p
-                .trim()
-                .parse()
-                .map_err(|_| SizeError::BadPercentage(s.to_owned()))?;
-            if !(0.0..100.0).contains(&p) {
-                return Err(SizeError::PercentageOutOfRange(s.to_owned()));
-            }
-            return Ok(Headroom::Percent(p));
+        match parse_percent(s, 100.0) {
+            Some(p) => p.map(Headroom::Percent),
+            None => parse_size(s.trim()).map(Headroom::Bytes),
         }
-        parse_size(t).map(Headroom::Bytes)
     }
 
     /// Bytes of headroom for a budget (never more than the budget).
@@ -68,6 +78,29 @@ impl Headroom {
         match self {
             Headroom::Bytes(b) => b.min(budget),
             Headroom::Percent(p) => ((budget as f64 * p / 100.0).round() as u64).min(budget),
+        }
+    }
+}
+
+/// A budget as given on the command line: a size, or a share of each
+/// device's observed peak (`--budget 80%`: what would it take to need a
+/// fifth less?).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BudgetSpec {
+    Bytes(u64),
+    /// Percent of the observed peak (allocated + the allocator's overhead).
+    PercentOfPeak(f64),
+}
+
+impl BudgetSpec {
+    /// Parses `80GiB`, `79.6GB`, bytes (see [`parse_size`]) or `80%`
+    /// (of the observed peak; more than 0%, at most 1000%).
+    pub fn parse(s: &str) -> Result<BudgetSpec, SizeError> {
+        match parse_percent(s, 1_000.000_001) {
+            Some(Ok(p)) if p > 0.0 => Ok(BudgetSpec::PercentOfPeak(p)),
+            Some(Ok(_)) => Err(SizeError::PercentageOutOfRange(s.to_owned())),
+            Some(Err(e)) => Err(e),
+            None => parse_size(s.trim()).map(BudgetSpec::Bytes),
         }
     }
 }
@@ -83,10 +116,14 @@ pub struct Budget {
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct PlanOptions {
-    /// `--budget`; else the device's capacity; else free + reserved at an OOM.
+    /// `--budget SIZE`; else the device's capacity; else free + reserved at an OOM.
     pub budget: Option<u64>,
+    /// `--budget NN%`: that share of each device's observed peak (wins over
+    /// the device's capacity; `budget` wins over it).
+    pub budget_percent_of_peak: Option<f64>,
     pub headroom: Headroom,
-    /// Data-parallel ranks for the sharding levers (`--dp-ranks`); 0 or 1: none.
+    /// Data-parallel ranks for the sharding levers (`--dp-ranks`); 0 or 1:
+    /// what the trace shows (Kineto's `distributedInfo`), else none.
     pub dp_ranks: u32,
     /// `--levers FILE`: replaces the catalogue.
     pub levers: Option<Vec<Lever>>,
@@ -94,21 +131,38 @@ pub struct PlanOptions {
 }
 
 impl PlanOptions {
-    pub fn levers(&self) -> Vec<Lever> {
-        self.levers
-            .clone()
-            .unwrap_or_else(|| catalogue(self.dp_ranks))
+    /// The levers to plan with for a run with these facts.
+    pub fn levers(&self, facts: &RunFacts) -> Vec<Lever> {
+        self.levers.clone().unwrap_or_else(|| {
+            let fp32 = facts.weights.value == Some(facts::Dtype::Fp32);
+            catalogue(facts.dp_ranks(), fp32)
+        })
+    }
+
+    /// Sets the budget from a [`BudgetSpec`].
+    pub fn set_budget(&mut self, spec: BudgetSpec) {
+        match spec {
+            BudgetSpec::Bytes(b) => self.budget = Some(b),
+            BudgetSpec::PercentOfPeak(p) => self.budget_percent_of_peak = Some(p),
+        }
     }
 }
 
-/// The budget for a device: `--budget`, else its capacity, else (for a device
-/// with an OOM) what `cudaMemGetInfo` said was free plus what PyTorch had
-/// reserved when the first allocation failed; else none.
-pub fn budget_for(device: &DeviceReport, options: &PlanOptions) -> Option<Budget> {
+/// The budget for a device whose demand peaks at `peak` bytes: `--budget`,
+/// else its capacity, else (for a device with an OOM) what
+/// `cudaMemGetInfo` said was free plus what PyTorch had reserved when the
+/// first allocation failed; else none.
+pub fn budget_for(device: &DeviceReport, options: &PlanOptions, peak: u64) -> Option<Budget> {
     if let Some(b) = options.budget {
         return Some(Budget {
             bytes: b,
             source: "--budget".into(),
+        });
+    }
+    if let Some(p) = options.budget_percent_of_peak {
+        return Some(Budget {
+            bytes: (peak as f64 * p / 100.0).round() as u64,
+            source: format!("--budget {p}% of the observed peak {}", h(peak)),
         });
     }
     if let Some(c) = device.capacity_bytes {
@@ -132,76 +186,238 @@ pub fn budget_for(device: &DeviceReport, options: &PlanOptions) -> Option<Budget
     })
 }
 
+/// What the run's evidence says about one lever.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub eligibility: Eligibility,
+    /// The evidence for its conditions (or against the one that fails).
+    pub because: String,
+    /// The "if …" of a conditional lever.
+    pub condition: Option<String>,
+}
+
+/// Decides a lever from the run's facts: excluded if a condition fails,
+/// conditional if one is unknown, certain otherwise.
+pub fn decide(lever: &Lever, facts: &RunFacts) -> Decision {
+    let mut holds = Vec::new();
+    let mut unknown = Vec::new();
+    for c in &lever.when {
+        match facts.check(*c) {
+            Check::Fails(why) => {
+                return Decision {
+                    eligibility: Eligibility::Excluded,
+                    because: why,
+                    condition: None,
+                }
+            }
+            Check::Holds(why) => holds.push(why),
+            Check::Unknown { wording, because } => unknown.push((wording, because)),
+        }
+    }
+    holds.dedup();
+    if unknown.is_empty() {
+        return Decision {
+            eligibility: Eligibility::Certain,
+            because: holds.join("; "),
+            condition: None,
+        };
+    }
+    let wording: Vec<&str> = unknown.iter().map(|(w, _)| w.as_str()).collect();
+    let because: Vec<&str> = unknown.iter().map(|(_, b)| b.as_str()).collect();
+    Decision {
+        eligibility: Eligibility::Conditional,
+        because: holds.join("; "),
+        condition: Some(format!("{}: {}", wording.join(" and "), because.join("; "))),
+    }
+}
+
+/// The smallest saving that makes a step: 1% of the peak, at least 1 B.
+pub fn min_step(peak: u64) -> u64 {
+    peak.div_ceil(100).max(1)
+}
+
+/// What one device's plan is made from.
+pub struct PlanInput<'d> {
+    pub demand: &'d Demand<'d>,
+    pub facts: &'d RunFacts,
+    /// Names a position (`event N (phase)`).
+    pub describe: &'d dyn Fn(usize) -> String,
+}
+
 /// Plans one device: runs [`plan_timeline_cuts`] against budget − headroom
-/// and writes the verdict and reason. `describe` names a position
-/// (`event N (phase)`).
-pub fn plan_device(
-    demand: &Demand,
-    budget: &Budget,
-    options: &PlanOptions,
-    describe: &dyn Fn(usize) -> String,
-) -> Plan {
-    let levers = options.levers();
+/// and writes the verdict and reason.
+pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions) -> Plan {
+    let levers = options.levers(input.facts);
+    let decisions: Vec<Decision> = levers.iter().map(|l| decide(l, input.facts)).collect();
     let headroom = options.headroom.bytes(budget.bytes);
     let target = budget.bytes - headroom;
-    let cuts = plan_timeline_cuts(demand, &levers, target, options.order);
-    let steps = plan_steps(&cuts, &levers, describe);
-    let (verdict, gap, reason) =
-        verdict_and_reason(demand, &cuts, &levers, &steps, target, options);
+    let (peak_before, _) = input.demand.peak(&[1.0; NPOOL]);
+    let min_step = min_step(peak_before);
+    let cuts = run_search(
+        input.demand,
+        &levers,
+        &decisions,
+        target,
+        options.order,
+        min_step,
+    );
+    let steps = plan_steps(&cuts, &levers, &decisions, input.facts, input.describe);
+    let (verdict, gap, reason) = verdict_and_reason(
+        input.demand,
+        &cuts,
+        &levers,
+        &decisions,
+        &steps,
+        target,
+        input.facts,
+    );
+    let cache_estimated = input.facts.reserved_estimate.is_some()
+        && input
+            .demand
+            .scaled_at(cuts.peak_before_position, &[1.0; NPOOL])[Category::AllocatorCache.index()]
+            > 0;
+    let (estimate, estimate_reason) = plan_estimate(cache_estimated, input.facts, &steps);
     Plan {
         budget_bytes: budget.bytes,
         headroom_bytes: headroom,
         target_bytes: target,
+        headline: Some(Headline {
+            about: "peak".into(),
+            verdict,
+            reason: reason.clone(),
+            estimate,
+        }),
         peak_before_bytes: cuts.peak_before_bytes,
         steps,
         estimated_peak_bytes: cuts.estimated_peak_bytes,
         verdict,
         reason,
         budget_source: budget.source.clone(),
-        peak_before_at: describe(cuts.peak_before_position),
+        peak_before_at: (input.describe)(cuts.peak_before_position),
         gap_bytes: gap,
         oom_plan: None,
+        estimate,
+        estimate_reason,
+        min_step_bytes: min_step,
+        considered: considered(&cuts, &levers, &decisions, min_step),
+        facts: input.facts.lines(),
     }
 }
 
-/// Plans the failed instant of an OOM against `target`.
-pub fn plan_oom(oom: &OomFinding, target: u64, options: &PlanOptions) -> OomPlan {
-    let mut series: Vec<(Category, Vec<u64>)> = oom
-        .by_category
-        .iter()
-        .filter(|(c, _)| **c != Category::AllocatorCache)
-        .map(|(c, b)| (*c, vec![*b]))
-        .collect();
-    series.push((Category::Unknown, vec![oom.requested_bytes]));
-    let demand = Demand::from_series(&series);
-    let levers = options.levers();
-    let cuts = plan_timeline_cuts(&demand, &levers, target, options.order);
-    let at = format!("OOM at event {}", oom.event_index);
-    let steps = plan_steps(&cuts, &levers, &|_| at.clone());
-    let (verdict, gap, mut reason) =
-        verdict_and_reason(&demand, &cuts, &levers, &steps, target, options);
-    if verdict == Verdict::Fits {
-        reason = format!(
-            "allocated + the {} request ({}) is within the target: the allocator failed to place it, not the total; see the OOM finding",
-            h(oom.requested_bytes),
-            h(cuts.peak_before_bytes)
-        );
+fn run_search(
+    demand: &Demand,
+    levers: &[Lever],
+    decisions: &[Decision],
+    target: u64,
+    order: Order,
+    min_step: u64,
+) -> TimelineCuts {
+    let eligibility: Vec<Eligibility> = decisions.iter().map(|d| d.eligibility).collect();
+    plan_timeline_cuts(
+        demand,
+        &Search {
+            levers,
+            eligibility: &eligibility,
+            target,
+            order,
+            min_step,
+        },
+    )
+}
+
+/// Whether the verdict rests on an estimate, and why: each distinct reason
+/// once (the peak's cache, or what a step cuts).
+fn plan_estimate(
+    cache_estimated: bool,
+    facts: &RunFacts,
+    steps: &[PlanStep],
+) -> (bool, Option<String>) {
+    let mut why: Vec<String> = Vec::new();
+    if cache_estimated {
+        if let Some(r) = &facts.reserved_estimate {
+            why.push(r.clone());
+        }
     }
+    for s in steps {
+        for r in s.estimate_reason.iter().flat_map(|r| r.split("; ")) {
+            if !why.iter().any(|w| w == r) {
+                why.push(r.to_owned());
+            }
+        }
+    }
+    (!why.is_empty(), (!why.is_empty()).then(|| why.join("; ")))
+}
+
+/// Plans the failed instant of an OOM against `target`: `row` is the
+/// demand by pool just before the failure (its `allocator_cache` ignored:
+/// the cache at that instant comes from the finding).
+pub fn plan_oom(
+    oom: &OomFinding,
+    row: &Row,
+    target: u64,
+    options: &PlanOptions,
+    facts: &RunFacts,
+) -> OomPlan {
+    let mut row = *row;
+    let cache = Category::AllocatorCache.index();
+    row[cache] = oom
+        .reserved_bytes
+        .map_or(0, |r| r.saturating_sub(oom.allocated_bytes));
+    row[Category::Unknown.index()] += oom.requested_bytes;
+    let demand = Demand::from_rows(vec![row]);
+    let levers = options.levers(facts);
+    let decisions: Vec<Decision> = levers.iter().map(|l| decide(l, facts)).collect();
+    let demand_bytes: u64 = row.iter().sum();
+    let min_step = min_step(demand_bytes);
+    let cuts = run_search(
+        &demand,
+        &levers,
+        &decisions,
+        target,
+        options.order,
+        min_step,
+    );
+    let at = format!("OOM at event {}", oom.event_index);
+    let steps = plan_steps(&cuts, &levers, &decisions, facts, &|_| at.clone());
+    let (verdict, gap, mut reason) =
+        verdict_and_reason(&demand, &cuts, &levers, &decisions, &steps, target, facts);
+    let what = if row[cache] > 0 {
+        format!(
+            "allocated + the allocator cache ({}) + the {} request",
+            h(row[cache]),
+            h(oom.requested_bytes)
+        )
+    } else {
+        format!("allocated + the {} request", h(oom.requested_bytes))
+    };
+    reason = match verdict {
+        Verdict::Fits => format!(
+            "{what} = {} is within the target {}: a larger device or other processes' memory explain the failure; see the OOM finding",
+            h(demand_bytes),
+            h(target)
+        ),
+        _ => format!("{what} = {}; {reason}", h(demand_bytes)),
+    };
+    let (estimate, estimate_reason) = plan_estimate(false, facts, &steps);
     OomPlan {
         event_index: oom.event_index,
         requested_bytes: oom.requested_bytes,
-        demand_bytes: cuts.peak_before_bytes,
+        demand_bytes,
         steps,
         estimated_peak_bytes: cuts.estimated_peak_bytes,
         verdict,
         gap_bytes: gap,
         reason,
+        estimate,
+        estimate_reason,
     }
 }
 
 fn plan_steps(
     cuts: &TimelineCuts,
     levers: &[Lever],
+    decisions: &[Decision],
+    facts: &RunFacts,
     describe: &dyn Fn(usize) -> String,
 ) -> Vec<PlanStep> {
     let mut previous = cuts.peak_before_position;
@@ -209,6 +425,8 @@ fn plan_steps(
         .iter()
         .map(|s| {
             let lever = &levers[s.lever];
+            let decision = &decisions[s.lever];
+            let estimate_reason = step_estimate(lever, facts);
             let step = PlanStep {
                 lever: lever.name.clone(),
                 action: lever.action.clone(),
@@ -217,9 +435,19 @@ fn plan_steps(
                 saved_bytes: s.saved_bytes,
                 peak_after_bytes: s.peak_after_bytes,
                 peak_moved_to: describe(s.position),
-                scales: lever.scales.clone(),
+                scales: lever.scales.iter().map(|(t, f)| (t.category, *f)).collect(),
                 peak_event_index: s.position.saturating_sub(1) as u64,
                 peak_moved: s.position != previous,
+                targets: lever
+                    .scales
+                    .iter()
+                    .map(|(t, f)| (t.to_string(), *f))
+                    .collect(),
+                because: decision.because.clone(),
+                condition: decision.condition.clone(),
+                tradeoff: (!lever.tradeoff.is_empty()).then(|| lever.tradeoff.clone()),
+                estimate: estimate_reason.is_some(),
+                estimate_reason,
             };
             previous = s.position;
             step
@@ -227,13 +455,87 @@ fn plan_steps(
         .collect()
 }
 
+/// Why a lever's saving rests on an estimate: it cuts the allocator cache
+/// and reserved memory is a dump-time value, or it cuts a category whose
+/// bytes at the peak are partly inferred.
+fn step_estimate(lever: &Lever, facts: &RunFacts) -> Option<String> {
+    let mut why = Vec::new();
+    for c in lever.categories() {
+        if c == Category::AllocatorCache {
+            if let Some(r) = &facts.reserved_estimate {
+                why.push(r.clone());
+            }
+        }
+        if let Some((_, r)) = facts.inferred.iter().find(|(ic, _)| *ic == c) {
+            why.push(format!("{c} at the peak: {r}"));
+        }
+    }
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// The eligible levers that are not steps, and those the evidence rules
+/// out, with why.
+fn considered(
+    cuts: &TimelineCuts,
+    levers: &[Lever],
+    decisions: &[Decision],
+    min_step: u64,
+) -> Vec<ConsideredLever> {
+    if cuts.leftovers.is_empty() && cuts.steps.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for l in &cuts.leftovers {
+        let name = levers[l.lever].name.clone();
+        let (outcome, reason) = if l.contribution == 0 {
+            (
+                "no_effect",
+                "nothing it cuts is live at the peak".to_owned(),
+            )
+        } else if l.saved_bytes == 0 {
+            (
+                "negligible",
+                "does not lower the peak: another instant is as high".to_owned(),
+            )
+        } else if l.saved_bytes < min_step {
+            (
+                "negligible",
+                format!(
+                    "would lower the peak by {}, less than 1% of it",
+                    h(l.saved_bytes)
+                ),
+            )
+        } else {
+            continue;
+        };
+        out.push(ConsideredLever {
+            lever: name,
+            outcome: outcome.into(),
+            reason,
+            saved_bytes: l.saved_bytes,
+        });
+    }
+    for (lever, d) in levers.iter().zip(decisions) {
+        if d.eligibility == Eligibility::Excluded {
+            out.push(ConsideredLever {
+                lever: lever.name.clone(),
+                outcome: "not_applicable".into(),
+                reason: d.because.clone(),
+                saved_bytes: 0,
+            });
+        }
+    }
+    out
+}
+
 fn verdict_and_reason(
     demand: &Demand,
     cuts: &TimelineCuts,
     levers: &[Lever],
+    decisions: &[Decision],
     steps: &[PlanStep],
     target: u64,
-    options: &PlanOptions,
+    facts: &RunFacts,
 ) -> (Verdict, u64, String) {
     let names: Vec<&str> = steps.iter().map(|s| s.lever.as_str()).collect();
     if cuts.peak_before_bytes <= target {
@@ -247,12 +549,25 @@ fn verdict_and_reason(
             ),
         );
     }
+    let conditions: Vec<String> = steps
+        .iter()
+        .filter_map(|s| {
+            s.condition
+                .as_ref()
+                .map(|c| format!("{} rests on {c}", s.lever))
+        })
+        .collect();
+    let conditional = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!(" — only if that holds: {}", conditions.join("; "))
+    };
     if cuts.estimated_peak_bytes <= target {
         return (
             Verdict::FitsAfterCuts,
             0,
             format!(
-                "{} bring{} the peak from {} to {}, within the target {}",
+                "{} bring{} the peak from {} to {}, within the target {}{conditional}",
                 names.join(" + "),
                 if names.len() == 1 { "s" } else { "" },
                 h(cuts.peak_before_bytes),
@@ -264,34 +579,41 @@ fn verdict_and_reason(
     let gap = cuts.estimated_peak_bytes - target;
     // What is left at the final peak, and whether anything could still cut it.
     let left = demand.scaled_at(cuts.final_position, &cuts.final_factors);
+    let mut by_category = [0u64; NCAT];
+    for (pool, b) in left.iter().enumerate() {
+        by_category[pool_category(pool).index()] += b;
+    }
     let (largest, bytes) = Category::ALL
         .into_iter()
-        .map(|c| (c, left[c.index()]))
+        .map(|c| (c, by_category[c.index()]))
         .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
         .unwrap_or((Category::Unknown, 0));
     let after = if names.is_empty() {
-        "no lever applies:".to_owned()
+        "with no lever that lowers it by 1% or more,".to_owned()
     } else {
         format!("after {},", names.join(" + "))
     };
-    let sharding_unused = options.levers.is_none()
-        && options.dp_ranks <= 1
+    let sharding_could = facts.dp_ranks() <= 1
+        && facts.mode.value != Some(facts::Mode::Inference)
         && matches!(
             largest,
             Category::Parameter | Category::Gradient | Category::OptimizerState
         );
-    let hint = if sharding_unused {
-        "; with more GPUs, pass --dp-ranks N to plan sharding".to_owned()
-    } else if !levers.iter().any(|l| l.categories().contains(&largest)) {
-        "; no lever shrinks it".to_owned()
-    } else {
-        String::new()
-    };
+    let hint =
+        if sharding_could {
+            "; with more GPUs, pass --dp-ranks N to plan sharding".to_owned()
+        } else if !levers.iter().zip(decisions).any(|(l, d)| {
+            d.eligibility != Eligibility::Excluded && l.categories().contains(&largest)
+        }) {
+            "; no lever that applies shrinks it".to_owned()
+        } else {
+            String::new()
+        };
     (
         Verdict::DoesNotFit,
         gap,
         format!(
-            "{after} the peak is still {}, {} over the target {}; the largest part left is {} ({}){hint}",
+            "{after} the peak is still {}, {} over the target {}; the largest part left is {} ({}){hint}{conditional}",
             h(cuts.estimated_peak_bytes),
             h(gap),
             h(target),
@@ -302,18 +624,30 @@ fn verdict_and_reason(
 }
 
 /// The plan for one device of a report, or `None` when no budget is known
-/// (see [`budget_for`]); `demand` is the device's, `describe` names a
-/// position (`event N (phase)`). The caller puts it into the report.
+/// (see [`budget_for`]). The caller puts it into the report.
 pub fn plan_for(
     device: &DeviceReport,
-    demand: &Demand,
+    input: &PlanInput<'_>,
     options: &PlanOptions,
-    describe: &dyn Fn(usize) -> String,
 ) -> Option<Plan> {
-    let budget = budget_for(device, options)?;
-    let mut plan = plan_device(demand, &budget, options, describe);
+    let (peak, _) = input.demand.peak(&[1.0; NPOOL]);
+    let budget = budget_for(device, options, peak)?;
+    let mut plan = plan_device(input, &budget, options);
     if let Some(oom) = device.ooms.first() {
-        plan.oom_plan = Some(plan_oom(oom, plan.target_bytes, options));
+        let row = input
+            .demand
+            .scaled_at(oom.event_index as usize, &[1.0; NPOOL]);
+        let oom_plan = plan_oom(oom, &row, plan.target_bytes, options, input.facts);
+        plan.headline = Some(Headline {
+            about: "oom".into(),
+            verdict: oom_plan.verdict,
+            reason: format!(
+                "at the OOM (event {}): {}",
+                oom.event_index, oom_plan.reason
+            ),
+            estimate: oom_plan.estimate,
+        });
+        plan.oom_plan = Some(oom_plan);
     }
     Some(plan)
 }
@@ -321,14 +655,41 @@ pub fn plan_for(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use facts::Mode;
 
     #[test]
-    fn headroom() {
+    fn headroom_and_budget_specs() {
         assert_eq!(Headroom::parse("10%"), Ok(Headroom::Percent(10.0)));
         assert_eq!(Headroom::parse("2GiB"), Ok(Headroom::Bytes(2 << 30)));
         assert!(Headroom::parse("100%").is_err());
         assert_eq!(Headroom::Percent(10.0).bytes(1000), 100);
         assert_eq!(Headroom::Bytes(5000).bytes(1000), 1000);
+        assert_eq!(
+            BudgetSpec::parse("80%"),
+            Ok(BudgetSpec::PercentOfPeak(80.0))
+        );
+        assert_eq!(BudgetSpec::parse(" 2GiB "), Ok(BudgetSpec::Bytes(2 << 30)));
+        assert!(BudgetSpec::parse("0%").is_err());
+        assert!(BudgetSpec::parse("-5%").is_err());
+        assert!(BudgetSpec::parse("x%").is_err());
+        assert!(BudgetSpec::parse("2000%").is_err());
+        assert_eq!(min_step(0), 1);
+        assert_eq!(min_step(1000), 10);
+        assert_eq!(min_step(1001), 11);
+    }
+
+    fn plan(demand: &Demand, facts: &RunFacts, budget: u64) -> Plan {
+        let describe = |p: usize| format!("position {p}");
+        let input = PlanInput {
+            demand,
+            facts,
+            describe: &describe,
+        };
+        let budget = Budget {
+            bytes: budget,
+            source: "test".into(),
+        };
+        plan_device(&input, &budget, &PlanOptions::default())
     }
 
     #[test]
@@ -337,33 +698,89 @@ mod tests {
             (Category::Parameter, vec![600, 600]),
             (Category::Activation, vec![0, 400]),
         ]);
-        let options = PlanOptions::default();
-        let describe = |p: usize| format!("position {p}");
-        let budget = |bytes| Budget {
-            bytes,
-            source: "test".into(),
-        };
-        let fits = plan_device(&demand, &budget(2000), &options, &describe);
+        let training = RunFacts::for_tests(Some(Mode::Training));
+        let fits = plan(&demand, &training, 2000);
         assert_eq!(fits.verdict, Verdict::Fits);
         assert_eq!(fits.target_bytes, 1800);
-        assert!(fits.steps.is_empty());
-        let after = plan_device(&demand, &budget(1000), &options, &describe);
+        assert!(fits.steps.is_empty() && fits.considered.is_empty());
+        let after = plan(&demand, &training, 1000);
         assert_eq!(after.verdict, Verdict::FitsAfterCuts, "{after:?}");
         assert_eq!(after.steps[0].lever, "halve_micro_batch");
+        assert!(
+            after.steps[0].because.starts_with("training run"),
+            "{:?}",
+            after.steps[0]
+        );
         assert_eq!(after.estimated_peak_bytes, 800);
-        let nope = plan_device(&demand, &budget(300), &options, &describe);
+        let nope = plan(&demand, &training, 300);
         assert_eq!(nope.verdict, Verdict::DoesNotFit);
         assert_eq!(
             nope.gap_bytes,
             nope.estimated_peak_bytes - nope.target_bytes
         );
         assert!(nope.reason.contains("--dp-ranks"), "{}", nope.reason);
+        // The weights' dtype is unknown: bf16_weights is conditional, last, and says so.
+        let last = nope.steps.last().unwrap();
+        assert_eq!(last.lever, "bf16_weights");
+        assert!(
+            last.condition
+                .as_deref()
+                .unwrap()
+                .starts_with("if the weights are fp32"),
+            "{last:?}"
+        );
+        assert!(
+            nope.reason.contains("only if that holds"),
+            "{}",
+            nope.reason
+        );
+        // Inference: no training lever, and those are listed as not applicable.
+        let inference = RunFacts::for_tests(Some(Mode::Inference));
+        let inf = plan(&demand, &inference, 1000);
+        let names: Vec<&str> = inf.steps.iter().map(|s| s.lever.as_str()).collect();
+        assert_eq!(names[0], "halve_batch", "{names:?}");
+        for lever in [
+            "halve_micro_batch",
+            "activation_checkpointing",
+            "optimizer_8bit",
+        ] {
+            assert!(!names.contains(&lever));
+            let c = inf.considered.iter().find(|c| c.lever == lever).unwrap();
+            assert_eq!(c.outcome, "not_applicable");
+            assert!(c.reason.starts_with("not a training run"), "{c:?}");
+        }
     }
 
     #[test]
-    fn oom_plan_counts_the_request() {
+    fn a_serving_engine_s_kv_pool_is_cut_by_its_share_not_its_dtype() {
+        let demand = Demand::from_series(&[
+            (Category::Parameter, vec![100, 100]),
+            (Category::KvCache, vec![800, 800]),
+        ]);
+        let mut engine = RunFacts::for_tests(Some(Mode::Inference));
+        engine.kv_pool = facts::Fact {
+            value: Some(true),
+            because: "vLLM".into(),
+        };
+        let p = plan(&demand, &engine, 800);
+        let names: Vec<&str> = p.steps.iter().map(|s| s.lever.as_str()).collect();
+        assert_eq!(names, ["kv_cache_pool"]);
+        for lever in ["kv_cache_quantization", "kv_cache_limit", "bf16_weights"] {
+            let c = p.considered.iter().find(|c| c.lever == lever).unwrap();
+            assert_eq!(c.outcome, "not_applicable", "{c:?}");
+        }
+        // Without an engine the KV cache grows with the tokens: its dtype
+        // and length are the levers, and the pool lever does not apply.
+        let generate = RunFacts::for_tests(Some(Mode::Inference));
+        let p = plan(&demand, &generate, 800);
+        assert_eq!(p.steps[0].lever, "kv_cache_quantization");
+        assert!(p.considered.iter().any(|c| c.lever == "kv_cache_pool"));
+    }
+
+    #[test]
+    fn oom_plan_counts_the_request_and_the_cache() {
         let oom = OomFinding {
-            event_index: 7,
+            event_index: 0,
             ts_us: None,
             requested_bytes: 300,
             device_free_bytes: Some(10),
@@ -379,13 +796,19 @@ mod tests {
             largest_free_block_bytes: None,
             verdict: String::new(),
         };
-        let plan = plan_oom(&oom, 1000, &PlanOptions::default());
-        assert_eq!(plan.demand_bytes, 1200);
+        let mut row = [0u64; NPOOL];
+        row[Category::Parameter.index()] = 400;
+        row[Category::Activation.index()] = 500;
+        let training = RunFacts::for_tests(Some(Mode::Training));
+        let plan = plan_oom(&oom, &row, 1000, &PlanOptions::default(), &training);
+        assert_eq!(plan.demand_bytes, 1300);
         assert_eq!(plan.verdict, Verdict::FitsAfterCuts);
-        assert_eq!(plan.steps[0].lever, "halve_micro_batch");
-        assert_eq!(plan.estimated_peak_bytes, 950);
-        let fits = plan_oom(&oom, 1500, &PlanOptions::default());
+        assert_eq!(plan.steps[0].lever, "expandable_segments");
+        assert_eq!(plan.steps[1].lever, "halve_micro_batch");
+        assert_eq!(plan.estimated_peak_bytes, 970);
+        assert!(plan.reason.contains("allocator cache"), "{}", plan.reason);
+        let fits = plan_oom(&oom, &row, 1500, &PlanOptions::default(), &training);
         assert_eq!(fits.verdict, Verdict::Fits);
-        assert!(fits.reason.contains("allocator"), "{}", fits.reason);
+        assert!(fits.reason.contains("within the target"), "{}", fits.reason);
     }
 }

@@ -1,15 +1,15 @@
-//! The search: levers applied one at a time, in an [`Order`], each followed
-//! by a re-simulation of the peak over the whole timeline, until the peak
-//! fits the target or no lever applies.
+//! The search: levers applied one at a time, in an [`Order`], each
+//! followed by a re-simulation of the peak over the whole timeline, until
+//! the peak fits the target or no lever lowers it by enough.
 
 use super::demand::Demand;
 use super::levers::Lever;
-use super::NCAT;
+use super::pools::NPOOL;
 
 /// In what order levers are tried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Order {
-    /// Cheapest cost class first, then the largest saving at the current peak.
+    /// Cheapest cost class first, then the largest saving.
     #[default]
     Cheapest,
     /// The largest cuttable contribution at the current peak first (the
@@ -17,18 +17,39 @@ pub enum Order {
     Largest,
 }
 
+/// Whether the search may use a lever, from the run's evidence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Eligibility {
+    /// Its conditions hold.
+    Certain,
+    /// Some condition is unknown: tried only once no certain lever helps.
+    Conditional,
+    /// Some condition fails: never tried.
+    Excluded,
+}
+
 /// One lever applied by [`plan_timeline_cuts`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct TimelineStep {
     /// Index into the levers given.
     pub lever: usize,
-    /// Old peak − new peak.
+    /// Old peak − new peak: the step's marginal effect given the steps
+    /// before it.
     pub saved_bytes: u64,
     pub peak_after_bytes: u64,
     /// Position of the new peak.
     pub position: usize,
-    /// Cumulative factors after this step, by [`Category::index`].
-    pub factors: [f64; NCAT],
+    /// Cumulative factors after this step, by pool.
+    pub factors: [f64; NPOOL],
+}
+
+/// An eligible lever that is not a step: what it would lower the peak by
+/// after the steps, and what it could shrink at the final peak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leftover {
+    pub lever: usize,
+    pub saved_bytes: u64,
+    pub contribution: u64,
 }
 
 /// The result of [`plan_timeline_cuts`].
@@ -39,75 +60,120 @@ pub struct TimelineCuts {
     pub steps: Vec<TimelineStep>,
     pub estimated_peak_bytes: u64,
     pub final_position: usize,
-    pub final_factors: [f64; NCAT],
+    pub final_factors: [f64; NPOOL],
+    /// Eligible levers not used, when the plan needed cuts (empty when the
+    /// peak fit from the start).
+    pub leftovers: Vec<Leftover>,
+}
+
+/// What [`plan_timeline_cuts`] searches with.
+#[derive(Debug, Clone, Copy)]
+pub struct Search<'a> {
+    pub levers: &'a [Lever],
+    /// One per lever.
+    pub eligibility: &'a [Eligibility],
+    pub target: u64,
+    pub order: Order,
+    /// A step must lower the peak by at least this much.
+    pub min_step: u64,
 }
 
 /// Applies levers one at a time until the peak is at most `target`.
 ///
-/// Each round looks at the bytes by category at the *current* peak, picks the
-/// next lever by `order` among those that shrink something there (a lever
-/// whose categories are absent at the peak cannot lower it and waits for a
-/// later round), multiplies its factors into the running ones, and
-/// re-simulates the peak over the whole timeline. Each lever is applied at
-/// most once. Cost: O(positions × categories × levers applied).
-pub fn plan_timeline_cuts(
-    demand: &Demand,
-    levers: &[Lever],
-    target: u64,
-    order: Order,
-) -> TimelineCuts {
-    let mut factors = [1.0f64; NCAT];
+/// Each round looks at the bytes by pool at the *current* peak and, among
+/// the unused eligible levers that shrink something there, simulates each
+/// over the whole timeline: its saving is the drop of the peak (which can
+/// move). Levers that lower it by less than `min_step` are not steps. The
+/// next step is the best of the rest by `order`, certain levers before
+/// conditional ones. The savings of the steps add up to the total
+/// reduction by construction. Cost: O(rounds × levers) peak searches.
+pub fn plan_timeline_cuts(demand: &Demand, search: &Search) -> TimelineCuts {
+    let levers = search.levers;
+    let mut factors = [1.0f64; NPOOL];
     let (peak_before, pos_before) = demand.peak(&factors);
     let (mut peak, mut pos) = (peak_before, pos_before);
     let mut used = vec![false; levers.len()];
     let mut steps = Vec::new();
-    while peak > target {
+    let min_step = search.min_step.max(1);
+    while peak > search.target {
         let here = demand.scaled_at(pos, &factors);
-        let mut best: Option<(usize, u64, u64)> = None; // (lever, saving, contribution)
-        for (i, lever) in levers.iter().enumerate() {
-            if used[i] {
-                continue;
+        // (lever, realized saving, contribution, new peak, new position, factors)
+        let mut best: Option<(usize, u64, u64, u64, usize, [f64; NPOOL])> = None;
+        for pass in [Eligibility::Certain, Eligibility::Conditional] {
+            for (i, lever) in levers.iter().enumerate() {
+                if used[i] || search.eligibility[i] != pass {
+                    continue;
+                }
+                let a = lever.applicability(&here);
+                // The peak cannot drop by more than the lever saves at it.
+                if a.saving < min_step {
+                    continue;
+                }
+                let next = combine(&factors, &lever.factors());
+                let (new_peak, new_pos) = demand.peak(&next);
+                let saved = peak.saturating_sub(new_peak);
+                if saved < min_step {
+                    continue;
+                }
+                let better = match best {
+                    None => true,
+                    Some((j, s, k, ..)) => match search.order {
+                        Order::Cheapest => {
+                            (lever.cost, std::cmp::Reverse(saved), i)
+                                < (levers[j].cost, std::cmp::Reverse(s), j)
+                        }
+                        Order::Largest => {
+                            (
+                                std::cmp::Reverse(a.contribution),
+                                std::cmp::Reverse(saved),
+                                i,
+                            ) < (std::cmp::Reverse(k), std::cmp::Reverse(s), j)
+                        }
+                    },
+                };
+                if better {
+                    best = Some((i, saved, a.contribution, new_peak, new_pos, next));
+                }
             }
-            let a = lever.applicability(&here);
-            if !a.applies() {
-                continue;
-            }
-            let (saving, contribution) = (a.saving, a.contribution);
-            let better = match best {
-                None => true,
-                Some((j, s, k)) => match order {
-                    Order::Cheapest => {
-                        (lever.cost, std::cmp::Reverse(saving), i)
-                            < (levers[j].cost, std::cmp::Reverse(s), j)
-                    }
-                    Order::Largest => {
-                        (
-                            std::cmp::Reverse(contribution),
-                            std::cmp::Reverse(saving),
-                            i,
-                        ) < (std::cmp::Reverse(k), std::cmp::Reverse(s), j)
-                    }
-                },
-            };
-            if better {
-                best = Some((i, saving, contribution));
+            if best.is_some() {
+                break;
             }
         }
-        let Some((i, _, _)) = best else { break };
+        let Some((i, saved, _, new_peak, new_pos, next)) = best else {
+            break;
+        };
         used[i] = true;
-        for (acc, f) in factors.iter_mut().zip(levers[i].factors()) {
-            *acc *= f;
-        }
-        let (new_peak, new_pos) = demand.peak(&factors);
+        factors = next;
         steps.push(TimelineStep {
             lever: i,
-            saved_bytes: peak.saturating_sub(new_peak),
+            saved_bytes: saved,
             peak_after_bytes: new_peak,
             position: new_pos,
             factors,
         });
         (peak, pos) = (new_peak, new_pos);
     }
+    let leftovers = if peak_before <= search.target {
+        Vec::new()
+    } else {
+        let here = demand.scaled_at(pos, &factors);
+        (0..levers.len())
+            .filter(|&i| !used[i] && search.eligibility[i] != Eligibility::Excluded)
+            .map(|i| {
+                let a = levers[i].applicability(&here);
+                let saved = if a.saving == 0 {
+                    0
+                } else {
+                    peak.saturating_sub(demand.peak(&combine(&factors, &levers[i].factors())).0)
+                };
+                Leftover {
+                    lever: i,
+                    saved_bytes: saved,
+                    contribution: a.contribution,
+                }
+            })
+            .collect()
+    };
     TimelineCuts {
         peak_before_bytes: peak_before,
         peak_before_position: pos_before,
@@ -115,7 +181,17 @@ pub fn plan_timeline_cuts(
         estimated_peak_bytes: peak,
         final_position: pos,
         final_factors: factors,
+        leftovers,
     }
+}
+
+/// Running factors times a lever's.
+fn combine(a: &[f64; NPOOL], b: &[f64; NPOOL]) -> [f64; NPOOL] {
+    let mut out = *a;
+    for (o, f) in out.iter_mut().zip(b) {
+        *o *= f;
+    }
+    out
 }
 
 #[cfg(test)]
@@ -123,15 +199,35 @@ mod tests {
     use super::*;
     use crate::model::Category;
     use crate::plan::levers::Cost;
+    use crate::plan::pools::Target;
 
     fn lever(name: &str, cost: Cost, scales: &[(Category, f64)]) -> Lever {
         Lever {
             name: name.into(),
-            scales: scales.iter().copied().collect(),
+            scales: scales.iter().map(|(c, f)| (Target::all(*c), *f)).collect(),
             cost,
             action: format!("do {name}"),
+            when: Vec::new(),
+            tradeoff: String::new(),
         }
     }
+
+    fn search<'a>(
+        levers: &'a [Lever],
+        eligibility: &'a [Eligibility],
+        target: u64,
+        order: Order,
+    ) -> Search<'a> {
+        Search {
+            levers,
+            eligibility,
+            target,
+            order,
+            min_step: 1,
+        }
+    }
+
+    const CERTAIN: [Eligibility; 3] = [Eligibility::Certain; 3];
 
     #[test]
     fn peak_moves_from_activations_to_the_optimizer_step() {
@@ -143,12 +239,15 @@ mod tests {
             (Category::Gradient, vec![0, 0, 4]),
             (Category::OptimizerState, vec![0, 0, 4]),
         ]);
-        assert_eq!(demand.peak(&[1.0; NCAT]), (14, 1));
+        assert_eq!(demand.peak(&[1.0; NPOOL]), (14, 1));
         let levers = vec![
             lever("ckpt", Cost::Compute, &[(Category::Activation, 0.3)]),
             lever("opt8", Cost::Cheap, &[(Category::OptimizerState, 0.25)]),
         ];
-        let cuts = plan_timeline_cuts(&demand, &levers, 10, Order::Cheapest);
+        let cuts = plan_timeline_cuts(
+            &demand,
+            &search(&levers, &CERTAIN[..2], 10, Order::Cheapest),
+        );
         // opt8 is cheaper but saves nothing at the activation peak: skipped,
         // then used once the peak has moved to the optimizer step.
         assert_eq!(cuts.steps.len(), 2);
@@ -171,12 +270,76 @@ mod tests {
             lever("ckpt", Cost::Compute, &[(Category::Activation, 0.3)]),
             lever("expandable", Cost::Free, &[(Category::AllocatorCache, 0.2)]),
         ];
-        let cheap = plan_timeline_cuts(&demand, &levers, 11, Order::Cheapest);
+        let cheap = plan_timeline_cuts(
+            &demand,
+            &search(&levers, &CERTAIN[..2], 11, Order::Cheapest),
+        );
         assert_eq!(cheap.steps.iter().map(|s| s.lever).collect::<Vec<_>>(), [1]);
-        let largest = plan_timeline_cuts(&demand, &levers, 11, Order::Largest);
+        let largest =
+            plan_timeline_cuts(&demand, &search(&levers, &CERTAIN[..2], 11, Order::Largest));
         assert_eq!(
             largest.steps.iter().map(|s| s.lever).collect::<Vec<_>>(),
             [0]
         );
+    }
+
+    #[test]
+    fn small_savings_are_not_steps_and_conditional_levers_come_last() {
+        // A 1000-byte peak: 5 bytes of temporaries (0.5%), 300 of parameters.
+        let demand = Demand::from_series(&[
+            (Category::Parameter, vec![300]),
+            (Category::Activation, vec![695]),
+            (Category::Temporary, vec![5]),
+        ]);
+        let levers = vec![
+            lever("bf16", Cost::Accuracy, &[(Category::Parameter, 0.5)]),
+            lever("chunk", Cost::Free, &[(Category::Temporary, 0.0)]),
+            lever("ckpt", Cost::Compute, &[(Category::Activation, 0.3)]),
+        ];
+        let eligibility = [
+            Eligibility::Conditional,
+            Eligibility::Certain,
+            Eligibility::Certain,
+        ];
+        let s = Search {
+            min_step: 10,
+            ..search(&levers, &eligibility, 400, Order::Cheapest)
+        };
+        let cuts = plan_timeline_cuts(&demand, &s);
+        let order: Vec<usize> = cuts.steps.iter().map(|s| s.lever).collect();
+        // ckpt (certain) before bf16 (conditional, though it fits sooner);
+        // chunk saves 5 B < 10 B: never a step, but left over.
+        assert_eq!(order, [2, 0]);
+        assert!(cuts.steps.iter().all(|s| s.saved_bytes >= 10));
+        assert_eq!(
+            cuts.leftovers,
+            [Leftover {
+                lever: 1,
+                saved_bytes: 5,
+                contribution: 5
+            }]
+        );
+        // Excluded levers are never tried nor left over.
+        let excluded = [Eligibility::Excluded; 3];
+        let none = plan_timeline_cuts(&demand, &search(&levers, &excluded, 400, Order::Largest));
+        assert!(none.steps.is_empty() && none.leftovers.is_empty());
+    }
+
+    #[test]
+    fn a_lever_that_does_not_lower_the_peak_is_not_a_step() {
+        // Two equal peaks: each lever cuts one of them only, so neither
+        // lowers the peak alone. No 0 B step: the plan stops.
+        let demand = Demand::from_series(&[
+            (Category::Activation, vec![10, 0]),
+            (Category::OptimizerState, vec![0, 10]),
+        ]);
+        let levers = vec![
+            lever("ckpt", Cost::Compute, &[(Category::Activation, 0.3)]),
+            lever("opt8", Cost::Cheap, &[(Category::OptimizerState, 0.25)]),
+        ];
+        let cuts = plan_timeline_cuts(&demand, &search(&levers, &CERTAIN[..2], 5, Order::Cheapest));
+        assert!(cuts.steps.is_empty());
+        assert_eq!(cuts.estimated_peak_bytes, 10);
+        assert!(cuts.leftovers.iter().all(|l| l.saved_bytes == 0));
     }
 }

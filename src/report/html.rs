@@ -10,11 +10,11 @@ use std::fmt::Write;
 
 use super::{
     attribution_line, before_recording_row, category_lines, major_devices, minor_devices_line,
-    overview_row, peak_instant, phase_label, plan_step_row, share_label, BEFORE_RECORDING_COLUMNS,
-    OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
+    not_proposed, overview_row, peak_instant, phase_label, plan_step_row, share_label,
+    BEFORE_RECORDING_COLUMNS, OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
 };
 use crate::model::{Category, Level};
-use crate::schema::{DeviceReport, Report};
+use crate::schema::{DeviceReport, Plan, PlanStep, Report};
 use crate::units::{human_bytes as h, percent};
 
 pub fn render(report: &Report) -> String {
@@ -304,36 +304,82 @@ fn device(out: &mut String, d: &DeviceReport) {
     super::allocator::html(out, d);
     out.push_str("<h3>Cut plan</h3>\n");
     match &d.plan {
-        Some(plan) => {
-            let _ = writeln!(
-                out,
-                "<p>Budget {} − headroom {} = target <b>{}</b>; peak now {}.</p>",
-                h(plan.budget_bytes),
-                h(plan.headroom_bytes),
-                h(plan.target_bytes),
-                h(plan.peak_before_bytes)
-            );
-            if !plan.steps.is_empty() {
-                numeric_table(
-                    out,
-                    &PLAN_STEP_COLUMNS,
-                    &[0, 4, 5],
-                    None,
-                    plan.steps.iter().enumerate().map(|(i, s)| plan_step_row(i, s)),
-                );
-            }
-            let v = plan.verdict.as_str();
-            let _ = writeln!(
-                out,
-                "<p class=\"verdict {v}\">Verdict: {v} — {}</p>",
-                escape(&plan.reason)
-            );
-        }
+        Some(plan) => write_plan(out, plan),
         None => out.push_str(
-            "<p class=\"note\">No budget known: run with <code>--budget SIZE</code> (e.g. <code>--budget 80GiB</code>) for a plan.</p>\n",
+            "<p class=\"note\">No budget known: run with <code>--budget SIZE</code> (e.g. <code>--budget 80GiB</code>, or <code>--budget 80%</code> of the peak) for a plan.</p>\n",
         ),
     }
     out.push_str("</section>\n");
+}
+
+/// The cut plan: the failed allocation's first when there is one, then the
+/// replayed peak's; the evidence; the levers not proposed.
+fn write_plan(out: &mut String, plan: &Plan) {
+    let _ = writeln!(
+        out,
+        "<p>Budget {} − headroom {} = target <b>{}</b>; peak now {}. Budget from {}; each step lowers the peak by at least {} (1%).</p>",
+        h(plan.budget_bytes),
+        h(plan.headroom_bytes),
+        h(plan.target_bytes),
+        h(plan.peak_before_bytes),
+        escape(&plan.budget_source),
+        h(plan.min_step_bytes)
+    );
+    let steps = |out: &mut String, steps: &[PlanStep]| {
+        if !steps.is_empty() {
+            numeric_table(
+                out,
+                &PLAN_STEP_COLUMNS,
+                &[0, 4, 5],
+                None,
+                steps.iter().enumerate().map(|(i, s)| plan_step_row(i, s)),
+            );
+        }
+    };
+    let verdict = |out: &mut String, v: &str, reason: &str| {
+        let _ = writeln!(
+            out,
+            "<p class=\"verdict {v}\">Verdict: {v} — {}</p>",
+            escape(reason)
+        );
+    };
+    if let Some(o) = &plan.oom_plan {
+        let _ = writeln!(out, "<h4>At the OOM (event {})</h4>", o.event_index);
+        steps(out, &o.steps);
+        verdict(out, o.verdict.as_str(), &o.reason);
+        out.push_str("<h4>At the replayed peak</h4>\n");
+    }
+    steps(out, &plan.steps);
+    verdict(out, plan.verdict.as_str(), &plan.reason);
+    if let Some(why) = &plan.estimate_reason {
+        let _ = writeln!(out, "<p class=\"note\">Estimate: {}</p>", escape(why));
+    }
+    if !plan.facts.is_empty() {
+        out.push_str("<table>\n<thead><tr><th>Evidence</th><th>Value</th><th>Because</th></tr></thead>\n<tbody>\n");
+        for f in &plan.facts {
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                escape(&f.fact),
+                escape(&f.value),
+                escape(&f.because)
+            );
+        }
+        out.push_str("</tbody>\n</table>\n");
+    }
+    let groups = not_proposed(plan);
+    if !groups.is_empty() {
+        out.push_str("<p>Not proposed:</p>\n<ul>\n");
+        for (reason, levers) in groups {
+            let _ = writeln!(
+                out,
+                "<li><code>{}</code>: {}</li>",
+                escape(&levers.join(", ")),
+                escape(&reason)
+            );
+        }
+        out.push_str("</ul>\n");
+    }
 }
 
 /// One row of the facts table; `value` is HTML already.

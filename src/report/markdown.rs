@@ -7,21 +7,21 @@ use std::fmt::Write;
 
 use super::{
     attribution_line, before_recording_row, category_lines, major_devices, minor_devices_line,
-    overview_row, peak_instant, phase_label, plan_step_row, share_label, BEFORE_RECORDING_COLUMNS,
-    OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
+    not_proposed, overview_row, peak_instant, phase_label, plan_step_row, share_label,
+    BEFORE_RECORDING_COLUMNS, OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
 };
 use crate::model::Level;
-use crate::schema::{DeviceReport, Report};
+use crate::schema::{DeviceReport, Plan, PlanStep, Report};
 use crate::units::{human_bytes as h, percent};
 
 /// Devices with a full section; the rest are rows of the overview table.
 pub const MAX_FULL_DEVICES: usize = 2;
 /// Most rows of the device overview table.
-pub const MAX_DEVICE_ROWS: usize = 16;
+pub const MAX_DEVICE_ROWS: usize = 12;
 /// Most OOM events listed per device.
 pub const MAX_OOMS: usize = 3;
 /// Most plan steps listed per device.
-pub const MAX_STEPS: usize = 8;
+pub const MAX_STEPS: usize = 6;
 /// Most parts of the memory that existed before recording.
 pub const MAX_BEFORE_RECORDING: usize = 8;
 /// Most diagnostics listed.
@@ -247,80 +247,108 @@ fn device(out: &mut String, d: &DeviceReport) {
     super::allocator::markdown(out, d);
     let _ = writeln!(out, "### Cut plan\n");
     match &d.plan {
-        Some(plan) => {
-            let _ = writeln!(
-                out,
-                "Budget {} − headroom {} = target **{}**; peak now {}.\n",
-                h(plan.budget_bytes),
-                h(plan.headroom_bytes),
-                h(plan.target_bytes),
-                h(plan.peak_before_bytes)
-            );
-            if !plan.budget_source.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "Budget from {}. Peak = allocated + allocator cache (reserved − allocated), at {}; each step re-simulates the whole timeline.\n",
-                    cell(&plan.budget_source),
-                    cell(&phase_label(&plan.peak_before_at))
-                );
-            }
-            if !plan.steps.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "| {} |\n|---:|---|---|---|---:|---:|---|",
-                    PLAN_STEP_COLUMNS.join(" | ")
-                );
-                for (i, s) in plan.steps.iter().enumerate().take(MAX_STEPS) {
-                    let cells: Vec<String> = plan_step_row(i, s).iter().map(|c| cell(c)).collect();
-                    let _ = writeln!(out, "| {} |", cells.join(" | "));
-                }
-                if plan.steps.len() > MAX_STEPS {
-                    let _ = writeln!(
-                        out,
-                        "| … | {} more steps in the JSON report | | | | | |",
-                        plan.steps.len() - MAX_STEPS
-                    );
-                }
-                let _ = writeln!(out);
-            }
-            let _ = writeln!(
-                out,
-                "**Verdict: {}** — {}\n",
-                plan.verdict.as_str(),
-                cell(&plan.reason)
-            );
-            if let Some(o) = &plan.oom_plan {
-                let _ = writeln!(
-                    out,
-                    "At the OOM (event {}): allocated + the {} request = {}; {}. **{}** — {}\n",
-                    o.event_index,
-                    h(o.requested_bytes),
-                    h(o.demand_bytes),
-                    if o.steps.is_empty() {
-                        "no cut".to_owned()
-                    } else {
-                        format!(
-                            "cuts {} → {}",
-                            o.steps
-                                .iter()
-                                .map(|s| s.lever.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", "),
-                            h(o.estimated_peak_bytes)
-                        )
-                    },
-                    o.verdict.as_str(),
-                    cell(&o.reason)
-                );
-            }
-        }
+        Some(plan) => write_plan(out, plan),
         None => {
             let _ = writeln!(
                 out,
-                "No budget known: run with `--budget SIZE` (e.g. `--budget 80GiB`) for a plan.\n"
+                "No budget known: run with `--budget SIZE` (e.g. `--budget 80GiB`, or `--budget 80%` of the peak) for a plan.\n"
             );
         }
     }
+}
+
+/// The cut plan: the failed allocation's first when there is one, then the
+/// replayed peak's; the evidence and the levers not proposed. Compact: two
+/// devices' plans must fit the 200 lines with everything else.
+fn write_plan(out: &mut String, plan: &Plan) {
+    let source = if plan.budget_source.is_empty() {
+        String::new()
+    } else {
+        format!(" (from {})", cell(&plan.budget_source))
+    };
+    let _ = writeln!(
+        out,
+        "Budget {} − headroom {} = target **{}**{source}; peak now {} = allocated + the allocator's overhead (reserved peak − allocated peak), at {}. Each step re-simulates the whole timeline and lowers the peak by at least {} (1%).\n",
+        h(plan.budget_bytes),
+        h(plan.headroom_bytes),
+        h(plan.target_bytes),
+        h(plan.peak_before_bytes),
+        cell(&plan.peak_before_at),
+        h(plan.min_step_bytes)
+    );
+    let mut rows = MAX_STEPS;
+    if let Some(o) = &plan.oom_plan {
+        rows = MAX_STEPS / 2;
+        let _ = writeln!(out, "#### At the OOM (event {})\n", o.event_index);
+        steps_table(out, &o.steps, rows);
+        verdict(
+            out,
+            o.verdict.as_str(),
+            &o.reason,
+            o.estimate_reason.as_deref(),
+        );
+        let _ = writeln!(out, "#### At the replayed peak\n");
+    }
+    steps_table(out, &plan.steps, rows);
+    verdict(
+        out,
+        plan.verdict.as_str(),
+        &plan.reason,
+        plan.estimate_reason.as_deref(),
+    );
+    let mut why = Vec::new();
+    if !plan.facts.is_empty() {
+        let facts: Vec<String> = plan
+            .facts
+            .iter()
+            .map(|f| format!("{}: **{}** ({})", f.fact, cell(&f.value), cell(&f.because)))
+            .collect();
+        why.push(format!("**Evidence.** {}.", facts.join(" · ")));
+    }
+    let groups: Vec<String> = not_proposed(plan)
+        .into_iter()
+        .map(|(reason, levers)| format!("`{}`: {}", levers.join("`, `"), cell(&reason)))
+        .collect();
+    if !groups.is_empty() {
+        why.push(format!("**Not proposed.** {}.", groups.join(" · ")));
+    }
+    if !why.is_empty() {
+        let _ = writeln!(out, "{}\n", why.join(" "));
+    }
+}
+
+/// A verdict paragraph, with what it rests on when that is an estimate.
+fn verdict(out: &mut String, verdict: &str, reason: &str, estimate: Option<&str>) {
+    let estimate = estimate.map_or(String::new(), |e| format!(" *Estimate:* {}.", cell(e)));
+    let _ = writeln!(
+        out,
+        "**Verdict: {verdict}** — {}.{estimate}\n",
+        cell(reason)
+    );
+}
+
+/// A plan's steps as a table (at most `max` rows).
+fn steps_table(out: &mut String, steps: &[PlanStep], max: usize) {
+    if steps.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "| {} |\n|---:|---|---|---|---:|---:|---|",
+        PLAN_STEP_COLUMNS.join(" | ")
+    );
+    for (i, s) in steps.iter().enumerate().take(max) {
+        let cells: Vec<String> = plan_step_row(i, s).iter().map(|c| cell(c)).collect();
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
+    }
+    if steps.len() > max {
+        let _ = writeln!(
+            out,
+            "| … | {} more steps in the JSON report | | | | | |",
+            steps.len() - max
+        );
+    }
+    let _ = writeln!(out);
 }
 
 /// Makes trace text safe in a table cell or list item: no column breaks, no
@@ -343,7 +371,9 @@ fn code(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use crate::model::{Category, Diagnostic};
-    use crate::schema::{OomFinding, Plan, PlanStep, Report, Verdict};
+    use crate::schema::{
+        ConsideredLever, OomFinding, OomPlan, Plan, PlanFact, PlanStep, Report, Verdict,
+    };
 
     /// The worst case for length: many devices, OOMs, plan steps, diagnostics.
     #[test]
@@ -367,32 +397,69 @@ mod tests {
                 verdict: "genuine shortage".into(),
             })
             .collect();
+        let steps: Vec<PlanStep> = (0..30)
+            .map(|k| PlanStep {
+                lever: format!("lever {k}"),
+                action: "do it".into(),
+                cost: "some".into(),
+                categories: vec![Category::Activation],
+                saved_bytes: 1 << 20,
+                peak_after_bytes: 1 << 29,
+                peak_moved_to: "backward".into(),
+                scales: [(Category::Activation, 0.5)].into(),
+                peak_event_index: 7,
+                peak_moved: k % 2 == 0,
+                targets: [("activation".to_owned(), 0.5)].into(),
+                because: "training run".into(),
+                condition: Some("if the weights are fp32: unknown".into()),
+                tradeoff: Some("slower".into()),
+                estimate: true,
+                estimate_reason: Some("a guess".into()),
+            })
+            .collect();
         device.plan = Some(Plan {
             budget_bytes: 1 << 30,
             headroom_bytes: 1 << 28,
             target_bytes: 3 << 28,
+            headline: None,
             peak_before_bytes: device.peak.allocated_bytes,
-            steps: (0..30)
-                .map(|k| PlanStep {
-                    lever: format!("lever {k}"),
-                    action: "do it".into(),
-                    cost: "some".into(),
-                    categories: vec![Category::Activation],
-                    saved_bytes: 1 << 20,
-                    peak_after_bytes: 1 << 29,
-                    peak_moved_to: "backward".into(),
-                    scales: [(Category::Activation, 0.5)].into(),
-                    peak_event_index: 7,
-                    peak_moved: k % 2 == 0,
-                })
-                .collect(),
+            steps: steps.clone(),
             estimated_peak_bytes: 1 << 29,
             verdict: Verdict::DoesNotFit,
             reason: "too big".into(),
             budget_source: "--budget".into(),
             peak_before_at: "event 7 (backward)".into(),
             gap_bytes: 1 << 28,
-            oom_plan: None,
+            oom_plan: Some(OomPlan {
+                event_index: 3,
+                requested_bytes: 1 << 30,
+                demand_bytes: 3 << 30,
+                steps,
+                estimated_peak_bytes: 2 << 30,
+                verdict: Verdict::DoesNotFit,
+                gap_bytes: 1 << 30,
+                reason: "too big".into(),
+                estimate: true,
+                estimate_reason: Some("a guess".into()),
+            }),
+            estimate: true,
+            estimate_reason: Some("a guess".into()),
+            min_step_bytes: 1 << 20,
+            considered: (0..30)
+                .map(|k| ConsideredLever {
+                    lever: format!("other {k}"),
+                    outcome: "not_applicable".into(),
+                    reason: format!("reason {}", k % 7),
+                    saved_bytes: 0,
+                })
+                .collect(),
+            facts: (0..12)
+                .map(|k| PlanFact {
+                    fact: format!("fact {k}"),
+                    value: "yes".into(),
+                    because: "evidence".into(),
+                })
+                .collect(),
         });
         report.devices = (0..64)
             .map(|k| {

@@ -12,7 +12,7 @@ pub mod stacks;
 pub mod text;
 
 use crate::model::Category;
-use crate::schema::{BeforeRecordingPart, DeviceReport, Peak, PlanStep, Report};
+use crate::schema::{BeforeRecordingPart, DeviceReport, Peak, Plan, PlanStep, Report, Verdict};
 use crate::units::{human_bytes, human_duration_us, percent};
 
 /// Output formats of a report.
@@ -78,7 +78,7 @@ pub(crate) fn overview_row(d: &DeviceReport) -> [String; 7] {
         d.ooms.len().to_string(),
         d.plan
             .as_ref()
-            .map_or("-", |p| p.verdict.as_str())
+            .map_or("-", |p| headline(p).0.as_str())
             .to_owned(),
     ]
 }
@@ -96,12 +96,25 @@ pub(crate) const PLAN_STEP_COLUMNS: [&str; 7] = [
 ];
 
 pub(crate) fn plan_step_row(index: usize, step: &PlanStep) -> [String; 7] {
+    let action = match &step.condition {
+        Some(c) => format!("{}: {}", condition_words(c), step.action),
+        None => step.action.clone(),
+    };
+    let cost = match &step.tradeoff {
+        Some(t) => format!("{}: {t}", step.cost),
+        None => step.cost.clone(),
+    };
+    let saves = if step.estimate {
+        format!("≈ {} (estimate)", human_bytes(step.saved_bytes))
+    } else {
+        human_bytes(step.saved_bytes)
+    };
     [
         (index + 1).to_string(),
         step.lever.clone(),
-        step.action.clone(),
-        step.cost.clone(),
-        human_bytes(step.saved_bytes),
+        action,
+        cost,
+        saves,
         human_bytes(step.peak_after_bytes),
         if step.peak_moved {
             phase_label(&step.peak_moved_to)
@@ -109,6 +122,57 @@ pub(crate) fn plan_step_row(index: usize, step: &PlanStep) -> [String; 7] {
             "—".into()
         },
     ]
+}
+
+/// The "if …" of a conditional step, without the evidence after its colon.
+pub(crate) fn condition_words(condition: &str) -> &str {
+    condition.split(": ").next().unwrap_or(condition)
+}
+
+/// A plan step as one line: `halve_batch -> peak 1.53 GiB (saves 526.3 MiB,
+/// cheap)`, with its condition and whether the saving is an estimate.
+pub(crate) fn plan_step_line(step: &PlanStep) -> String {
+    let mut line = format!(
+        "{} -> peak {} (saves {}{}, {})",
+        step.lever,
+        human_bytes(step.peak_after_bytes),
+        if step.estimate { "≈ " } else { "" },
+        human_bytes(step.saved_bytes),
+        step.cost
+    );
+    if step.peak_moved {
+        line.push_str(&format!(", peak moves to {}", step.peak_moved_to));
+    }
+    if let Some(c) = &step.condition {
+        line.push_str(&format!(" — {}", condition_words(c)));
+    }
+    line
+}
+
+/// The levers a plan did not use, grouped by the same reason, in the
+/// plan's order: `(reason, levers)`.
+pub(crate) fn not_proposed(plan: &Plan) -> Vec<(String, Vec<String>)> {
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    for c in &plan.considered {
+        let reason = match c.outcome.as_str() {
+            "no_effect" => "nothing it cuts is live at the peak".to_owned(),
+            _ => c.reason.clone(),
+        };
+        match groups.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, levers)) => levers.push(c.lever.clone()),
+            None => groups.push((reason, vec![c.lever.clone()])),
+        }
+    }
+    groups
+}
+
+/// The verdict a report leads with and its subject: the OOM's when the
+/// trace holds one, else the replayed peak's.
+pub(crate) fn headline(plan: &Plan) -> (Verdict, String, bool) {
+    match &plan.headline {
+        Some(hl) => (hl.verdict, hl.reason.clone(), hl.estimate),
+        None => (plan.verdict, plan.reason.clone(), plan.estimate),
+    }
 }
 
 /// The categories at the peak as text, Markdown and HTML list them: the

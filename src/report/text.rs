@@ -3,10 +3,10 @@
 use std::fmt::Write;
 
 use super::{
-    attribution_line, before_recording_line, category_lines, is_tiny, major_devices,
-    minor_devices_line, phase_label, share_label,
+    attribution_line, before_recording_line, category_lines, condition_words, is_tiny,
+    major_devices, minor_devices_line, not_proposed, phase_label, plan_step_line, share_label,
 };
-use crate::schema::{DeviceReport, Report};
+use crate::schema::{DeviceReport, Plan, PlanStep, Report};
 use crate::units::human_bytes as h;
 
 pub fn render(report: &Report) -> String {
@@ -35,6 +35,70 @@ pub fn render(report: &Report) -> String {
         }
     }
     out
+}
+
+/// The cut plan: the failed allocation's first when the trace holds an
+/// OOM, then the replayed peak's; the evidence in one line; the levers not
+/// proposed, by reason.
+fn write_plan(out: &mut String, plan: &Plan) {
+    let steps = |out: &mut String, steps: &[PlanStep]| {
+        for (i, s) in steps.iter().enumerate() {
+            let _ = writeln!(out, "    {}. {}", i + 1, plan_step_line(s));
+        }
+    };
+    let target = format!(
+        "target {} (budget {} - headroom {})",
+        h(plan.target_bytes),
+        h(plan.budget_bytes),
+        h(plan.headroom_bytes)
+    );
+    if let Some(o) = &plan.oom_plan {
+        let _ = writeln!(
+            out,
+            "  plan at the OOM (event {}): {} for {target}: {}",
+            o.event_index,
+            o.verdict.as_str(),
+            o.reason
+        );
+        steps(out, &o.steps);
+        let _ = writeln!(
+            out,
+            "  plan for the replayed peak: {}: {}",
+            plan.verdict.as_str(),
+            plan.reason
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "  plan: {} for {target}: {}",
+            plan.verdict.as_str(),
+            plan.reason
+        );
+    }
+    steps(out, &plan.steps);
+    if let Some(why) = &plan.estimate_reason {
+        let _ = writeln!(out, "  estimate: {why}");
+    }
+    if let Some((run, rest)) = plan.facts.split_first() {
+        let others: Vec<String> = rest
+            .iter()
+            .map(|f| format!("{} {}", f.fact, f.value))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  evidence: run {} ({}); {}",
+            run.value,
+            run.because,
+            others.join("; ")
+        );
+    }
+    let groups: Vec<String> = not_proposed(plan)
+        .into_iter()
+        .map(|(reason, levers)| format!("{} ({})", levers.join(", "), condition_words(&reason)))
+        .collect();
+    if !groups.is_empty() {
+        let _ = writeln!(out, "  not proposed: {}", groups.join("; "));
+    }
 }
 
 fn device(out: &mut String, d: &DeviceReport) {
@@ -124,45 +188,11 @@ fn device(out: &mut String, d: &DeviceReport) {
     }
     super::allocator::text(out, d);
     match &d.plan {
-        Some(plan) => {
-            let _ = writeln!(
-                out,
-                "  plan: {} for target {} (budget {} - headroom {}): {}",
-                plan.verdict.as_str(),
-                h(plan.target_bytes),
-                h(plan.budget_bytes),
-                h(plan.headroom_bytes),
-                plan.reason
-            );
-            for (i, s) in plan.steps.iter().enumerate() {
-                let _ = writeln!(
-                    out,
-                    "    {}. {} -> peak {} (saves {}){}",
-                    i + 1,
-                    s.lever,
-                    h(s.peak_after_bytes),
-                    h(s.saved_bytes),
-                    if s.peak_moved {
-                        format!(", peak moves to {}", phase_label(&s.peak_moved_to))
-                    } else {
-                        String::new()
-                    }
-                );
-            }
-            if let Some(o) = &plan.oom_plan {
-                let _ = writeln!(
-                    out,
-                    "  at the OOM (event {}): {}: {}",
-                    o.event_index,
-                    o.verdict.as_str(),
-                    o.reason
-                );
-            }
-        }
+        Some(plan) => write_plan(out, plan),
         None => {
             let _ = writeln!(
                 out,
-                "  plan: pass --budget SIZE (e.g. --budget 80GiB) to get a cut plan"
+                "  plan: pass --budget SIZE (e.g. --budget 80GiB, or 80% of the peak) to get a cut plan"
             );
         }
     }

@@ -14,8 +14,8 @@ use super::attribute::{attribute, pair_begin_end, Attributed, OpKind, OpRec, Ope
 use super::collect::{Collected, DeviceInfo, MemRec};
 use super::ReadError;
 use crate::model::{
-    Action, Annotation, DeviceTrace, Diagnostic, Event, Format, OpCall, ReportedTotals, SiteId,
-    Trace,
+    Action, Annotation, DeviceTrace, Diagnostic, Dtype, Event, EvidenceOp, Format, OpCall,
+    OperatorCall, ReportedTotals, RunInfo, SiteId, Trace,
 };
 
 /// `c10::DeviceType` names as PyTorch prints them (formats.md B4).
@@ -97,6 +97,7 @@ pub(super) fn build_trace(
     let mut trace = Trace::new(Format::ChromeTrace);
     trace.distributed = distributed;
     let unclosed = pair_begin_end(be, &mut ops);
+    trace.run = run_info(&ops, &evidence);
     if unclosed > 0 {
         diagnostics.push(Diagnostic::warning(format!(
             "{unclosed} `B` event(s) have no matching `E`; they are treated as open to the end of the trace"
@@ -177,6 +178,34 @@ pub(super) fn build_trace(
     }
     trace.diagnostics = diagnostics;
     Ok(trace)
+}
+
+/// What the planner reads about the run as a whole: every operator name
+/// with its count, the weights' dtypes (the second input of linear layers
+/// and library GEMMs, where `record_shapes` recorded it).
+fn run_info(ops: &[OpRec<'_>], evidence: &[OperatorCall]) -> RunInfo {
+    let mut counts: HashMap<&str, u64> = HashMap::new();
+    for o in ops {
+        *counts.entry(o.name.as_ref()).or_default() += 1;
+    }
+    let mut operators: Vec<(String, u64)> =
+        counts.into_iter().map(|(n, c)| (n.to_owned(), c)).collect();
+    operators.sort_unstable();
+    let mut by_dtype: HashMap<Dtype, u64> = HashMap::new();
+    for call in evidence {
+        if matches!(call.op, EvidenceOp::Linear | EvidenceOp::LibraryGemm) {
+            if let Some(Some(weight)) = call.inputs.get(1) {
+                *by_dtype.entry(weight.dtype).or_default() += 1;
+            }
+        }
+    }
+    let mut dtypes: Vec<(Dtype, u64)> = by_dtype.into_iter().collect();
+    dtypes.sort_unstable();
+    RunInfo {
+        operators,
+        weight_dtypes: dtypes,
+        expandable_segments: None,
+    }
 }
 
 /// `user_annotation` ranges and `ProfilerStep#N` under any category, sorted

@@ -215,6 +215,10 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
     }
 
     trace.annotations = parse_annotations(root);
+    trace.run.expandable_segments = root
+        .get("allocator_settings")
+        .and_then(|s| s.get("expandable_segments"))
+        .and_then(|v| v.as_bool());
     let without_frames = Unattributed {
         entries: entries_without_frames,
         blocks: blocks_without_frames,

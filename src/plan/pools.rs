@@ -1,0 +1,399 @@
+//! Pools: the planner's finer view of the categories. A lever often acts on
+//! only part of a category — checkpointing on the activations saved for
+//! backward, a fused optimizer on the optimizer step's transients,
+//! `zero_grad(set_to_none=True)` on gradients held between steps — so the
+//! demand splits those parts out of their category ([`Part`]), and a lever
+//! names a whole category or one part of it ([`Target`]).
+//!
+//! Which bytes belong to a part is decided per allocation from its
+//! classification rule and lifetime ([`Overlay::build`]); the overlay moves
+//! them out of their category while they are in the part, so the demand's
+//! walk stays one pass over the timeline plus a few sorted changes.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::classify::{Builtin, Classification, Rule};
+use crate::model::Category;
+use crate::timeline::DeviceTimeline;
+
+use super::NCAT;
+
+/// A part of a category that some lever acts on alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Part {
+    /// Activations saved for backward: made in forward and freed in
+    /// backward (or, in training, still alive when the trace ends in forward).
+    SavedForBackward,
+    /// Transients of the optimizer step (scratch freed within it).
+    OptimizerStep,
+    /// Gradients held from an optimizer step through the next forward,
+    /// until backward writes them again.
+    KeptAcrossSteps,
+}
+
+impl Part {
+    pub const ALL: [Part; 3] = [
+        Part::SavedForBackward,
+        Part::OptimizerStep,
+        Part::KeptAcrossSteps,
+    ];
+
+    /// The category the part belongs to.
+    pub const fn category(self) -> Category {
+        match self {
+            Part::SavedForBackward => Category::Activation,
+            Part::OptimizerStep => Category::Temporary,
+            Part::KeptAcrossSteps => Category::Gradient,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Part::SavedForBackward => "saved_for_backward",
+            Part::OptimizerStep => "optimizer_step",
+            Part::KeptAcrossSteps => "kept_across_steps",
+        }
+    }
+
+    /// The part's index in a demand row (after the categories').
+    pub fn pool(self) -> usize {
+        NCAT + self as usize
+    }
+}
+
+/// Pools in a demand row: one per category (what no part claims), then one per part.
+pub const NPOOL: usize = NCAT + Part::ALL.len();
+
+/// The category of a pool.
+pub fn pool_category(pool: usize) -> Category {
+    match pool.checked_sub(NCAT) {
+        None => Category::ALL[pool],
+        Some(p) => Part::ALL[p].category(),
+    }
+}
+
+/// What a lever scales: a whole category (`activation`), one part of it
+/// (`activation.saved_for_backward`), or what is left of a category outside
+/// its parts (`temporary.other`). Written as those strings in `--levers`
+/// files and reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Target {
+    pub category: Category,
+    pub part: Option<PartSel>,
+}
+
+/// A selection within a category.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PartSel {
+    Part(Part),
+    /// The category without its parts.
+    Other,
+}
+
+impl Target {
+    pub const fn all(category: Category) -> Target {
+        Target {
+            category,
+            part: None,
+        }
+    }
+
+    pub const fn part(part: Part) -> Target {
+        Target {
+            category: part.category(),
+            part: Some(PartSel::Part(part)),
+        }
+    }
+
+    pub const fn other(category: Category) -> Target {
+        Target {
+            category,
+            part: Some(PartSel::Other),
+        }
+    }
+
+    /// The pools this target covers.
+    pub fn pools(self) -> Vec<usize> {
+        let parts = Part::ALL.iter().filter(|p| p.category() == self.category);
+        match self.part {
+            None => std::iter::once(self.category.index())
+                .chain(parts.map(|p| p.pool()))
+                .collect(),
+            Some(PartSel::Other) => vec![self.category.index()],
+            Some(PartSel::Part(p)) => vec![p.pool()],
+        }
+    }
+
+    /// Parses `activation`, `activation.saved_for_backward`, `temporary.other`.
+    pub fn parse(s: &str) -> Option<Target> {
+        let (cat, part) = match s.split_once('.') {
+            Some((c, p)) => (c, Some(p)),
+            None => (s, None),
+        };
+        let category = Category::ALL
+            .into_iter()
+            .find(|c| c.as_str() == cat.trim())?;
+        let part = match part.map(str::trim) {
+            None => None,
+            Some("other") => Some(PartSel::Other),
+            Some(name) => Some(PartSel::Part(
+                Part::ALL
+                    .into_iter()
+                    .find(|p| p.as_str() == name && p.category() == category)?,
+            )),
+        };
+        Some(Target { category, part })
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.part {
+            None => f.write_str(self.category.as_str()),
+            Some(PartSel::Other) => write!(f, "{}.other", self.category),
+            Some(PartSel::Part(p)) => write!(f, "{}.{}", self.category, p.as_str()),
+        }
+    }
+}
+
+impl Serialize for Target {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Target {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Target, D::Error> {
+        let s = String::deserialize(d)?;
+        Target::parse(&s).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown lever target `{s}` (a category such as `activation`, `activation.saved_for_backward`, `temporary.optimizer_step`, `gradient.kept_across_steps` or `temporary.other`)"
+            ))
+        })
+    }
+}
+
+/// A change of a part's bytes at a position.
+pub type PartChange = (u32, Part, i64);
+
+/// Bytes moved from their category into a part, over time: sorted changes
+/// where they enter and leave it (the same shape as the timeline's
+/// category changes), walked next to them by the demand.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Overlay {
+    pub enter: Vec<PartChange>,
+    pub leave: Vec<PartChange>,
+    /// Whether some gradient window follows an optimizer step seen in the
+    /// trace (else the windows, if any, start from before the recording).
+    pub kept_after_a_step: bool,
+}
+
+/// Which lifetimes count for the parts: whether the run trains.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OverlayInput {
+    pub training: bool,
+}
+
+/// Allocation phases as the classification rules record them.
+fn phase_of(rule: Rule) -> Option<Phase> {
+    use Builtin as B;
+    let Rule::Builtin(b) = rule else { return None };
+    Some(match b {
+        B::ShortLivedInForward
+        | B::InferenceCacheOutlivesForward
+        | B::ForwardOutputFreedInBackward
+        | B::ForwardOutput => Phase::Forward,
+        B::AccumulateGradOutlivesBackward
+        | B::AllocatedInBackwardOutlivesIt
+        | B::ShortLivedInBackward
+        | B::RecomputedActivationInBackward
+        | B::FreedWithinBackward => Phase::Backward,
+        B::OptimizerStepScratch
+        | B::FreedWithinOptimizerStep
+        | B::AllocatedInOptimizerStepOutlivesIt => Phase::Optimizer,
+        _ => return None,
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Forward,
+    Backward,
+    Optimizer,
+}
+
+impl Overlay {
+    /// The parts of one classified device (`classes[i]` is the class of
+    /// `timeline.replay.intervals[i]`). O(intervals · log).
+    pub fn build(
+        timeline: &DeviceTimeline,
+        classes: &[Classification],
+        input: OverlayInput,
+    ) -> Overlay {
+        use Builtin as B;
+        let replay = &timeline.replay;
+        let positions = replay.positions();
+        let mut enter = Vec::new();
+        let mut leave = Vec::new();
+        let mut push = |start: u32, end: u32, part: Part, size: u64| {
+            if start >= end || size == 0 {
+                return;
+            }
+            enter.push((start, part, size as i64));
+            if end < positions {
+                leave.push((end, part, -(size as i64)));
+            }
+        };
+        // Positions where each phase allocated, ascending (intervals are in
+        // allocation order; baseline ones start at 0 and carry no phase).
+        let (mut forward, mut backward, mut optimizer) = (Vec::new(), Vec::new(), Vec::new());
+        for (interval, class) in replay.intervals.iter().zip(classes) {
+            match phase_of(class.rule) {
+                Some(Phase::Forward) => forward.push(interval.start),
+                Some(Phase::Backward) => backward.push(interval.start),
+                Some(Phase::Optimizer) => optimizer.push(interval.start),
+                None => {}
+            }
+        }
+        let first_after = |list: &[u32], p: u32| -> Option<u32> {
+            let i = list.partition_point(|&x| x <= p);
+            list.get(i).copied()
+        };
+        let mut kept_after_a_step = false;
+        for (interval, class) in replay.intervals.iter().zip(classes) {
+            let (start, end, size) = (interval.start, interval.end, interval.size);
+            let alive_at_end = end >= positions;
+            match class.category {
+                Category::Activation => {
+                    let saved = class.rule == Rule::Builtin(B::ForwardOutputFreedInBackward)
+                        || (input.training
+                            && alive_at_end
+                            && matches!(
+                                class.rule,
+                                Rule::Builtin(B::ForwardOutput | B::ExistedBeforeTraceForwardSite)
+                            ));
+                    if saved {
+                        push(start, end, Part::SavedForBackward, size);
+                    }
+                }
+                Category::Temporary => {
+                    if matches!(
+                        class.rule,
+                        Rule::Builtin(B::OptimizerStepScratch | B::FreedWithinOptimizerStep)
+                    ) {
+                        push(start, end, Part::OptimizerStep, size);
+                    }
+                }
+                Category::Gradient if input.training => {
+                    // Held from an optimizer step (or from before the
+                    // recording) through a forward, until backward runs.
+                    // `pending`: held from before the recording, so the
+                    // first forward may already be a new step's.
+                    let mut from = start;
+                    let mut pending = interval.origin.is_baseline();
+                    loop {
+                        let held_from = if pending {
+                            Some(from)
+                        } else {
+                            first_after(&optimizer, from.saturating_sub(1)).filter(|&o| o < end)
+                        };
+                        let Some(held_from) = held_from else { break };
+                        let Some(f) = first_after(&forward, held_from).filter(|&f| f < end) else {
+                            break;
+                        };
+                        let b = first_after(&backward, held_from).map_or(end, |b| b.min(end));
+                        if b < f {
+                            // Backward read them before any forward: not held
+                            // through one; look for a step after it.
+                            pending = false;
+                            from = b;
+                            continue;
+                        }
+                        push(f, b, Part::KeptAcrossSteps, size);
+                        kept_after_a_step |= !pending;
+                        pending = false;
+                        if b >= end {
+                            break;
+                        }
+                        from = b;
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Baseline intervals start at 0, before the rest: already sorted but
+        // for gradient windows, which start later than their interval.
+        enter.sort_by_key(|c| c.0);
+        leave.sort_by_key(|c| c.0);
+        Overlay {
+            enter,
+            leave,
+            kept_after_a_step,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.enter.is_empty()
+    }
+}
+
+/// A walk over an overlay: bytes in each part at the position last advanced to.
+#[derive(Debug, Clone, Default)]
+pub struct OverlayWalk {
+    pub current: [i64; Part::ALL.len()],
+    next_enter: usize,
+    next_leave: usize,
+}
+
+impl OverlayWalk {
+    /// Applies the changes at `position` (advanced to in order, none skipped).
+    #[inline]
+    pub fn advance(&mut self, overlay: &Overlay, position: usize) {
+        for (changes, next) in [
+            (&overlay.enter, &mut self.next_enter),
+            (&overlay.leave, &mut self.next_leave),
+        ] {
+            while let Some(&(at, part, d)) = changes.get(*next) {
+                if at as usize != position {
+                    break;
+                }
+                self.current[part as usize] += d;
+                *next += 1;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse_and_cover_their_pools() {
+        for s in [
+            "activation",
+            "activation.saved_for_backward",
+            "temporary.optimizer_step",
+            "gradient.kept_across_steps",
+            "temporary.other",
+        ] {
+            assert_eq!(Target::parse(s).unwrap().to_string(), s);
+        }
+        assert!(Target::parse("parameter.saved_for_backward").is_none());
+        assert!(Target::parse("nonsense").is_none());
+        let act = Target::all(Category::Activation).pools();
+        assert_eq!(
+            act,
+            vec![Category::Activation.index(), Part::SavedForBackward.pool()]
+        );
+        assert_eq!(
+            Target::other(Category::Temporary).pools(),
+            vec![Category::Temporary.index()]
+        );
+        for p in Part::ALL {
+            assert_eq!(pool_category(p.pool()), p.category());
+        }
+    }
+}
