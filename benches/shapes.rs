@@ -32,68 +32,73 @@ enum Keep {
     Inflated,
 }
 
-fn repo(rel: &str) -> Option<PathBuf> {
-    Some(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel))
+/// Where a shape's file is.
+enum Source {
+    /// Committed, relative to the repository.
+    Repo(&'static str),
+    /// In the corpus (`../shared/corpus` or `$MEMCUT_CORPUS`), relative to it.
+    Corpus(&'static str),
 }
 
-fn corpus(rel: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("MEMCUT_CORPUS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus"));
-    let path = dir.join(rel);
-    path.is_file().then_some(path)
+impl Source {
+    fn path(&self) -> Option<PathBuf> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        match self {
+            Source::Repo(rel) => Some(root.join(rel)),
+            Source::Corpus(rel) => {
+                let dir = std::env::var_os("MEMCUT_CORPUS")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| root.join("../shared/corpus"));
+                Some(dir.join(rel)).filter(|p| p.is_file())
+            }
+        }
+    }
 }
 
-const SHAPES: &[(&str, fn() -> Option<PathBuf>, Keep)] = &[
+const SHAPES: &[(&str, Source, Keep)] = &[
     (
         "snapshot_synthetic",
-        || repo("tests/data/synthetic_shared_frames.pickle.gz"),
+        Source::Repo("tests/data/synthetic_shared_frames.pickle.gz"),
         Keep::Inflated,
     ),
     (
         "snapshot_profile",
-        || repo("sample_traces/train_adamw.snapshot.pickle.gz"),
+        Source::Repo("sample_traces/train_adamw.snapshot.pickle.gz"),
         Keep::Inflated,
     ),
     (
         "snapshot_cpp_frames",
-        || corpus("cs336-wedsonlin/results/medium_512_training_memory_snapshot.pickle"),
+        Source::Corpus("cs336-wedsonlin/results/medium_512_training_memory_snapshot.pickle"),
         Keep::AsIs,
     ),
     (
         "snapshot_python_frames",
-        || corpus("decomfl/memory.pickle"),
+        Source::Corpus("decomfl/memory.pickle"),
         Keep::AsIs,
     ),
     (
         "snapshot_unshared_frames",
-        || corpus("cs336-magma27/memory_snapshot.pickle"),
+        Source::Corpus("cs336-magma27/memory_snapshot.pickle"),
         Keep::AsIs,
     ),
     (
         "trace_kineto_2025",
-        || repo("sample_traces/train_adamw.trace.json.gz"),
+        Source::Repo("sample_traces/train_adamw.trace.json.gz"),
         Keep::Inflated,
     ),
     (
         "trace_gz",
-        || repo("sample_traces/train_adamw.trace.json.gz"),
+        Source::Repo("sample_traces/train_adamw.trace.json.gz"),
         Keep::AsIs,
     ),
     (
         "trace_kineto_2021",
-        || {
-            corpus("kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz")
-        },
+        Source::Corpus("kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz"),
         Keep::Inflated,
     ),
     (
         "trace_tracelens",
-        || {
-            corpus(
-                "tracelens/tests/traces/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz",
-            )
-        },
+        Source::Corpus("tracelens/tests/traces/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz"),
         Keep::Inflated,
     ),
 ];
@@ -115,8 +120,8 @@ fn load(path: &Path, keep: &Keep) -> Vec<u8> {
 fn shapes(c: &mut Criterion) {
     let limits = Limits::default();
     let options = AnalyzeOptions::default();
-    for (name, path, keep) in SHAPES {
-        let Some(path) = path() else {
+    for (name, from, keep) in SHAPES {
+        let Some(path) = from.path() else {
             eprintln!("{name}: skipped (no corpus; set MEMCUT_CORPUS)");
             continue;
         };
