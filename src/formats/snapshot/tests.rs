@@ -289,6 +289,10 @@ mod found {
 /// only the first use of a frame does; in the two shapes that never share
 /// them (`_profile_to_snapshot` output, and the torch-on-Windows dump of
 /// cs336-magma27) every framed entry does: the known gap of issue 16.
+/// The 1M-entry inputs of `bench_inputs.sh` have the shares of the files
+/// they copy (measured once with this module's `share`: synthetic 99.7%,
+/// C++ frames 96.7%, Python frames 98.1%, unshared frames 27.3%,
+/// `_profile_to_snapshot` 64.8%).
 mod fast_path_shapes {
     use super::*;
     use crate::test_support::{corpus_dir, read_maybe_gz};
@@ -357,31 +361,5 @@ mod fast_path_shapes {
         check(&dir.join("decomfl/memory.pickle"), 0.96, 15000);
         // Frames never shared: only the entries without frames (26%).
         check(&dir.join("cs336-magma27/memory_snapshot.pickle"), 0.25, 900);
-    }
-
-    /// The 1M-entry files themselves (shares as in the files they copy: a
-    /// frame dict the original holds once is spelled out again in every
-    /// copy, as `replicate_snapshot.py` keeps what was not shared unshared).
-    #[test]
-    #[ignore = "needs scripts/bench_inputs.sh's output in MEMCUT_BENCH_INPUTS (e.g. /tmp/memcut-bench)"]
-    fn benchmark_inputs_stay_on_the_fast_paths() {
-        let dir = std::path::PathBuf::from(
-            std::env::var_os("MEMCUT_BENCH_INPUTS").expect("MEMCUT_BENCH_INPUTS is not set"),
-        );
-        let mut short = Vec::new();
-        for (file, min_in_place) in [
-            ("snap-synthetic.pickle", 0.99),
-            ("snap-cs336.pickle", 0.95),
-            ("snap-pyframes.pickle", 0.97),
-            ("snap-unshared.pickle", 0.25),
-            ("snap-profile.pickle", 0.6),
-        ] {
-            let (in_place, hinted) = share(&std::fs::read(dir.join(file)).unwrap());
-            println!("{file}: {:.2}% in place, {hinted} hinted", 100.0 * in_place);
-            if in_place < min_in_place {
-                short.push(format!("{file}: {:.2}% in place", 100.0 * in_place));
-            }
-        }
-        assert!(short.is_empty(), "{short:?}");
     }
 }
