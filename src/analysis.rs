@@ -140,6 +140,7 @@ pub fn report(
             )));
         }
     }
+    diagnostics.extend(user_rule_notes(classified, &options.user_rules));
     if let Some(share) = unknown_share(&devices) {
         diagnostics.push(crate::model::Diagnostic::info(format!(
             "{share:.0}% of peak bytes could not be categorised (category `unknown`)"
@@ -163,6 +164,39 @@ pub fn report(
         devices,
         diagnostics,
     }
+}
+
+/// How many allocations each `--rules` rule classified (over every device
+/// analysed); a rule that classified none is a warning, since a rule that
+/// never fires is almost always a pattern that does not match.
+fn user_rule_notes(
+    classified: &[ClassifiedDevice],
+    rules: &[UserRule],
+) -> Vec<crate::model::Diagnostic> {
+    let mut counts = vec![0u64; rules.len()];
+    for cd in classified {
+        for (total, n) in counts
+            .iter_mut()
+            .zip(classify::user_rule_counts(&cd.classes, rules.len()))
+        {
+            *total += n;
+        }
+    }
+    rules
+        .iter()
+        .zip(counts)
+        .map(|(rule, n)| match n {
+            0 => crate::model::Diagnostic::warning(format!(
+                "rule `{}` (--rules) classified no allocation: `site_contains` is matched against each frame's path (with `/`), its function name and `path:LINE name`; an earlier rule wins",
+                rule.name
+            )),
+            n => crate::model::Diagnostic::info(format!(
+                "rule `{}` (--rules) classified {n} allocation{}",
+                rule.name,
+                if n == 1 { "" } else { "s" }
+            )),
+        })
+        .collect()
 }
 
 fn unknown_share(devices: &[DeviceReport]) -> Option<f64> {

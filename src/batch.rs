@@ -10,7 +10,8 @@
 //!
 //! A failure stays with its file: an error, and even a panic while a file is
 //! analysed, becomes that file's `failed` row; the other files' reports and
-//! the summary are still written.
+//! the summary are still written. A file read only in part (truncated, …)
+//! is analysed, and its rows say `partial` with the reason, never `ok`.
 //!
 //! Files are recognised by content, never by name: a file the readers do not
 //! know (or a trace without memory events) is *skipped* with its reason; a
@@ -24,6 +25,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
+use crate::model::Level;
 use crate::pipeline::{analyze_path, AnalyzeOptions};
 use crate::report::{self, OutputFormat};
 use crate::schema::{DeviceReport, Report, Verdict};
@@ -62,6 +64,9 @@ pub enum Status {
     Ok,
     /// Analysed; the peak does not fit the budget.
     OverBudget,
+    /// Analysed, but the input was read only in part (reason in `error`):
+    /// the numbers describe what could be read.
+    Partial,
     /// Could not be analysed: damaged, unreadable, or a report could not be written.
     Failed,
     /// Not a memory trace this version reads (reason in `error`).
@@ -73,6 +78,7 @@ impl Status {
         match self {
             Status::Ok => "ok",
             Status::OverBudget => "over_budget",
+            Status::Partial => "partial",
             Status::Failed => "failed",
             Status::Skipped => "skipped",
         }
@@ -80,25 +86,55 @@ impl Status {
 }
 
 /// One summary row: a device of an analysed file, or a file that was
-/// skipped or failed. Field order is the CSV column order.
+/// skipped or failed. Field order is the CSV column order. An empty string
+/// is a missing value: an empty CSV field, `null` in JSON Lines (as the
+/// missing numbers are).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Row {
     pub file: String,
     pub status: Status,
     /// Input format (`torch_snapshot`, …); empty when not analysed.
+    #[serde(with = "empty_as_null")]
     pub format: String,
+    #[serde(with = "empty_as_null")]
     pub device: String,
     pub peak_bytes: Option<u64>,
     /// Highest reserved memory over the trace (reserved at the peak when the
     /// trace has no reserved curve).
     pub reserved_bytes: Option<u64>,
+    #[serde(with = "empty_as_null")]
     pub top_category: String,
     /// The plan's verdict, or `fits`/`does_not_fit` against `--budget`; empty without a budget.
+    #[serde(with = "empty_as_null")]
     pub verdict: String,
     /// Stem of this input's report files in the output folder.
+    #[serde(with = "empty_as_null")]
     pub report: String,
-    /// One-line reason for `skipped` and `failed` rows.
+    /// One-line reason for `skipped`, `failed` and `partial` rows.
+    #[serde(with = "empty_as_null")]
     pub error: String,
+    /// The report's warnings (damaged content, …), on the file's first row
+    /// only: the binary prints them to stderr. Not a summary column.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+/// `""` written as `null` and read back from it, so that JSON Lines has one
+/// spelling of "missing" for strings and numbers alike.
+mod empty_as_null {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(s: &str, ser: S) -> Result<S::Ok, S::Error> {
+        if s.is_empty() {
+            ser.serialize_none()
+        } else {
+            ser.serialize_str(s)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<String, D::Error> {
+        Ok(Option::<String>::deserialize(de)?.unwrap_or_default())
+    }
 }
 
 impl Row {
@@ -114,7 +150,15 @@ impl Row {
             verdict: String::new(),
             report: String::new(),
             error,
+            warnings: Vec::new(),
         }
+    }
+
+    /// Whether the row's device does not fit the budget (its verdict says
+    /// cuts are needed, or that even they are not enough).
+    pub fn is_over_budget(&self) -> bool {
+        self.verdict == Verdict::DoesNotFit.as_str()
+            || self.verdict == Verdict::FitsAfterCuts.as_str()
     }
 }
 
@@ -374,49 +418,76 @@ fn process_with(input: &Input, options: &BatchOptions, analyze: Analyze) -> Vec<
     rows_of(input, &report, options)
 }
 
-/// The summary rows of an analysed input: one per device.
+/// The summary rows of an analysed input: one per device, leaving out
+/// devices with a trivial peak beside a real one (see
+/// [`report::major_devices`]; the JSON report keeps them). A file read only
+/// in part has `partial` rows with the reason; its first row carries the
+/// report's warnings.
 pub fn rows_of(input: &Input, report: &Report, options: &BatchOptions) -> Vec<Row> {
     let report_name = if options.out_dir.is_some() && !options.formats.is_empty() {
         input.name.clone()
     } else {
         String::new()
     };
-    if report.devices.is_empty() {
+    let partial: Vec<&str> = report
+        .diagnostics
+        .iter()
+        .filter(|d| d.partial_read)
+        .map(|d| d.message.as_str())
+        .collect();
+    let partial = one_line(&partial.join("; "));
+    let warnings: Vec<String> = report
+        .diagnostics
+        .iter()
+        .filter(|d| d.level == Level::Warning)
+        .map(|d| d.message.clone())
+        .collect();
+    let mut rows = if report.devices.is_empty() {
         let mut row = Row::for_input(input, Status::Ok, "no device with memory events".into());
         row.format = report.source.format.clone();
         row.report = report_name;
-        return vec![row];
+        vec![row]
+    } else {
+        let (major, _) = report::major_devices(report);
+        major
+            .into_iter()
+            .map(|d| device_row(input, report, d, &report_name))
+            .collect()
+    };
+    if !partial.is_empty() {
+        for row in &mut rows {
+            row.status = Status::Partial;
+            row.error = partial.clone();
+        }
     }
-    report
-        .devices
-        .iter()
-        .map(|d| {
-            let over = over_budget(d);
-            Row {
-                file: input.display.clone(),
-                status: if over == Some(true) {
-                    Status::OverBudget
-                } else {
-                    Status::Ok
-                },
-                format: report.source.format.clone(),
-                device: d.device.clone(),
-                peak_bytes: Some(d.peak.allocated_bytes),
-                reserved_bytes: d.reserved_peak_bytes.or(d.peak.reserved_bytes),
-                top_category: d
-                    .top_category()
-                    .map_or(String::new(), |c| c.as_str().to_owned()),
-                verdict: match (&d.plan, over) {
-                    (Some(plan), _) => plan.verdict.as_str().to_owned(),
-                    (None, Some(true)) => "does_not_fit".into(),
-                    (None, Some(false)) => "fits".into(),
-                    (None, None) => String::new(),
-                },
-                report: report_name.clone(),
-                error: String::new(),
-            }
-        })
-        .collect()
+    rows[0].warnings = warnings;
+    rows
+}
+
+fn device_row(input: &Input, report: &Report, d: &DeviceReport, report_name: &str) -> Row {
+    let over = over_budget(d);
+    Row {
+        file: input.display.clone(),
+        status: if over == Some(true) {
+            Status::OverBudget
+        } else {
+            Status::Ok
+        },
+        format: report.source.format.clone(),
+        device: d.device.clone(),
+        peak_bytes: Some(d.peak.allocated_bytes),
+        reserved_bytes: d.reserved_peak_bytes.or(d.peak.reserved_bytes),
+        top_category: d
+            .top_category()
+            .map_or(String::new(), |c| c.as_str().to_owned()),
+        verdict: d
+            .plan
+            .as_ref()
+            .map_or(String::new(), |plan| plan.verdict.as_str().to_owned()),
+        report: report_name.to_owned(),
+        error: String::new(),
+        warnings: Vec::new(),
+    }
 }
 
 /// Whether a device is over budget: its plan's verdict is `does_not_fit`
@@ -454,7 +525,7 @@ fn one_line(s: &str) -> String {
 /// skipped; ties by file and device.
 pub fn sort_rows(rows: &mut [Row]) {
     let rank = |s: Status| match s {
-        Status::Ok | Status::OverBudget => 0,
+        Status::Ok | Status::OverBudget | Status::Partial => 0,
         Status::Failed => 1,
         Status::Skipped => 2,
     };
@@ -467,44 +538,51 @@ pub fn sort_rows(rows: &mut [Row]) {
     });
 }
 
-/// Counts by outcome, for the exit code and the summary's last line.
+/// Counts of files by outcome, for the exit code and the summary's last line.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Tally {
     pub files: usize,
+    /// Analysed, partial ones included.
     pub analysed: usize,
+    /// Analysed files with a device over budget (partial ones included).
     pub over_budget: usize,
+    /// Analysed from an input read only in part.
+    pub partial: usize,
     pub failed: usize,
     pub skipped: usize,
 }
 
 pub fn tally(rows: &[Row]) -> Tally {
-    let mut by_file: BTreeMap<&str, Status> = BTreeMap::new();
+    // A file's outcome is its worst row (failed > skipped > analysed), and
+    // whether any of its rows is partial or over budget.
+    let mut by_file: BTreeMap<&str, (Status, bool, bool)> = BTreeMap::new();
+    let worse = |s: Status| match s {
+        Status::Failed => 2,
+        Status::Skipped => 1,
+        Status::Ok | Status::OverBudget | Status::Partial => 0,
+    };
     for r in rows {
-        // A file's outcome is its worst row (failed > over budget > ok).
-        let s = by_file.entry(&r.file).or_insert(r.status);
-        let worse = |s: Status| match s {
-            Status::Failed => 3,
-            Status::OverBudget => 2,
-            Status::Skipped => 1,
-            Status::Ok => 0,
-        };
-        if worse(r.status) > worse(*s) {
-            *s = r.status;
+        let over = r.status == Status::OverBudget || r.is_over_budget();
+        let e = by_file.entry(&r.file).or_insert((r.status, false, false));
+        if worse(r.status) > worse(e.0) {
+            e.0 = r.status;
         }
+        e.1 |= r.status == Status::Partial;
+        e.2 |= over;
     }
     let mut t = Tally {
         files: by_file.len(),
         ..Tally::default()
     };
-    for s in by_file.values() {
-        match s {
-            Status::Ok => t.analysed += 1,
-            Status::OverBudget => {
-                t.analysed += 1;
-                t.over_budget += 1
-            }
+    for (status, partial, over) in by_file.values() {
+        match status {
             Status::Failed => t.failed += 1,
             Status::Skipped => t.skipped += 1,
+            Status::Ok | Status::OverBudget | Status::Partial => {
+                t.analysed += 1;
+                t.partial += usize::from(*partial);
+                t.over_budget += usize::from(*over);
+            }
         }
     }
     t
@@ -515,7 +593,12 @@ pub fn render_markdown(rows: &[Row]) -> String {
     use std::fmt::Write;
     let t = tally(rows);
     let mut out = String::new();
-    let _ = writeln!(out, "# memcut batch: {} files\n", t.files);
+    let _ = writeln!(
+        out,
+        "# memcut batch: {} file{}\n",
+        t.files,
+        if t.files == 1 { "" } else { "s" }
+    );
     let _ = writeln!(
         out,
         "| File | Status | Format | Device | Peak | Reserved | Top category | Verdict | Reason |\n|---|---|---|---|---:|---:|---|---|---|"
@@ -543,8 +626,8 @@ pub fn render_markdown(rows: &[Row]) -> String {
     }
     let _ = writeln!(
         out,
-        "\n{} analysed ({} over budget), {} skipped, {} failed.",
-        t.analysed, t.over_budget, t.skipped, t.failed
+        "\n{} analysed ({} over budget, {} partial), {} skipped, {} failed.",
+        t.analysed, t.over_budget, t.partial, t.skipped, t.failed
     );
     out
 }
@@ -683,6 +766,7 @@ mod tests {
             verdict: String::new(),
             report: String::new(),
             error: "a, \"quoted\" reason".into(),
+            warnings: Vec::new(),
         }
     }
 
@@ -702,6 +786,12 @@ mod tests {
             (t.files, t.analysed, t.over_budget, t.failed, t.skipped),
             (4, 2, 1, 1, 1)
         );
+        // A partial file counts as analysed, and as over budget when it is.
+        let mut partial = row("p", Status::Partial, Some(3));
+        partial.verdict = "fits_after_cuts".into();
+        rows.push(partial);
+        let t = tally(&rows);
+        assert_eq!((t.analysed, t.partial, t.over_budget), (3, 1, 2));
     }
 
     #[test]
@@ -714,6 +804,12 @@ mod tests {
         );
         let back: Row = serde_json::from_str(render_jsonl(&rows).trim_end()).unwrap();
         assert_eq!(back, rows[0]);
+        // Missing strings are `null`, as missing numbers are.
+        let line = render_jsonl(&rows);
+        assert!(
+            line.contains("\"top_category\":null") && line.contains("\"reserved_bytes\":null"),
+            "{line}"
+        );
     }
 
     /// A panic while one file is analysed (injected here: the known crash

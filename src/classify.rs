@@ -352,7 +352,9 @@ fn frame_facts(sites: &Sites, frame: &Frame) -> FrameFacts {
 pub struct UserRule {
     pub name: String,
     pub category: Category,
-    /// Substring that some frame's file or name must contain.
+    /// Text that some frame must contain: in its path (`\` read as `/`,
+    /// on either side), its function name, or the `path:LINE name` text a
+    /// report prints for it (so `train.py:42` matches line 42 of train.py).
     #[serde(default)]
     pub site_contains: Option<String>,
     /// Only allocations that are (or are not) alive at the end of the trace.
@@ -364,16 +366,43 @@ pub struct UserRule {
 }
 
 impl UserRule {
-    fn matches(&self, sites: &Sites, interval: &Interval, alive_at_end: bool) -> bool {
-        let site_ok = self.site_contains.as_deref().is_none_or(|needle| {
-            sites.frames(interval.site).iter().any(|fr| {
-                sites.str(fr.filename).contains(needle) || sites.str(fr.name).contains(needle)
-            })
-        });
-        site_ok
+    /// `sites_ok`: [`UserRule::site_table`] for this rule.
+    fn matches(&self, sites_ok: Option<&[bool]>, interval: &Interval, alive_at_end: bool) -> bool {
+        sites_ok.is_none_or(|ok| ok[interval.site as usize])
             && self.alive_at_end.is_none_or(|a| a == alive_at_end)
             && self.min_bytes.is_none_or(|m| interval.size >= m)
     }
+
+    /// Whether each site satisfies `site_contains` (`None` without one):
+    /// decided once per site, not once per allocation.
+    fn site_table(&self, sites: &Sites) -> Option<Vec<bool>> {
+        let needle = self.site_contains.as_deref()?.replace('\\', "/");
+        let frame_ok = |fr: &Frame| {
+            let name = sites.str(fr.name);
+            let file = sites.str(fr.filename).replace('\\', "/");
+            name.contains(&needle)
+                || file.contains(&needle)
+                || (needle.contains(':') && format!("{file}:{} {name}", fr.line).contains(&needle))
+        };
+        Some(
+            (0..sites.len())
+                .into_par_iter()
+                .map(|site| sites.frames(site as SiteId).iter().any(frame_ok))
+                .collect(),
+        )
+    }
+}
+
+/// How many allocations each user rule classified, over `classes` (the
+/// first rule that matches wins, so a rule can match and count none).
+pub fn user_rule_counts(classes: &[Classification], rules: usize) -> Vec<u64> {
+    let mut counts = vec![0u64; rules];
+    for c in classes {
+        if let Rule::User(i) = c.rule {
+            counts[i as usize] += 1;
+        }
+    }
+    counts
 }
 
 /// Everything the rules read besides the intervals, computed once per
@@ -455,10 +484,12 @@ fn classify_each(
         replay.positions(),
         "context of another device"
     );
+    let user_sites: Vec<Option<Vec<bool>>> =
+        user_rules.iter().map(|r| r.site_table(ctx.sites)).collect();
     replay
         .intervals
         .par_iter()
-        .map(|interval| classify_one(ctx, interval, user_rules))
+        .map(|interval| classify_one(ctx, interval, user_rules, &user_sites))
         .collect()
 }
 
@@ -566,7 +597,13 @@ impl Ranges {
     }
 }
 
-fn classify_one(ctx: &Context, interval: &Interval, user_rules: &[UserRule]) -> Classification {
+/// `user_sites[i]`: the site table of `user_rules[i]`.
+fn classify_one(
+    ctx: &Context,
+    interval: &Interval,
+    user_rules: &[UserRule],
+    user_sites: &[Option<Vec<bool>>],
+) -> Classification {
     let pick = |category, rule: Builtin| Classification {
         category,
         rule: rule.into(),
@@ -575,7 +612,7 @@ fn classify_one(ctx: &Context, interval: &Interval, user_rules: &[UserRule]) -> 
     if let Some((i, rule)) = user_rules
         .iter()
         .enumerate()
-        .find(|(_, r)| r.matches(ctx.sites, interval, alive_at_end))
+        .find(|(i, r)| r.matches(user_sites[*i].as_deref(), interval, alive_at_end))
     {
         return Classification {
             category: rule.category,

@@ -1,6 +1,6 @@
 //! Command-line arguments (clap derive). Parsing only; `main.rs` acts on them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
@@ -13,6 +13,27 @@ pub enum FormatArg {
     Md,
     Json,
     Html,
+}
+
+impl FormatArg {
+    /// The format a report file's extension names (`.txt`, `.md`, `.json`,
+    /// `.html`; `.jsonl` is JSON, one report per line: see [`is_jsonl`]).
+    pub fn from_path(path: &Path) -> Option<FormatArg> {
+        let ext = path.extension()?.to_string_lossy().to_ascii_lowercase();
+        match ext.as_str() {
+            "txt" | "text" => Some(FormatArg::Text),
+            "md" | "markdown" => Some(FormatArg::Md),
+            "json" | "jsonl" | "ndjson" => Some(FormatArg::Json),
+            "html" | "htm" => Some(FormatArg::Html),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a report file's extension asks for JSON Lines (`.jsonl`, `.ndjson`).
+pub fn is_jsonl(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("jsonl") || e.eq_ignore_ascii_case("ndjson"))
 }
 
 impl From<FormatArg> for OutputFormat {
@@ -53,18 +74,22 @@ pub struct AnalyzeArgs {
     /// Snapshot pickles, Chrome traces (.json/.json.gz) or memory-timeline exports; `-` reads stdin.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
-    /// Output format [default: text on a terminal, md otherwise].
+    /// Output format [default: from --output's extension; else text on a terminal, md otherwise].
+    /// Several inputs: json writes one JSON list of reports, html is refused (use `memcut batch`).
     #[arg(long, short = 'f', value_enum)]
     pub format: Option<FormatArg>,
-    /// Write the report here instead of stdout (one input only).
+    /// One JSON report per line (JSON Lines), for any number of inputs.
+    #[arg(long, conflicts_with = "format")]
+    pub jsonl: bool,
+    /// Write the report(s) here instead of stdout; .txt, .md, .json, .jsonl or .html sets the format.
     #[arg(long, short = 'o')]
     pub output: Option<PathBuf>,
     /// Only this device (e.g. cuda:0, cpu).
     #[arg(long)]
     pub device: Option<String>,
-    /// How many top allocation sites to list.
-    #[arg(long, default_value_t = 10)]
-    pub top: usize,
+    /// How many top allocation sites to list, in every format [default: 3 in text, 10 otherwise].
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
     /// Extra classification rules (JSON list), tried before the built-in ones.
     #[arg(long)]
     pub rules: Option<PathBuf>,
@@ -73,6 +98,10 @@ pub struct AnalyzeArgs {
     pub strict: bool,
     #[command(flatten)]
     pub budget: BudgetArgs,
+    /// Exit 3 when some device's peak does not fit the budget (after any
+    /// other outcome: a failed input still exits 1).
+    #[arg(long, requires = "budget")]
+    pub fail_over_budget: bool,
 }
 
 /// What the cut plan is planned against (shared by every command that plans).
@@ -80,10 +109,11 @@ pub struct AnalyzeArgs {
 pub struct BudgetArgs {
     /// Memory budget per device: 80GiB, 79.6GB, 512MiB or bytes (GB = 10^9, GiB = 2^30)
     /// [default: the device's memory if the trace says, else free + reserved at an OOM].
-    #[arg(long, value_name = "SIZE", value_parser = memcut::parse_size)]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true, value_parser = memcut::parse_positive_size)]
     pub budget: Option<u64>,
-    /// Room kept free below the budget: a size or a percentage of the budget.
-    #[arg(long, value_name = "SIZE|PCT", default_value = "10%", value_parser = Headroom::parse)]
+    /// Room kept free below the budget: a percentage of the budget (10%) or a
+    /// size with a unit (2GiB); smaller than the budget.
+    #[arg(long, value_name = "PCT|SIZE", default_value = "10%", allow_hyphen_values = true, value_parser = parse_headroom)]
     pub headroom: Headroom,
     /// Data-parallel ranks the sharding levers may shard over (1: no sharding levers).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
@@ -95,6 +125,20 @@ pub struct BudgetArgs {
     /// Lever order: cheapest cost class first, or largest contribution at the peak first.
     #[arg(long, value_enum, default_value = "cheapest")]
     pub order: OrderArg,
+}
+
+/// `--headroom`: a percentage or a size with a unit. A bare number other
+/// than 0 is refused: `10` would be ten bytes, which nobody means.
+fn parse_headroom(s: &str) -> Result<Headroom, memcut::SizeError> {
+    let t = s.trim();
+    if t.starts_with('-') {
+        return Err(memcut::SizeError::Negative(s.to_owned()));
+    }
+    let bare = !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.');
+    if bare && t.parse::<f64>().is_ok_and(|v| v != 0.0) {
+        return Err(memcut::SizeError::NoUnit(t.to_owned()));
+    }
+    Headroom::parse(t)
 }
 
 /// In what order the planner tries levers (the library's [`Order`]).
@@ -118,7 +162,8 @@ impl From<OrderArg> for Order {
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// Component list (JSON): [{"name": "weights", "peak_gb": 10.0, "cuttable": false}, …].
+    /// Component list (JSON): [{"name": "weights", "peak_gb": 10.0, "cuttable": false}, …];
+    /// `-` reads stdin. (For a trace, `memcut analyze FILE --budget SIZE` plans the cuts.)
     pub file: PathBuf,
     /// Target peak in decimal GB (10^9 bytes).
     #[arg(long, value_name = "GB", value_parser = parse_target_gb)]
@@ -137,8 +182,8 @@ pub enum PlanFormat {
 
 fn parse_target_gb(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        _ => Err(format!("`{s}` is not a size in GB (a number >= 0)")),
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a size in GB (a number > 0)")),
     }
 }
 
@@ -150,17 +195,17 @@ pub struct BatchArgs {
     /// Write one report per input and format here (created if missing).
     #[arg(long)]
     pub out_dir: Option<PathBuf>,
-    /// Report formats, comma-separated.
+    /// Report formats written to --out-dir, comma-separated [default: md].
     #[arg(
         long,
         short = 'f',
         value_enum,
         value_delimiter = ',',
-        default_value = "md"
+        requires = "out_dir"
     )]
     pub format: Vec<FormatArg>,
     /// Files analysed at once [default: one per core].
-    #[arg(long, short = 'j', default_value_t = 0)]
+    #[arg(long, short = 'j', default_value_t = 0, hide_default_value = true)]
     pub jobs: usize,
     #[command(flatten)]
     pub budget: BudgetArgs,
@@ -170,4 +215,7 @@ pub struct BatchArgs {
     /// Exit 3 when some input does not fit the budget.
     #[arg(long, requires = "budget")]
     pub fail_over_budget: bool,
+    /// Exit 1 when some input was read only in part (status `partial`).
+    #[arg(long)]
+    pub strict: bool,
 }

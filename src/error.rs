@@ -35,6 +35,9 @@ pub enum Error {
     Limit(String),
     #[error("{0}")]
     Usage(String),
+    /// `--device` names a device the trace does not have.
+    #[error("no device {device} in this trace (devices: {available})")]
+    NoSuchDevice { device: String, available: String },
 }
 
 /// A result whose error is an [`enum@Error`].

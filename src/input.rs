@@ -19,7 +19,7 @@ use flate2::bufread::MultiGzDecoder;
 
 use crate::error::{Error, Result};
 use crate::formats::{chrome, pickle, snapshot, timeline_export};
-use crate::model::Trace;
+use crate::model::{Diagnostic, Trace};
 
 /// Bounds on what an input may make memcut do.
 #[derive(Debug, Clone)]
@@ -295,9 +295,23 @@ fn read_sniffed(
             return Err(unrecognised(b));
         }
     }
+    // A gzip stream that breaks off (a job killed mid-write) leaves a text
+    // prefix: it is read as a damaged trace is, and said to be partial.
     let mut bytes = Vec::new();
-    reader.read_to_end(&mut bytes).map_err(gzip_error)?;
-    parse_text(&bytes, limits)
+    let cut = match reader.read_to_end(&mut bytes).map_err(gzip_error) {
+        Ok(_) => false,
+        Err(Error::TruncatedGzip) if depth > 0 && !bytes.is_empty() => true,
+        Err(e) => return Err(e),
+    };
+    if !cut {
+        return parse_text(&bytes, limits);
+    }
+    // Nothing usable in the prefix: the truncation is the story.
+    let mut trace = parse_text(&bytes, limits).map_err(|_| Error::TruncatedGzip)?;
+    trace.diagnostics.push(Diagnostic::partial(
+        "the gzip stream is truncated (the file was cut short): the report covers what could be inflated",
+    ));
+    Ok(trace)
 }
 
 /// The error of a parse under a gzip layer: a parser that fails because

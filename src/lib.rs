@@ -99,7 +99,7 @@ pub use schema::{
     PeakCategories, Plan, PlanStep, Report, SourceInfo, TimelineSeries, Tool, TopSite, Verdict,
     SCHEMA_VERSION,
 };
-pub use units::{parse_size, SizeError};
+pub use units::{human_bytes, parse_positive_size, parse_size, SizeError};
 
 /// Single stages, for the benches, examples and fuzz targets that time or
 /// fuzz one stage alone. Not a stable API.

@@ -59,19 +59,14 @@ pub fn analyze_reader<R: std::io::Read>(
     options: &AnalyzeOptions,
 ) -> Result<Report> {
     let trace = input::read_trace(reader, &options.limits)?;
-    Ok(analyze_parsed(&trace, display_path, size_bytes, options))
+    analyze_parsed(&trace, display_path, size_bytes, options)
 }
 
 /// Analyses a trace held in memory (e.g. bytes handed over from Python);
 /// `display_path` is what the report names as its source.
 pub fn analyze_bytes(bytes: &[u8], display_path: &str, options: &AnalyzeOptions) -> Result<Report> {
     let trace = input::parse_bytes(bytes, &options.limits)?;
-    Ok(analyze_parsed(
-        &trace,
-        display_path,
-        bytes.len() as u64,
-        options,
-    ))
+    analyze_parsed(&trace, display_path, bytes.len() as u64, options)
 }
 
 /// Reads, parses and analyses one file.
@@ -82,22 +77,32 @@ pub fn analyze_path(path: &Path, options: &AnalyzeOptions) -> Result<Report> {
     let file = std::fs::File::open(path)?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
     let trace = input::read_trace_ahead(file, &options.limits)?;
-    Ok(analyze_parsed(
-        &trace,
-        &path.display().to_string(),
-        size,
-        options,
-    ))
+    analyze_parsed(&trace, &path.display().to_string(), size, options)
 }
 
+/// Analyses a parsed trace; a `device` option that names no device of the
+/// trace is an error listing the ones it has.
 fn analyze_parsed(
     trace: &Trace,
     display_path: &str,
     size_bytes: u64,
     options: &AnalyzeOptions,
-) -> Report {
+) -> Result<Report> {
+    if let Some(wanted) = &options.analysis.device {
+        if !trace.devices.iter().any(|d| &d.device == wanted) {
+            let have: Vec<&str> = trace.devices.iter().map(|d| d.device.as_str()).collect();
+            return Err(Error::NoSuchDevice {
+                device: wanted.clone(),
+                available: if have.is_empty() {
+                    "none".into()
+                } else {
+                    have.join(", ")
+                },
+            });
+        }
+    }
     let source = SourceInfo::new(display_path, trace.format.as_str(), size_bytes);
-    analyze_trace(trace, source, options)
+    Ok(analyze_trace(trace, source, options))
 }
 
 #[cfg(test)]

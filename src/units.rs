@@ -61,6 +61,16 @@ pub enum SizeError {
     BadPercentage(String),
     #[error("headroom `{0}` must be in [0%, 100%)")]
     PercentageOutOfRange(String),
+    /// A leading minus sign.
+    #[error("`{0}`: a size cannot be negative")]
+    Negative(String),
+    /// Zero where only a positive size makes sense (a budget).
+    #[error("`{0}`: the size must be greater than 0")]
+    Zero(String),
+    /// A number without a unit where a bare number would be ambiguous
+    /// (`--headroom 10`: ten bytes or ten percent?).
+    #[error("`{0}` has no unit: write a percentage of the budget (`{0}%`) or a size (`{0}GiB`, `{0}MiB`)")]
+    NoUnit(String),
 }
 
 /// Parses `80GiB`, `79.6GB`, `512MiB`, `1.5TB`, `4096` (bytes). Decimal units
@@ -72,6 +82,9 @@ pub fn parse_size(s: &str) -> Result<u64, SizeError> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (number, unit) = (&t[..split], t[split..].trim());
+    if t.starts_with('-') {
+        return Err(SizeError::Negative(s.to_owned()));
+    }
     if number.is_empty() {
         return Err(SizeError::NoNumber(s.to_owned()));
     }
@@ -111,6 +124,14 @@ pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     Ok(bytes)
 }
 
+/// [`parse_size`] for sizes that must be positive (a budget): `0` is refused.
+pub fn parse_positive_size(s: &str) -> Result<u64, SizeError> {
+    match parse_size(s)? {
+        0 => Err(SizeError::Zero(s.to_owned())),
+        bytes => Ok(bytes),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,7 +145,13 @@ mod tests {
         assert_eq!(parse_size("2 gib"), Ok(2 << 30));
         assert_eq!(parse_size("1.5KiB"), Ok(1536));
         assert!(parse_size("80G").is_err());
-        assert!(parse_size("-1GB").is_err());
+        assert_eq!(parse_size("-1GB"), Err(SizeError::Negative("-1GB".into())));
+        assert_eq!(parse_positive_size("0"), Err(SizeError::Zero("0".into())));
+        assert_eq!(
+            parse_positive_size("0GiB"),
+            Err(SizeError::Zero("0GiB".into()))
+        );
+        assert_eq!(parse_positive_size("1KiB"), Ok(1024));
         assert!(parse_size("GB").is_err());
         assert!(parse_size("99999999999999999999TB").is_err());
     }
@@ -146,6 +173,11 @@ mod tests {
             "`99999999999999999999TB` is not a size"
         );
         assert_eq!(msg("99999999TB"), "`99999999TB` is too large");
+        assert_eq!(msg("-5GiB"), "`-5GiB`: a size cannot be negative");
+        assert_eq!(
+            SizeError::NoUnit("10".into()).to_string(),
+            "`10` has no unit: write a percentage of the budget (`10%`) or a size (`10GiB`, `10MiB`)"
+        );
     }
 
     #[test]

@@ -109,7 +109,7 @@ fn a_bad_file_fails_its_row_and_the_others_still_get_reports() {
     assert!(row("notes.md").contains("| skipped |"));
     assert!(row("other.json").contains("| skipped |"));
     assert!(row("a/run.snapshot.pickle.gz").contains("| ok |"));
-    assert!(stdout.contains("2 analysed (0 over budget), 2 skipped, 2 failed."));
+    assert!(stdout.contains("2 analysed (0 over budget, 0 partial), 2 skipped, 2 failed."));
     assert!(stderr.contains("broken.pickle: bad pickle"), "{stderr}");
     // Not a terminal: no progress bar, no control characters.
     for text in [&stdout, &stderr] {
@@ -331,7 +331,7 @@ fn missing_paths_and_empty_globs_are_failed_rows() {
     let stdout = String::from_utf8(assert.get_output().stdout.clone()).unwrap();
     assert!(stdout.contains("no such file or folder"), "{stdout}");
     assert!(stdout.contains("no file matches this pattern"), "{stdout}");
-    assert!(stdout.contains("1 analysed (0 over budget), 0 skipped, 2 failed."));
+    assert!(stdout.contains("1 analysed (0 over budget, 0 partial), 0 skipped, 2 failed."));
 }
 
 /// The whole corpus in one command: every file is analysed or skipped with

@@ -7,7 +7,7 @@
 //! `src/NAME/…`) to the module the path names. `lib.rs` is the facade that
 //! re-exports the API and is not a node; a path to a root item
 //! (`crate::AnalyzeOptions`) is refused, since it hides the real edge.
-//! `main.rs` and `cli.rs` are the binary, a crate of their own.
+//! `main.rs`, `cli.rs` and `output.rs` are the binary, a crate of their own.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -106,7 +106,7 @@ fn module_graph() -> Graph {
         .map(|f| module_path(f.strip_prefix(&src).unwrap()))
         .filter(|m| !m.is_empty())
         .map(|m| m[0].clone())
-        .filter(|m| m != "lib" && m != "main" && m != "cli")
+        .filter(|m| m != "lib" && m != "main" && m != "cli" && m != "output")
         .collect();
     let mut graph: Graph = modules
         .iter()

@@ -270,9 +270,9 @@ fn verdict_and_reason(
         .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
         .unwrap_or((Category::Unknown, 0));
     let after = if names.is_empty() {
-        "no lever applies".to_owned()
+        "no lever applies:".to_owned()
     } else {
-        format!("after {}", names.join(" + "))
+        format!("after {},", names.join(" + "))
     };
     let sharding_unused = options.levers.is_none()
         && options.dp_ranks <= 1

@@ -1,16 +1,17 @@
 //! HTML: one self-contained file that opens offline in any browser. No
 //! script, no external fonts, styles or images; a Content-Security-Policy
 //! forbids fetching anything. Per device: the facts, an inline SVG
-//! stacked-area chart of memory by category over time (peak and OOMs marked,
-//! reserved memory as a dashed line), then the Markdown report's tables as
-//! HTML tables. Every string that comes from the trace goes through
+//! stacked-area chart of memory by category over time ([`super::chart`]:
+//! peak and OOMs marked, reserved memory as a dashed line), then the
+//! Markdown report's tables as HTML tables. Every string that comes from the trace goes through
 //! [`escape`].
 
 use std::fmt::Write;
 
 use super::{
-    attribution_line, before_recording_row, devices_by_peak, overview_row, peak_instant,
-    plan_step_row, BEFORE_RECORDING_COLUMNS, OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
+    attribution_line, before_recording_row, category_lines, major_devices, minor_devices_line,
+    overview_row, peak_instant, phase_label, plan_step_row, share_label, BEFORE_RECORDING_COLUMNS,
+    OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
 };
 use crate::model::{Category, Level};
 use crate::schema::{DeviceReport, Report};
@@ -33,7 +34,7 @@ pub fn render(report: &Report) -> String {
         h(report.source.size_bytes),
         escape(&report.tool.version)
     );
-    let devices = devices_by_peak(report);
+    let (devices, minor) = major_devices(report);
     if devices.is_empty() {
         out.push_str("<p>No device with memory events.</p>\n");
     }
@@ -42,6 +43,9 @@ pub fn render(report: &Report) -> String {
     }
     for d in &devices {
         device(&mut out, d);
+    }
+    if let Some(line) = minor_devices_line(&minor) {
+        let _ = writeln!(out, "<p class=\"note\">{}.</p>", escape(&line));
     }
     if !report.diagnostics.is_empty() {
         out.push_str("<section>\n<h2>Diagnostics</h2>\n<ul class=\"diagnostics\">\n");
@@ -73,8 +77,9 @@ table.facts th{background:none;font-weight:normal;color:var(--muted)}table.facts
 .sw{display:inline-block;width:.9em;height:.9em;border-radius:2px;vertical-align:-.1em;margin-right:.4em}
 .bar{width:140px}.bar span{display:block;height:.7em;background:#8aa4c8;border-radius:2px}
 figure{margin:1rem 0}svg{width:100%;height:auto;display:block}svg text{font:11px system-ui,sans-serif;fill:#333}
-svg .grid{stroke:#e6e8eb}svg .axis{stroke:#888}svg .peak{stroke:#000;stroke-width:1.2}svg .oom{stroke:#d00;stroke-width:1.5}svg text.oom{fill:#d00;font-weight:600}
+svg .grid{stroke:#e6e8eb}svg .axis{stroke:#888}svg .peak{stroke:#000;stroke-width:1.2}svg line.oom{stroke:#d00;stroke-width:1.5}svg text.oom{fill:#d00;font-weight:600}
 svg .reserved{fill:none;stroke:#222;stroke-width:1.3;stroke-dasharray:5 3}
+svg rect.gap{fill:#eef0f3}svg .brk{stroke:#888;stroke-width:1.2;fill:none}svg text.gap{font-size:10px;fill:#5f6368}
 figcaption{display:flex;flex-wrap:wrap;gap:.3rem 1.1rem;font-size:.88rem;margin-top:.4rem}
 .ln{display:inline-block;width:1.6em;height:0;vertical-align:.25em;margin-right:.4em;border-top:2px solid #000}.ln.reserved{border-top:2px dashed #222}.ln.oom{border-top-color:#d00}
 .verdict{font-weight:600}.does_not_fit{color:#b00020}.fits_after_cuts{color:#a05a00}.fits{color:#1b7f3b}
@@ -164,7 +169,11 @@ fn device(out: &mut String, d: &DeviceReport) {
     fact(
         out,
         "At",
-        &format!("{}, phase: {}", escape(&peak_instant(d)), escape(&p.phase)),
+        &format!(
+            "{}, phase: {}",
+            escape(&peak_instant(d)),
+            escape(&phase_label(&p.phase))
+        ),
     );
     match p.reserved_bytes {
         Some(r) => fact(out, "Reserved at peak", &format!("{} ({r} bytes)", h(r))),
@@ -192,9 +201,9 @@ fn device(out: &mut String, d: &DeviceReport) {
     fact(out, "Events", &d.events.to_string());
     out.push_str("</tbody>\n</table>\n");
 
-    chart(out, d);
+    super::chart::render(out, d);
 
-    let cats = p.categories();
+    let cats = category_lines(p);
     out.push_str("<h3>Memory at the peak by category</h3>\n<table>\n<thead><tr><th>Category</th><th class=\"num\">Bytes</th><th class=\"num\">Share of peak</th><th></th></tr></thead>\n<tbody>\n");
     for (c, b) in &cats.rows {
         let share = p.share(*b);
@@ -204,9 +213,19 @@ fn device(out: &mut String, d: &DeviceReport) {
             colour(*c),
             c,
             h(*b),
-            p.share_text(*b),
+            share_label(p, *b),
             share.min(100.0),
             colour(*c)
+        );
+    }
+    if let Some((small, bytes)) = &cats.other {
+        let names: Vec<&str> = small.iter().map(|c| c.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"cat\">other: {}</td><td class=\"num\" title=\"{bytes} bytes\">{}</td><td class=\"num\">{}</td><td></td></tr>",
+            names.join(", "),
+            h(*bytes),
+            share_label(p, *bytes)
         );
     }
     let _ = writeln!(
@@ -245,7 +264,7 @@ fn device(out: &mut String, d: &DeviceReport) {
                 colour(s.category),
                 s.category,
                 h(s.bytes),
-                p.share_text(s.bytes),
+                share_label(p, s.bytes),
                 s.count
             );
         }
@@ -314,275 +333,6 @@ fn fact(out: &mut String, name: &str, value: &str) {
     let _ = writeln!(out, "<tr><th>{name}</th><td>{value}</td></tr>");
 }
 
-// Chart geometry (SVG user units; the SVG scales down to the page width).
-const W: f64 = 1000.0;
-const H: f64 = 360.0;
-const LEFT: f64 = 72.0;
-const RIGHT: f64 = 24.0;
-const TOP: f64 = 26.0;
-const BOTTOM: f64 = 44.0;
-
-/// The stacked-area chart and its legend. Layers are drawn as cumulative
-/// areas from the top layer down, each from zero to its running total, so a
-/// layer is one edge (half the points of a band) and the picture is the same.
-fn chart(out: &mut String, d: &DeviceReport) {
-    let t = &d.timeline;
-    let totals: Vec<u64> = (0..t.x.len())
-        .map(|i| t.series.values().map(|s| s[i]).sum())
-        .collect();
-    let y_top = totals
-        .iter()
-        .copied()
-        .chain(t.reserved.iter().flatten().copied())
-        .max()
-        .unwrap_or(0);
-    let (x_min, x_max) = match (t.x.first(), t.x.last()) {
-        (Some(a), Some(b)) => (*a, *b),
-        _ => (0.0, 0.0),
-    };
-    if t.x.len() < 2 || x_max <= x_min || y_top == 0 {
-        out.push_str("<p class=\"note\">No allocation history to plot (the trace holds a single instant).</p>\n");
-        return;
-    }
-    let (y_unit, y_div) = byte_unit(y_top);
-    let y_ticks = nice_ticks(y_top as f64 / y_div);
-    let y_max = y_ticks.last().copied().unwrap_or(1.0).max(1e-9) * y_div;
-    let (x_label, x_unit, x_div) = if t.x_unit == "time_us" {
-        let (u, div) = time_unit(x_max - x_min);
-        ("time since the first event", u, div)
-    } else {
-        ("event index", "", 1.0)
-    };
-    let sx = |x: f64| LEFT + (x - x_min) / (x_max - x_min) * (W - LEFT - RIGHT);
-    let sy = |y: f64| H - BOTTOM - y / y_max * (H - BOTTOM - TOP);
-
-    let _ = writeln!(
-        out,
-        "<figure>\n<svg viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=\"img\" aria-label=\"Memory on {} by category over time\">",
-        escape(&d.device)
-    );
-    // Grid and y axis.
-    for v in &y_ticks {
-        let y = sy(v * y_div);
-        let _ = writeln!(
-            out,
-            "<line class=\"grid\" x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{} {y_unit}</text>",
-            W - RIGHT,
-            LEFT - 6.0,
-            y + 4.0,
-            tick_label(*v, &y_ticks)
-        );
-    }
-    // Areas, top layer first.
-    let layers: Vec<(&Category, &Vec<u64>)> = t.series.iter().collect();
-    let mut cumulative = totals.clone();
-    for (c, values) in layers.iter().rev() {
-        let mut pts = vec![(sx(x_min), sy(0.0))];
-        pts.extend(
-            t.x.iter()
-                .zip(&cumulative)
-                .map(|(x, y)| (sx(*x), sy(*y as f64))),
-        );
-        pts.push((sx(x_max), sy(0.0)));
-        let _ = writeln!(
-            out,
-            "<polygon points=\"{}\" fill=\"{}\"><title>{c}</title></polygon>",
-            points(&pts),
-            colour(**c)
-        );
-        for (sum, v) in cumulative.iter_mut().zip(values.iter()) {
-            *sum -= v;
-        }
-    }
-    if let Some(r) = &t.reserved {
-        let pts: Vec<(f64, f64)> =
-            t.x.iter()
-                .zip(r)
-                .map(|(x, y)| (sx(*x), sy(*y as f64)))
-                .collect();
-        let _ = writeln!(
-            out,
-            "<polyline class=\"reserved\" points=\"{}\"><title>reserved</title></polyline>",
-            points(&pts)
-        );
-    }
-    // X axis.
-    let _ = writeln!(
-        out,
-        "<line class=\"axis\" x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/>",
-        W - RIGHT,
-        H - BOTTOM,
-        H - BOTTOM
-    );
-    let x_ticks = nice_ticks((x_max - x_min) / x_div);
-    for v in &x_ticks {
-        let x = sx(x_min + v * x_div);
-        let _ = writeln!(
-            out,
-            "<line class=\"axis\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/><text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}{}</text>",
-            H - BOTTOM,
-            H - BOTTOM + 5.0,
-            H - BOTTOM + 18.0,
-            tick_label(*v, &x_ticks),
-            if x_unit.is_empty() { String::new() } else { format!(" {x_unit}") }
-        );
-    }
-    let _ = writeln!(
-        out,
-        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{x_label}</text>",
-        (LEFT + W - RIGHT) / 2.0,
-        H - 6.0
-    );
-    // OOMs (at most 50 lines drawn; the table lists them all), then the peak.
-    for (k, ox) in t.oom_x.iter().take(50).enumerate() {
-        let x = sx(*ox);
-        let _ = write!(
-            out,
-            "<line class=\"oom\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"{TOP}\" y2=\"{:.1}\"><title>OOM</title></line>",
-            H - BOTTOM
-        );
-        if k == 0 {
-            let (anchor, dx) = if x > W - 120.0 {
-                ("end", -5.0)
-            } else {
-                ("start", 5.0)
-            };
-            let _ = write!(
-                out,
-                "<text class=\"oom\" x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\">OOM ({})</text>",
-                x + dx,
-                TOP + 12.0,
-                t.oom_x.len()
-            );
-        }
-        out.push('\n');
-    }
-    let px = sx(t.peak_x);
-    let peak_y = sy(d.peak.allocated_bytes.min(y_max as u64) as f64);
-    let (anchor, dx) = if px > W - 200.0 {
-        ("end", -6.0)
-    } else {
-        ("start", 6.0)
-    };
-    let _ = writeln!(
-        out,
-        "<line class=\"peak\" x1=\"{px:.1}\" x2=\"{px:.1}\" y1=\"{:.1}\" y2=\"{:.1}\"/><circle cx=\"{px:.1}\" cy=\"{peak_y:.1}\" r=\"3.5\" fill=\"#000\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\" font-weight=\"600\">peak {}</text>",
-        TOP - 8.0,
-        H - BOTTOM,
-        px + dx,
-        TOP - 12.0 + 10.0,
-        h(d.peak.allocated_bytes)
-    );
-    out.push_str("</svg>\n<figcaption>");
-    for c in t.series.keys() {
-        let _ = write!(
-            out,
-            "<span><span class=\"sw\" style=\"background:{}\"></span>{c}</span>",
-            colour(*c)
-        );
-    }
-    if t.reserved.is_some() {
-        out.push_str("<span><span class=\"ln reserved\"></span>reserved</span>");
-    }
-    out.push_str("<span><span class=\"ln\"></span>peak</span>");
-    if !t.oom_x.is_empty() {
-        out.push_str("<span><span class=\"ln oom\"></span>OOM</span>");
-    }
-    let _ = writeln!(
-        out,
-        "</figcaption>\n<p class=\"note\">Allocated memory stacked by category; each of the {} points is the highest total in its slice of the trace, so the peak is kept.</p>\n</figure>",
-        t.x.len()
-    );
-}
-
-/// SVG `points` at 0.1 precision, leaving out the middle of runs at the same
-/// height (flat stretches are common: parameters, reserved memory), which
-/// draws the same line with far fewer points.
-fn points(pts: &[(f64, f64)]) -> String {
-    let rounded: Vec<(i64, i64)> = pts
-        .iter()
-        .map(|(x, y)| ((x * 10.0).round() as i64, (y * 10.0).round() as i64))
-        .collect();
-    let mut out = String::with_capacity(rounded.len() * 12);
-    for (i, &(x, y)) in rounded.iter().enumerate() {
-        let flat = i > 0 && i + 1 < rounded.len() && rounded[i - 1].1 == y && rounded[i + 1].1 == y;
-        if flat {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        let _ = write!(out, "{},{}", Tenths(x), Tenths(y));
-    }
-    out
-}
-
-/// A number of tenths written as a decimal (`123` → `12.3`, `120` → `12`).
-struct Tenths(i64);
-
-impl std::fmt::Display for Tenths {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let (sign, v) = if self.0 < 0 {
-            ("-", -self.0)
-        } else {
-            ("", self.0)
-        };
-        match v % 10 {
-            0 => write!(f, "{sign}{}", v / 10),
-            d => write!(f, "{sign}{}.{d}", v / 10),
-        }
-    }
-}
-
-/// The binary unit that makes `max` read between 1 and 1024.
-fn byte_unit(max: u64) -> (&'static str, f64) {
-    const K: f64 = 1024.0;
-    let m = max as f64;
-    if m >= K * K * K {
-        ("GiB", K * K * K)
-    } else if m >= K * K {
-        ("MiB", K * K)
-    } else if m >= K {
-        ("KiB", K)
-    } else {
-        ("B", 1.0)
-    }
-}
-
-/// The time unit for a span of `span_us` microseconds.
-fn time_unit(span_us: f64) -> (&'static str, f64) {
-    if span_us >= 1e6 {
-        ("s", 1e6)
-    } else if span_us >= 1e3 {
-        ("ms", 1e3)
-    } else {
-        ("µs", 1.0)
-    }
-}
-
-/// Ticks 0, step, 2·step, … covering `max` with a 1-2-5 step (4 to 10 ticks).
-fn nice_ticks(max: f64) -> Vec<f64> {
-    if max <= 0.0 || !max.is_finite() {
-        return vec![0.0, 1.0];
-    }
-    let raw = max / 5.0;
-    let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * mag)
-        .find(|s| *s >= raw)
-        .unwrap_or(10.0 * mag);
-    let n = (max / step - 1e-9).ceil().max(1.0) as usize;
-    (0..=n).map(|i| i as f64 * step).collect()
-}
-
-/// A tick value with as many decimals as its step needs.
-fn tick_label(v: f64, ticks: &[f64]) -> String {
-    let step = ticks.get(1).copied().unwrap_or(1.0);
-    let decimals = (-step.log10().floor()).max(0.0) as usize;
-    format!("{v:.decimals$}")
-}
-
 /// Escapes text for HTML element content and attribute values.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -601,7 +351,7 @@ pub fn escape(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{escape, nice_ticks, tick_label};
+    use super::escape;
 
     #[test]
     fn escapes_markup_and_quotes() {
@@ -609,21 +359,5 @@ mod tests {
             escape("<script>alert(\"x&y\")</script>'"),
             "&lt;script&gt;alert(&quot;x&amp;y&quot;)&lt;/script&gt;&#39;"
         );
-    }
-
-    #[test]
-    fn ticks_cover_the_maximum_with_round_steps() {
-        assert_eq!(nice_ticks(18.8), vec![0.0, 5.0, 10.0, 15.0, 20.0]);
-        assert_eq!(
-            nice_ticks(4276.0),
-            vec![0.0, 1000.0, 2000.0, 3000.0, 4000.0, 5000.0]
-        );
-        assert_eq!(
-            nice_ticks(1.0),
-            vec![0.0, 0.2, 0.4, 0.6000000000000001, 0.8, 1.0]
-        );
-        let t = nice_ticks(0.37);
-        assert_eq!(tick_label(t[1], &t), "0.1");
-        assert_eq!(tick_label(20.0, &nice_ticks(18.8)), "20");
     }
 }

@@ -1,12 +1,14 @@
 //! Markdown: the ticket attachment. Renders on code-hosting sites; stays
-//! under 200 lines for any input (every table is capped, and only the
-//! [`MAX_FULL_DEVICES`] devices with the highest peaks get a full section).
+//! under 200 lines for any input at the default `--top` (every other table
+//! is capped, only the [`MAX_FULL_DEVICES`] devices with the highest peaks
+//! get a full section, and devices with a trivial peak get one line).
 
 use std::fmt::Write;
 
 use super::{
-    attribution_line, before_recording_row, devices_by_peak, overview_row, peak_instant,
-    plan_step_row, BEFORE_RECORDING_COLUMNS, OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
+    attribution_line, before_recording_row, category_lines, major_devices, minor_devices_line,
+    overview_row, peak_instant, phase_label, plan_step_row, share_label, BEFORE_RECORDING_COLUMNS,
+    OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
 };
 use crate::model::Level;
 use crate::schema::{DeviceReport, Report};
@@ -16,8 +18,6 @@ use crate::units::{human_bytes as h, percent};
 pub const MAX_FULL_DEVICES: usize = 2;
 /// Most rows of the device overview table.
 pub const MAX_DEVICE_ROWS: usize = 16;
-/// Most rows of the top-sites table.
-pub const MAX_SITES: usize = 10;
 /// Most OOM events listed per device.
 pub const MAX_OOMS: usize = 3;
 /// Most plan steps listed per device.
@@ -37,7 +37,7 @@ pub fn render(report: &Report) -> String {
         h(report.source.size_bytes),
         report.tool.version
     );
-    let devices = devices_by_peak(report);
+    let (devices, minor) = major_devices(report);
     if devices.is_empty() {
         let _ = writeln!(out, "No device with memory events.\n");
     }
@@ -53,6 +53,9 @@ pub fn render(report: &Report) -> String {
             "{} more device(s) are in the table above; the JSON report has every device in full.\n",
             devices.len() - MAX_FULL_DEVICES
         );
+    }
+    if let Some(line) = minor_devices_line(&minor) {
+        let _ = writeln!(out, "{}.\n", cell(&line));
     }
     if !report.diagnostics.is_empty() {
         let _ = writeln!(out, "## Diagnostics\n");
@@ -111,7 +114,7 @@ fn device(out: &mut String, d: &DeviceReport) {
         out,
         "| At | {}, phase: {} |",
         peak_instant(d),
-        cell(&p.phase)
+        cell(&phase_label(&p.phase))
     );
     match p.reserved_bytes {
         Some(r) => {
@@ -143,11 +146,21 @@ fn device(out: &mut String, d: &DeviceReport) {
     }
     let _ = writeln!(out, "| Events | {} |\n", d.events);
 
-    let cats = p.categories();
+    let cats = category_lines(p);
     let _ = writeln!(out, "### Memory at the peak by category\n");
     let _ = writeln!(out, "| Category | Bytes | Share of peak |\n|---|---:|---:|");
     for (c, b) in &cats.rows {
-        let _ = writeln!(out, "| {} | {} | {} |", c, h(*b), p.share_text(*b));
+        let _ = writeln!(out, "| {} | {} | {} |", c, h(*b), share_label(p, *b));
+    }
+    if let Some((small, bytes)) = &cats.other {
+        let names: Vec<&str> = small.iter().map(|c| c.as_str()).collect();
+        let _ = writeln!(
+            out,
+            "| other: {} | {} | {} |",
+            names.join(", "),
+            h(*bytes),
+            share_label(p, *bytes)
+        );
     }
     let _ = writeln!(
         out,
@@ -183,14 +196,14 @@ fn device(out: &mut String, d: &DeviceReport) {
             out,
             "| Site (innermost meaningful frames) | Category | Bytes | Share | Count |\n|---|---|---:|---:|---:|"
         );
-        for s in p.top_sites.iter().take(MAX_SITES) {
+        for s in &p.top_sites {
             let _ = writeln!(
                 out,
                 "| `{}` | {} | {} | {} | {} |",
                 code(&s.site),
                 s.category,
                 h(s.bytes),
-                p.share_text(s.bytes),
+                share_label(p, s.bytes),
                 s.count
             );
         }
@@ -243,7 +256,7 @@ fn device(out: &mut String, d: &DeviceReport) {
                     out,
                     "Budget from {}. Peak = allocated + allocator cache (reserved − allocated), at {}; each step re-simulates the whole timeline.\n",
                     cell(&plan.budget_source),
-                    cell(&plan.peak_before_at)
+                    cell(&phase_label(&plan.peak_before_at))
                 );
             }
             if !plan.steps.is_empty() {

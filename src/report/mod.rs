@@ -2,11 +2,13 @@
 //! the report (so a saved JSON renders the same pages) and share the few
 //! cells that two of them show alike.
 
+mod chart;
 pub mod html;
 pub mod json;
 pub mod markdown;
 pub mod text;
 
+use crate::model::Category;
 use crate::schema::{BeforeRecordingPart, DeviceReport, Peak, PlanStep, Report};
 use crate::units::{human_bytes, human_duration_us, percent};
 
@@ -64,7 +66,7 @@ pub(crate) fn overview_row(d: &DeviceReport) -> [String; 7] {
         human_bytes(d.peak.allocated_bytes),
         d.peak.reserved_bytes.map_or("unknown".into(), human_bytes),
         d.top_category().map_or("-", |c| c.as_str()).to_owned(),
-        d.peak.phase.clone(),
+        phase_label(&d.peak.phase),
         d.ooms.len().to_string(),
         d.plan
             .as_ref()
@@ -93,8 +95,81 @@ pub(crate) fn plan_step_row(index: usize, step: &PlanStep) -> [String; 7] {
         step.cost.clone(),
         human_bytes(step.saved_bytes),
         human_bytes(step.peak_after_bytes),
-        step.peak_moved_to.clone(),
+        if step.peak_moved {
+            phase_label(&step.peak_moved_to)
+        } else {
+            "—".into()
+        },
     ]
+}
+
+/// The categories at the peak as text, Markdown and HTML list them: the
+/// rows of [`Peak::categories`], except that two or more rows under 0.05%
+/// of the peak (which would read `0.0%`) are summed into one `other` line
+/// (a single one stays a row, its share written `<0.1%`).
+pub(crate) struct CategoryLines {
+    /// Category rows, largest first.
+    pub rows: Vec<(Category, u64)>,
+    /// The categories folded into `other` (display order), and their bytes.
+    pub other: Option<(Vec<Category>, u64)>,
+    /// Reserved − allocated at the peak (its own line, no share).
+    pub allocator_cache: Option<u64>,
+}
+
+/// Whether `bytes` are under 0.05% of a non-empty peak: a share that would
+/// read `0.0%`.
+pub(crate) fn is_tiny(peak: &Peak, bytes: u64) -> bool {
+    peak.allocated_bytes > 0 && bytes.saturating_mul(2000) < peak.allocated_bytes
+}
+
+pub(crate) fn category_lines(peak: &Peak) -> CategoryLines {
+    let cats = peak.categories();
+    let tiny = |b: u64| is_tiny(peak, b);
+    let (mut small, mut rows): (Vec<_>, Vec<_>) =
+        cats.rows.into_iter().partition(|(_, b)| tiny(*b));
+    if small.len() == 1 {
+        rows.append(&mut small);
+    }
+    small.sort();
+    let other = (!small.is_empty()).then(|| {
+        let bytes = small.iter().map(|(_, b)| b).sum();
+        (small.into_iter().map(|(c, _)| c).collect(), bytes)
+    });
+    CategoryLines {
+        rows,
+        other,
+        allocator_cache: cats.allocator_cache,
+    }
+}
+
+/// A share of the peak for people, `<0.1%` where it would read `0.0%`.
+pub(crate) fn share_label(peak: &Peak, bytes: u64) -> String {
+    if is_tiny(peak, bytes) && bytes > 0 {
+        "<0.1%".into()
+    } else {
+        peak.share_text(bytes)
+    }
+}
+
+/// A phase (or a text naming one) for people: the `## … ##` markers of
+/// profiler annotations dropped and hash-like names shortened
+/// (`## Call CompiledFxGraph f4ii27ddivzk…(52 characters) ##` →
+/// `Call CompiledFxGraph f4ii27dd…`). The JSON keeps the name as recorded.
+pub(crate) fn phase_label(phase: &str) -> String {
+    let unwrapped = phase.replace("(## ", "(").replace(" ##)", ")");
+    let words: Vec<String> = unwrapped
+        .split(' ')
+        .filter(|w| !w.is_empty() && *w != "##")
+        .map(|w| {
+            let core = w.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+            if core.len() > 24 && core.chars().all(|c| c.is_ascii_alphanumeric()) {
+                w.replace(core, &format!("{}…", &core[..8]))
+            } else {
+                w.to_owned()
+            }
+        })
+        .collect();
+    words.join(" ")
 }
 
 /// Devices by peak allocated bytes, largest first (ties by name).
@@ -107,6 +182,44 @@ pub(crate) fn devices_by_peak(report: &Report) -> Vec<&DeviceReport> {
             .then(a.device.cmp(&b.device))
     });
     devices
+}
+
+/// Devices whose peak is below this are *minor* beside a larger one.
+pub const MINOR_DEVICE_BYTES: u64 = 1 << 20;
+
+/// The devices that get a full section (and a batch row), highest peak
+/// first, and the minor ones that get one line: a device whose peak is
+/// under [`MINOR_DEVICE_BYTES`] is minor unless it has the highest peak
+/// (a profiler trace's `cpu` device with 8 B beside a GPU's gigabytes). So
+/// every report keeps at least one full device; JSON keeps them all.
+pub fn major_devices(report: &Report) -> (Vec<&DeviceReport>, Vec<&DeviceReport>) {
+    let devices = devices_by_peak(report);
+    let mut major = Vec::new();
+    let mut minor = Vec::new();
+    for (k, d) in devices.into_iter().enumerate() {
+        if k > 0 && d.peak.allocated_bytes < MINOR_DEVICE_BYTES {
+            minor.push(d);
+        } else {
+            major.push(d);
+        }
+    }
+    (major, minor)
+}
+
+/// The one line that names the minor devices of [`major_devices`].
+pub(crate) fn minor_devices_line(minor: &[&DeviceReport]) -> Option<String> {
+    if minor.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = minor
+        .iter()
+        .map(|d| format!("{} ({})", d.device, human_bytes(d.peak.allocated_bytes)))
+        .collect();
+    Some(format!(
+        "Also recorded, with a peak under {} each (in the JSON report): {}",
+        human_bytes(MINOR_DEVICE_BYTES),
+        list.join(", ")
+    ))
 }
 
 /// When the peak happened: the event index, and the time since the first
@@ -181,4 +294,26 @@ pub(crate) fn before_recording_line(d: &DeviceReport) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::report::phase_label;
+
+    #[test]
+    fn phase_labels_drop_markers_and_shorten_hashes() {
+        assert_eq!(
+            phase_label(
+                "## Call CompiledFxGraph f4ii27ddivzklxr54hd45chngp247rp2ytmjxpq3f55wet4szuh7 ##"
+            ),
+            "Call CompiledFxGraph f4ii27dd…"
+        );
+        assert_eq!(phase_label("## decode ##"), "decode");
+        assert_eq!(phase_label("event 3 (## decode ##)"), "event 3 (decode)");
+        assert_eq!(
+            phase_label("Optimizer.step#Adam.step"),
+            "Optimizer.step#Adam.step"
+        );
+        assert_eq!(phase_label("backward"), "backward");
+    }
 }
