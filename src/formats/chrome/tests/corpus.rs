@@ -117,3 +117,41 @@ fn corpus_traces() {
         "expected the 12 corpus traces with memory events"
     );
 }
+
+/// The Chrome-trace shapes of issue 16's benchmark set (`benches/shapes.rs`,
+/// `scripts/bench_inputs.sh`) are read by the fast path (one strict
+/// `serde_json` pass), not by token repair or recovery: a change that sends
+/// one of them down a slower pass fails here.
+#[test]
+fn benchmark_trace_shapes_take_the_strict_path() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let samples = root.join("sample_traces");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&samples).unwrap() {
+        let path = entry.unwrap().path();
+        if path.to_string_lossy().ends_with(".trace.json.gz") {
+            assert!(
+                parse_strict(&read_maybe_gz(&path)).is_ok(),
+                "{}",
+                path.display()
+            );
+            seen += 1;
+        }
+    }
+    assert!(seen > 0, "no sample traces in {}", samples.display());
+}
+
+#[test]
+#[ignore = "needs ../shared/corpus (or MEMCUT_CORPUS)"]
+fn benchmark_trace_shapes_take_the_strict_path_on_corpus_traces() {
+    let dir = corpus_dir();
+    for rel in [
+        "kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+        "tracelens/tests/traces/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz",
+    ] {
+        assert!(
+            parse_strict(&read_maybe_gz(&dir.join(rel))).is_ok(),
+            "{rel}"
+        );
+    }
+}
