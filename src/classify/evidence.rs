@@ -126,6 +126,7 @@ fn has_optimizer_step(ctx: &Context<'_>) -> bool {
 /// trace shows no `zero_grad`.
 fn zero_grad_runs(ctx: &Context<'_>) -> Option<Vec<Vec<u64>>> {
     let calls: Vec<(f64, f64)> = ranges(ctx, "Optimizer.zero_grad").collect();
+    let find = CallFinder::new(&calls);
     let mut runs: Vec<Vec<u64>> = vec![Vec::new(); calls.len()];
     let mut by_site: Vec<Vec<u64>> = Vec::new();
     let mut open = false;
@@ -133,9 +134,7 @@ fn zero_grad_runs(ctx: &Context<'_>) -> Option<Vec<Vec<u64>>> {
         if !matches!(e.action, Action::FreeCompleted | Action::Alloc) {
             continue;
         }
-        let in_call = e
-            .ts()
-            .and_then(|t| calls.iter().position(|&(s, end)| s <= t && t <= end));
+        let in_call = e.ts().and_then(|t| find.first_containing(t));
         let free = e.action == Action::FreeCompleted;
         match in_call {
             Some(k) if free => runs[k].push(e.size),
@@ -156,6 +155,35 @@ fn zero_grad_runs(ctx: &Context<'_>) -> Option<Vec<Vec<u64>>> {
     }
     runs.extend(by_site);
     Some(runs)
+}
+
+/// The first call (in the order given) whose `[start, end]` holds a time.
+/// Calls that are sorted and apart (as one optimizer's `zero_grad` calls
+/// are) are searched by bisection: a linear scan per event made this
+/// events × steps, 35% of `analyze` on a 1M-entry snapshot with many steps.
+/// Any other list is scanned, with the same answer.
+struct CallFinder<'a> {
+    calls: &'a [(f64, f64)],
+    apart: bool,
+}
+
+impl<'a> CallFinder<'a> {
+    fn new(calls: &'a [(f64, f64)]) -> CallFinder<'a> {
+        let apart = calls.iter().all(|&(s, e)| s <= e) && calls.windows(2).all(|w| w[0].1 < w[1].0);
+        CallFinder { calls, apart }
+    }
+
+    fn first_containing(&self, t: f64) -> Option<usize> {
+        if !self.apart {
+            return self.calls.iter().position(|&(s, end)| s <= t && t <= end);
+        }
+        // The last call starting at or before `t` is the only one that can hold it.
+        let k = self
+            .calls
+            .partition_point(|&(s, _)| s <= t)
+            .checked_sub(1)?;
+        (t <= self.calls[k].1).then_some(k)
+    }
 }
 
 /// Parameter sizes from the gradients one `zero_grad(set_to_none=True)`
@@ -602,6 +630,24 @@ fn kv_pool(ctx: &Context<'_>) -> Option<KvPool> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn call_finder_answers_as_a_scan() {
+        let lists: [&[(f64, f64)]; 4] = [
+            &[(0.0, 1.0), (2.0, 3.0), (5.0, 9.0)],
+            &[(0.0, 4.0), (2.0, 3.0)],
+            &[(0.0, 1.0), (1.0, 2.0)],
+            &[(3.0, 4.0), (0.0, 1.0)],
+        ];
+        for calls in lists {
+            let find = super::CallFinder::new(calls);
+            for k in 0..=40 {
+                let t = f64::from(k) * 0.25 - 0.5;
+                let scan = calls.iter().position(|&(s, e)| s <= t && t <= e);
+                assert_eq!(find.first_containing(t), scan, "{calls:?} at {t}");
+            }
+        }
+    }
+
     use super::*;
 
     #[test]
