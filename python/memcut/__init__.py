@@ -32,6 +32,7 @@ __all__ = [
     "MemcutWarning",
     "Report",
     "analyze",
+    "diff",
     "install_oom_report",
     "plan_memory_cuts",
     "recommend_memory_followup",
@@ -163,12 +164,48 @@ def analyze(
 def render(report: Mapping[str, Any], format: str = "md") -> str:
     """Renders a report (a dict as :func:`analyze` returns it, or a saved JSON
     report loaded with ``json.load``) as ``"md"``, ``"html"``, ``"text"`` or
-    ``"json"``: the same bytes as ``memcut analyze -f FORMAT``.
+    ``"json"``: the same bytes as ``memcut analyze -f FORMAT``. A diff (as
+    :func:`diff` returns it) renders as ``memcut diff -f FORMAT`` does.
 
     The report is read from the dict, so edits show. The JSON carries the
     plotted series, so a report loaded from a file draws the same HTML chart.
     """
+    if report.get("kind") == "diff":
+        return _native.render_diff(json.dumps(report), format)
     return _native.render(json.dumps(report), format)
+
+
+def _diff_side(source: Union[Source, Mapping[str, Any]]) -> "tuple[str, bytes]":
+    if isinstance(source, Mapping):
+        return "json", json.dumps(source).encode()
+    data = _data(source)  # type: ignore[arg-type]
+    if data is None:
+        return "path", os.fsencode(source)  # type: ignore[arg-type]
+    return "bytes", data
+
+
+def diff(
+    before: Union[Source, Mapping[str, Any]],
+    after: Union[Source, Mapping[str, Any]],
+    *,
+    budget: Optional[Size] = None,
+    headroom: Size = "10%",
+    device: Optional[str] = None,
+    top: int = 20,
+    fail_if_peak_grows: Optional[float] = None,
+) -> Dict[str, Any]:
+    """Compares two runs as ``memcut diff BEFORE AFTER -f json`` does and
+    returns its JSON (``"kind": "diff"``, its own ``schema_version``).
+
+    Each side is a trace (a path or its bytes) or a report dict (as
+    :func:`analyze` returns it). ``fail_if_peak_grows`` (percent) fills the
+    diff's ``check``; render the result with :func:`render`.
+    """
+    options = _options(budget, headroom, None, None, None, 10, 1, "cheapest")
+    (bk, b), (ak, a) = _diff_side(before), _diff_side(after)
+    text = _native.diff(bk, b, ak, a, options, device, top, fail_if_peak_grows)
+    result: Dict[str, Any] = json.loads(text)
+    return result
 
 
 def summary_rows(

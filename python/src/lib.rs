@@ -195,12 +195,8 @@ fn analyze_bytes(py: Python<'_>, data: &[u8], name: &str, options: &Options) -> 
     Ok(memcut::render(&report, OutputFormat::Json))
 }
 
-/// Renders a JSON report (as `memcut analyze -f json` prints it, or a saved
-/// one) in a format of the CLI's `--format`. The JSON carries the plotted
-/// series, so HTML draws the same chart as the analysis did.
-#[pyfunction]
-fn render(py: Python<'_>, report_json: &str, format: &str) -> PyResult<String> {
-    let format = match format {
+fn output_format(format: &str) -> PyResult<OutputFormat> {
+    Ok(match format {
         "text" => OutputFormat::Text,
         "md" => OutputFormat::Md,
         "json" => OutputFormat::Json,
@@ -210,10 +206,82 @@ fn render(py: Python<'_>, report_json: &str, format: &str) -> PyResult<String> {
                 "format must be one of text, md, json, html; got `{other}`"
             )))
         }
-    };
+    })
+}
+
+/// Renders a JSON report (as `memcut analyze -f json` prints it, or a saved
+/// one) in a format of the CLI's `--format`. The JSON carries the plotted
+/// series, so HTML draws the same chart as the analysis did.
+#[pyfunction]
+fn render(py: Python<'_>, report_json: &str, format: &str) -> PyResult<String> {
+    let format = output_format(format)?;
     let report =
         Report::from_json(report_json).map_err(|e| error(format!("not a memcut report: {e}")))?;
     Ok(py.detach(|| memcut::render(&report, format)))
+}
+
+/// One side of a diff: a file (`"path"`, the bytes are the path), a trace
+/// in memory (`"bytes"`) or a saved JSON report (`"json"`).
+fn diff_side(
+    py: Python<'_>,
+    which: &str,
+    kind: &str,
+    data: &[u8],
+    options: &AnalyzeOptions,
+) -> PyResult<Report> {
+    match kind {
+        "path" => {
+            let path = PathBuf::from(String::from_utf8_lossy(data).into_owned());
+            py.detach(|| memcut::analyze_path(&path, options))
+                .map_err(|e| error(format!("{}: {e}", path.display())))
+        }
+        "bytes" => py
+            .detach(|| memcut::analyze_bytes(data, "-", options))
+            .map_err(|e| error(format!("{which}: {e}"))),
+        _ => Report::from_json(&String::from_utf8_lossy(data))
+            .map_err(|e| error(format!("{which}: not a memcut report: {e}"))),
+    }
+}
+
+/// Compares two inputs as `memcut diff` does (each analysed with the CLI's
+/// diff settings, or a saved report) and returns the diff's JSON
+/// (`"kind": "diff"`, as `memcut diff -f json` prints it).
+#[pyfunction]
+#[pyo3(signature = (before_kind, before, after_kind, after, options, device=None, top=20, fail_if_peak_grows=None))]
+#[allow(clippy::too_many_arguments)]
+fn diff(
+    py: Python<'_>,
+    before_kind: &str,
+    before: &[u8],
+    after_kind: &str,
+    after: &[u8],
+    options: &Options,
+    device: Option<String>,
+    top: usize,
+    fail_if_peak_grows: Option<f64>,
+) -> PyResult<String> {
+    let mut analyze = options.inner.clone();
+    analyze.analysis.device = device.clone();
+    // As `memcut diff`: both peaks on one normalised time axis.
+    analyze.analysis.plot_points = 500;
+    let before = diff_side(py, "before", before_kind, before, &analyze)?;
+    let after = diff_side(py, "after", after_kind, after, &analyze)?;
+    let mut diff_options = memcut::DiffOptions::default();
+    diff_options.device = device;
+    diff_options.top = top;
+    diff_options.max_growth_percent = fail_if_peak_grows;
+    let report = py.detach(|| memcut::diff(&before, &after, &diff_options));
+    Ok(memcut::render_diff(&report, OutputFormat::Json))
+}
+
+/// Renders a diff's JSON (as [`diff`] returns it) in a format of the CLI's
+/// `--format`.
+#[pyfunction]
+fn render_diff(py: Python<'_>, diff_json: &str, format: &str) -> PyResult<String> {
+    let format = output_format(format)?;
+    let report: memcut::DiffReport =
+        serde_json::from_str(diff_json).map_err(|e| error(format!("not a memcut diff: {e}")))?;
+    Ok(py.detach(|| memcut::render_diff(&report, format)))
 }
 
 // ---------------------------------------------------------------------------
@@ -298,6 +366,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(analyze_file, m)?)?;
     m.add_function(wrap_pyfunction!(analyze_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(render, m)?)?;
+    m.add_function(wrap_pyfunction!(diff, m)?)?;
+    m.add_function(wrap_pyfunction!(render_diff, m)?)?;
     m.add_function(wrap_pyfunction!(summarize_peak_sources, m)?)?;
     m.add_function(wrap_pyfunction!(plan_memory_cuts, m)?)?;
     m.add_function(wrap_pyfunction!(recommend, m)?)?;

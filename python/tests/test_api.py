@@ -242,3 +242,28 @@ def test_options_pickle_with_their_files_read(in_root, tmp_path):
     assert _native.analyze_bytes(data, "x", shipped) == _native.analyze_bytes(data, "x", options)
     assert '"lever": "halve"' in _native.analyze_bytes(data, "x", shipped)
     assert '"rule": "user:adam"' in _native.analyze_bytes(data, "x", shipped)
+
+
+SGD = "sample_traces/train_sgd_momentum.snapshot.pickle.gz"
+
+
+@pytest.mark.parametrize("fmt", ["md", "html", "text", "json"])
+def test_diff_gives_the_cli_bytes(cli, in_root, fmt):
+    out = run_cli(cli, ["diff", ADAMW, SGD, "--fail-if-peak-grows", "1", "-f", fmt])
+    assert out.returncode in (0, 4), out.stderr.decode()
+    result = memcut.diff(ADAMW, SGD, fail_if_peak_grows=1)
+    assert result["kind"] == "diff"
+    assert memcut.render(result, fmt) == out.stdout.decode()
+
+
+def test_diff_takes_reports_bytes_and_paths_alike(in_root):
+    by_path = memcut.diff(ADAMW, SGD)
+    with open(SGD, "rb") as f:
+        data = f.read()
+    by_bytes = memcut.diff(ADAMW, data)
+    assert by_bytes["devices"] == by_path["devices"]
+    same = memcut.diff(ADAMW, ADAMW)
+    for d in same["devices"]:
+        assert d["peak"]["change_bytes"] == 0, d["peak"]
+    with pytest.raises(memcut.MemcutError, match="^after: not a memcut report"):
+        memcut.diff(ADAMW, {"devices": []})
