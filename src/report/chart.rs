@@ -194,9 +194,8 @@ pub(crate) fn render(out: &mut String, d: &DeviceReport) {
     }
     let time = t.x_unit == "time_us";
     let axis = XAxis::new(&t.x, time);
-    let (y_unit, y_div) = byte_unit(y_top);
-    let y_ticks = nice_ticks(y_top as f64 / y_div);
-    let y_max = y_ticks.last().copied().unwrap_or(1.0).max(1e-9) * y_div;
+    let y = YAxis::new(y_top, H - BOTTOM, TOP);
+    let y_max = y.max;
     let (x_label, x_unit, x_div) = if time {
         let (u, div) = time_unit(x_max - x_min);
         ("time since the first event", u, div)
@@ -204,7 +203,7 @@ pub(crate) fn render(out: &mut String, d: &DeviceReport) {
         ("event index", "", 1.0)
     };
     let sx = |x: f64| axis.px(x);
-    let sy = |y: f64| H - BOTTOM - y / y_max * (H - BOTTOM - TOP);
+    let sy = |v: f64| y.px(v);
 
     let _ = writeln!(
         out,
@@ -212,17 +211,7 @@ pub(crate) fn render(out: &mut String, d: &DeviceReport) {
         escape(&d.device)
     );
     // Grid and y axis.
-    for v in &y_ticks {
-        let y = sy(v * y_div);
-        let _ = writeln!(
-            out,
-            "<line class=\"grid\" x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{} {y_unit}</text>",
-            W - RIGHT,
-            LEFT - 6.0,
-            y + 4.0,
-            tick_label(*v, &y_ticks)
-        );
-    }
+    y.draw_grid(out);
     // Idle stretches, under the areas.
     for &(a, b, pa, pb, _) in axis.gaps() {
         let _ = writeln!(
@@ -446,6 +435,56 @@ fn steps(xs: &[f64], ys: impl Iterator<Item = f64>) -> Vec<(f64, f64)> {
 /// height (flat stretches are common: parameters, reserved memory) and
 /// repeats of the same point, which draws the same line with far fewer
 /// points.
+/// The byte axis both charts share (this one and `memcut diff`'s): unit,
+/// round ticks and the scale from bytes to the plot's y (each chart gives
+/// its own plot area; both share the width and the left and right margins).
+pub(crate) struct YAxis {
+    unit: &'static str,
+    div: f64,
+    ticks: Vec<f64>,
+    max: f64,
+    /// The y of 0 bytes and of the axis' top tick.
+    base: f64,
+    top: f64,
+}
+
+impl YAxis {
+    pub(crate) fn new(top_bytes: u64, base: f64, top: f64) -> YAxis {
+        let (unit, div) = byte_unit(top_bytes);
+        let ticks = nice_ticks(top_bytes as f64 / div);
+        let max = ticks.last().copied().unwrap_or(1.0).max(1e-9) * div;
+        YAxis {
+            unit,
+            div,
+            ticks,
+            max,
+            base,
+            top,
+        }
+    }
+
+    /// The plot's y for a number of bytes.
+    pub(crate) fn px(&self, bytes: f64) -> f64 {
+        self.base - bytes / self.max * (self.base - self.top)
+    }
+
+    /// A grid line and a label per tick.
+    pub(crate) fn draw_grid(&self, out: &mut String) {
+        let unit = self.unit;
+        for v in &self.ticks {
+            let y = self.px(v * self.div);
+            let _ = writeln!(
+                out,
+                "<line class=\"grid\" x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{} {unit}</text>",
+                W - RIGHT,
+                LEFT - 6.0,
+                y + 4.0,
+                tick_label(*v, &self.ticks)
+            );
+        }
+    }
+}
+
 pub(crate) fn points(pts: &[(f64, f64)]) -> String {
     let mut rounded: Vec<(i64, i64)> = pts
         .iter()

@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::chart::{byte_unit, nice_ticks, points, tick_label};
+use super::chart::{points, YAxis};
 use super::html::{escape, STYLE};
 use super::OutputFormat;
 use crate::model::{Category, Level};
@@ -431,27 +431,15 @@ fn chart(out: &mut String, d: &DeviceDiff) {
         out.push_str("<p class=\"note\">No allocation history to plot in one of the inputs.</p>\n");
         return;
     }
-    let (unit, div) = byte_unit(y_top);
-    let ticks = nice_ticks(y_top as f64 / div);
-    let y_max = ticks.last().copied().unwrap_or(1.0).max(1e-9) * div;
+    let y_axis = YAxis::new(y_top, H - BOTTOM, TOP);
     let sx = |x: f64| LEFT + x * (W - LEFT - RIGHT);
-    let sy = |y: f64| H - BOTTOM - y / y_max * (H - BOTTOM - TOP);
+    let sy = |y: f64| y_axis.px(y);
     let _ = writeln!(
         out,
         "<figure>\n<svg viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=\"img\" aria-label=\"Allocated memory on {} before and after\">",
         escape(&d.device)
     );
-    for v in &ticks {
-        let y = sy(v * div);
-        let _ = writeln!(
-            out,
-            "<line class=\"grid\" x1=\"{LEFT}\" x2=\"{:.1}\" y1=\"{y:.1}\" y2=\"{y:.1}\"/><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{} {unit}</text>",
-            W - RIGHT,
-            LEFT - 6.0,
-            y + 4.0,
-            tick_label(*v, &ticks)
-        );
-    }
+    y_axis.draw_grid(out);
     for k in 0..=4 {
         let x = sx(k as f64 / 4.0);
         let _ = writeln!(
