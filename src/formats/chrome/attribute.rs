@@ -43,8 +43,8 @@
 //!   interned names instead of borrowed ones). Nothing here reads the input
 //!   bytes.
 
-use std::borrow::Cow;
 use std::cmp::Reverse;
+use std::rc::Rc;
 
 use crate::model::{is_operator_call, Frame, OpCall, SiteId, Sites};
 
@@ -105,39 +105,41 @@ impl OpKind {
 /// An operator interval `[start, end)` in integer nanoseconds; `end` is
 /// `i64::MAX` for a `B` without its `E`.
 #[derive(Debug, Clone)]
-pub(super) struct OpRec<'a> {
+pub(super) struct OpRec {
     pub(super) thread: u32,
     pub(super) start: i64,
     pub(super) end: i64,
     pub(super) kind: OpKind,
-    pub(super) name: Cow<'a, str>,
+    /// Interned by the collector: a trace has a few thousand distinct names
+    /// in hundreds of thousands of events.
+    pub(super) name: Rc<str>,
 }
 
 /// A `B` or `E` event, before pairing. `kind` is `None` for categories
 /// that open no frame: they still take part in the pairing.
 #[derive(Debug, Clone)]
-pub(super) struct BeRec<'a> {
+pub(super) struct BeRec {
     pub(super) thread: u32,
     pub(super) ts: i64,
     /// Position in the file: orders events with equal `ts`.
     pub(super) order: u32,
     pub(super) begin: bool,
     pub(super) kind: Option<OpKind>,
-    pub(super) name: Cow<'a, str>,
+    pub(super) name: Rc<str>,
 }
 
 /// Turns `B`/`E` pairs into operator intervals appended to `ops` (per
 /// thread, in time order: an `E` closes the latest open `B`). Returns how
 /// many `B` that open a frame have no `E`; they stay open to the end.
-pub(super) fn pair_begin_end<'a>(mut be: Vec<BeRec<'a>>, ops: &mut Vec<OpRec<'a>>) -> usize {
+pub(super) fn pair_begin_end(mut be: Vec<BeRec>, ops: &mut Vec<OpRec>) -> usize {
     if be.is_empty() {
         return 0;
     }
     be.sort_by_key(|r| (r.thread, r.ts, r.order));
     let mut unclosed = 0;
-    let mut stack: Vec<BeRec<'a>> = Vec::new();
+    let mut stack: Vec<BeRec> = Vec::new();
     let mut thread = u32::MAX;
-    let flush = |stack: &mut Vec<BeRec<'a>>, ops: &mut Vec<OpRec<'a>>, unclosed: &mut usize| {
+    let flush = |stack: &mut Vec<BeRec>, ops: &mut Vec<OpRec>, unclosed: &mut usize| {
         for b in stack.drain(..) {
             if let Some(kind) = b.kind {
                 *unclosed += 1;
@@ -189,17 +191,17 @@ pub(super) struct Instant {
 /// The operator intervals of a trace, sorted for the sweep by (thread,
 /// start, −end): on one thread an enclosing interval comes before the ones
 /// it contains.
-pub(super) struct Operators<'a> {
-    ops: Vec<OpRec<'a>>,
+pub(super) struct Operators {
+    ops: Vec<OpRec>,
 }
 
-impl<'a> Operators<'a> {
-    pub(super) fn new(mut ops: Vec<OpRec<'a>>) -> Operators<'a> {
+impl Operators {
+    pub(super) fn new(mut ops: Vec<OpRec>) -> Operators {
         ops.sort_by_key(|o| (o.thread, o.start, Reverse(o.end)));
         Operators { ops }
     }
 
-    pub(super) fn get(&self, id: OpId) -> &OpRec<'a> {
+    pub(super) fn get(&self, id: OpId) -> &OpRec {
         &self.ops[id]
     }
 
@@ -209,8 +211,8 @@ impl<'a> Operators<'a> {
 }
 
 /// The operators open at one instant on its thread.
-pub(super) struct OpenOps<'s, 'a> {
-    ops: &'s [OpRec<'a>],
+pub(super) struct OpenOps<'s> {
+    ops: &'s [OpRec],
     stack: &'s [OpId],
     at: i64,
     /// The instant's thread has operators at all (else it is outside any by
@@ -218,7 +220,7 @@ pub(super) struct OpenOps<'s, 'a> {
     pub(super) thread_has_ops: bool,
 }
 
-impl OpenOps<'_, '_> {
+impl OpenOps<'_> {
     /// The open operators, innermost first.
     pub(super) fn innermost_first(&self) -> impl Iterator<Item = OpId> + '_ {
         // The stack may hold closed intervals under open ones (bad nesting);
@@ -243,10 +245,10 @@ impl OpenOps<'_, '_> {
 /// the events by (thread, ts, order) and one pass over the sorted operators
 /// with a stack. `visit` gets the event's index in `events`.
 pub(super) fn sweep<M>(
-    ops: &Operators<'_>,
+    ops: &Operators,
     events: &[M],
     instant: impl Fn(&M) -> Instant,
-    mut visit: impl FnMut(usize, OpenOps<'_, '_>),
+    mut visit: impl FnMut(usize, OpenOps<'_>),
 ) {
     let ops = &ops.ops;
     let mut order: Vec<u32> = (0..events.len() as u32).collect();
@@ -319,7 +321,7 @@ pub(super) struct Attributed {
 /// once; at most [`MAX_FRAMES`]). Site 0 (no frames) when none is open.
 /// And the operator call each event happened in.
 pub(super) fn attribute<M>(
-    ops: &Operators<'_>,
+    ops: &Operators,
     events: &[M],
     instant: impl Fn(&M) -> Instant,
     sites: &mut Sites,

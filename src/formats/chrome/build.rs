@@ -77,7 +77,7 @@ type DeviceKey = (Option<i64>, Option<i64>);
 
 /// Builds the trace; `diagnostics` holds what the reading pass found.
 pub(super) fn build_trace(
-    col: Collected<'_>,
+    col: Collected,
     mut diagnostics: Vec<Diagnostic>,
 ) -> Result<Trace, ReadError> {
     let Collected {
@@ -183,7 +183,7 @@ pub(super) fn build_trace(
 /// What the planner reads about the run as a whole: every operator name
 /// with its count, the weights' dtypes (the second input of linear layers
 /// and library GEMMs, where `record_shapes` recorded it).
-fn run_info(ops: &[OpRec<'_>], evidence: &[OperatorCall]) -> RunInfo {
+fn run_info(ops: &[OpRec], evidence: &[OperatorCall]) -> RunInfo {
     let mut counts: HashMap<&str, u64> = HashMap::new();
     for o in ops {
         *counts.entry(o.name.as_ref()).or_default() += 1;
@@ -210,7 +210,7 @@ fn run_info(ops: &[OpRec<'_>], evidence: &[OperatorCall]) -> RunInfo {
 
 /// `user_annotation` ranges and `ProfilerStep#N` under any category, sorted
 /// by start, longest first; an unclosed one ends with the trace.
-fn annotations(ops: &[OpRec<'_>], mems: &[MemRec]) -> Vec<Annotation> {
+fn annotations(ops: &[OpRec], mems: &[MemRec]) -> Vec<Annotation> {
     let last_ts = mems.iter().map(|m| m.ts_ns).max().unwrap_or(0);
     let last_op = ops
         .iter()

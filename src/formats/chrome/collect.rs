@@ -10,8 +10,10 @@
 //! recovery in `recover.rs`, and later a streaming scanner (issue 16).
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::rc::Rc;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
@@ -68,14 +70,14 @@ pub(super) struct Dropped {
 
 /// What collection keeps from a trace: the input of `build.rs`.
 #[derive(Default)]
-pub(super) struct Collected<'a> {
+pub(super) struct Collected {
     /// Operator intervals from `X` events.
-    pub(super) ops: Vec<OpRec<'a>>,
+    pub(super) ops: Vec<OpRec>,
     /// Calls of the operators in [`EvidenceOp`], with their `record_shapes`
     /// inputs (times in µs, as memory events carry them).
     pub(super) evidence: Vec<OperatorCall>,
     /// `B`/`E` events, paired into intervals when the trace is built.
-    pub(super) be: Vec<BeRec<'a>>,
+    pub(super) be: Vec<BeRec>,
     pub(super) mems: Vec<MemRec>,
     pub(super) devices: Vec<DeviceInfo>,
     /// `baseTimeNanoseconds`.
@@ -90,38 +92,53 @@ pub(super) struct Collected<'a> {
 /// (thread, ts ns, Addr, Bytes, Ev Idx, Device Type, Device Id) of a memory event.
 type DedupeKey = (u32, i64, Option<u64>, i64, i64, Option<i64>, Option<i64>);
 
-/// Collects events one at a time into a [`Collected`].
+/// Collects events one at a time into a [`Collected`]. It keeps nothing
+/// borrowed from the events it is given, so a reader may hand it events
+/// from a buffer it then reuses (`stream.rs`).
 #[derive(Default)]
-pub(super) struct Collector<'a> {
-    threads: HashMap<(Id<'a>, Id<'a>), u32>,
-    last_thread: Option<((Id<'a>, Id<'a>), u32)>,
-    dedupe: HashSet<DedupeKey>,
+pub(super) struct Collector {
+    threads: FxHashMap<(Id<'static>, Id<'static>), u32>,
+    last_thread: Option<((Id<'static>, Id<'static>), u32)>,
+    dedupe: FxHashSet<DedupeKey>,
+    /// Operator names, interned.
+    names: FxHashSet<Rc<str>>,
     events_seen: u64,
     /// A `traceEvents` array (or the bare array form) was found.
     pub(super) saw_trace_events: bool,
-    out: Collected<'a>,
+    out: Collected,
 }
 
-impl<'a> Collector<'a> {
-    pub(super) fn finish(self) -> Collected<'a> {
+impl Collector {
+    pub(super) fn finish(self) -> Collected {
         self.out
     }
 
     /// A dense id per (pid, tid); consecutive events mostly share one.
-    fn thread(&mut self, pid: Id<'a>, tid: Id<'a>) -> u32 {
+    fn thread(&mut self, pid: Id<'_>, tid: Id<'_>) -> u32 {
         if let Some((key, id)) = &self.last_thread {
             if key.0 == pid && key.1 == tid {
                 return *id;
             }
         }
         let n = self.threads.len() as u32;
-        let key = (pid, tid);
+        let key = (pid.into_owned(), tid.into_owned());
         let id = *self.threads.entry(key.clone()).or_insert(n);
         self.last_thread = Some((key, id));
         id
     }
 
-    pub(super) fn push(&mut self, ev: RawEvent<'a>) {
+    /// The interned copy of an operator name (`""` for none).
+    fn name(&mut self, name: Option<Cow<'_, str>>) -> Rc<str> {
+        let name = name.as_deref().unwrap_or_default();
+        if let Some(known) = self.names.get(name) {
+            return Rc::clone(known);
+        }
+        let new: Rc<str> = Rc::from(name);
+        self.names.insert(Rc::clone(&new));
+        new
+    }
+
+    pub(super) fn push(&mut self, ev: RawEvent<'_>) {
         let order = self.events_seen.min(u32::MAX as u64) as u32;
         self.events_seen += 1;
         let RawEvent {
@@ -145,7 +162,7 @@ impl<'a> Collector<'a> {
                 let dur = dur.ns().unwrap_or(0).max(0);
                 let thread = self.thread(pid, tid);
                 let end = start.saturating_add(dur);
-                let name = name.0.unwrap_or_default();
+                let name = self.name(name.0);
                 if kind == OpKind::CpuOp {
                     if let Some(op) = EvidenceOp::from_name(&name) {
                         self.out.evidence.push(OperatorCall {
@@ -168,13 +185,14 @@ impl<'a> Collector<'a> {
             "B" | "E" => {
                 let Some(t) = ts.ns() else { return };
                 let thread = self.thread(pid, tid);
+                let name = self.name(name.0);
                 self.out.be.push(BeRec {
                     thread,
                     ts: t,
                     order,
                     begin: ph == "B",
                     kind: OpKind::of_category(cat.0.as_deref()),
-                    name: name.0.unwrap_or_default(),
+                    name,
                 });
             }
             "M" => {}
@@ -269,16 +287,16 @@ fn tensor_inputs(raw: RawInputs<'_>) -> Vec<Option<TensorShape>> {
 }
 
 /// Streams the top level (object or array form) into a [`Collector`].
-struct TopSeed<'c, 'a>(&'c mut Collector<'a>);
+struct TopSeed<'c>(&'c mut Collector);
 
-impl<'de, 'c> DeserializeSeed<'de> for TopSeed<'c, 'de> {
+impl<'de, 'c> DeserializeSeed<'de> for TopSeed<'c> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de, 'c> Visitor<'de> for TopSeed<'c, 'de> {
+impl<'de, 'c> Visitor<'de> for TopSeed<'c> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a Chrome trace object or array")
@@ -307,16 +325,16 @@ impl<'de, 'c> Visitor<'de> for TopSeed<'c, 'de> {
 }
 
 /// Streams `traceEvents` element by element, keeping only what is needed.
-struct EventsSeed<'c, 'a>(&'c mut Collector<'a>);
+struct EventsSeed<'c>(&'c mut Collector);
 
-impl<'de, 'c> DeserializeSeed<'de> for EventsSeed<'c, 'de> {
+impl<'de, 'c> DeserializeSeed<'de> for EventsSeed<'c> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de, 'c> Visitor<'de> for EventsSeed<'c, 'de> {
+impl<'de, 'c> Visitor<'de> for EventsSeed<'c> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a list of trace events")
@@ -355,7 +373,7 @@ impl<'de, 'c> Visitor<'de> for EventsSeed<'c, 'de> {
 
 /// The fast path: streams the whole buffer through `serde_json`, which
 /// fails unless all of it is valid JSON.
-pub(super) fn parse_strict(buf: &[u8]) -> serde_json::Result<Collected<'_>> {
+pub(super) fn parse_strict(buf: &[u8]) -> serde_json::Result<Collected> {
     let mut col = Collector::default();
     let mut de = serde_json::Deserializer::from_slice(buf);
     TopSeed(&mut col).deserialize(&mut de)?;

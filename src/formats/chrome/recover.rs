@@ -170,7 +170,7 @@ fn parse_one_event<'a>(
 fn recover_events<'a>(
     b: &'a [u8],
     mut pos: usize,
-    col: &mut Collector<'a>,
+    col: &mut Collector,
     stats: &mut RecoveryStats,
 ) -> (usize, ArrayEnd) {
     col.saw_trace_events = true;
@@ -239,7 +239,7 @@ pub(super) fn recover<'a>(
     b: &'a [u8],
     first_err: &JsonErrorAt,
     diagnostics: &mut Vec<Diagnostic>,
-) -> Result<Collected<'a>, ReadError> {
+) -> Result<Collected, ReadError> {
     let mut col = Collector::default();
     let mut stats = RecoveryStats::default();
     let total = b.len();

@@ -212,7 +212,15 @@ pub(super) enum Id<'a> {
 }
 
 impl<'a> Id<'a> {
-    fn from_cow(s: Cow<'a, str>) -> Id<'a> {
+    pub(super) fn into_owned(self) -> Id<'static> {
+        match self {
+            Id::None => Id::None,
+            Id::Int(v) => Id::Int(v),
+            Id::Str(c) => Id::Str(Cow::Owned(c.into_owned())),
+        }
+    }
+
+    pub(super) fn from_cow(s: Cow<'a, str>) -> Id<'a> {
         match s.trim().parse::<i64>() {
             Ok(v) => Id::Int(v),
             Err(_) => Id::Str(s),
@@ -596,17 +604,12 @@ pub(super) struct RawEvent<'a> {
 impl RawEvent<'_> {
     pub(super) fn into_owned(self) -> RawEvent<'static> {
         let own = |s: LStr<'_>| LStr(s.0.map(|c| Cow::Owned(c.into_owned())));
-        let id = |i: Id<'_>| match i {
-            Id::None => Id::None,
-            Id::Int(v) => Id::Int(v),
-            Id::Str(c) => Id::Str(Cow::Owned(c.into_owned())),
-        };
         RawEvent {
             ph: own(self.ph),
             cat: own(self.cat),
             name: own(self.name),
-            pid: id(self.pid),
-            tid: id(self.tid),
+            pid: self.pid.into_owned(),
+            tid: self.tid.into_owned(),
             ts: self.ts,
             dur: self.dur,
             args: self.args,
