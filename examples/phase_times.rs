@@ -1,12 +1,12 @@
 //! Times each pipeline stage on one file: `cargo run --release --example phase_times FILE`.
 use std::time::Instant;
 
-use memcut::internals::{classify, read_trace_ahead, replay};
+use memcut::internals::{classify, read_file, replay};
 
 fn main() {
     let path = std::env::args().nth(1).expect("FILE");
     let t = Instant::now();
-    let trace = read_trace_ahead(std::fs::File::open(&path).unwrap(), &Default::default()).unwrap();
+    let trace = read_file(path.as_ref(), &Default::default()).unwrap();
     eprintln!("parse: {:?} ({} sites)", t.elapsed(), trace.sites.len());
     for device in &trace.devices {
         let t = Instant::now();

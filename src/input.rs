@@ -60,10 +60,38 @@ fn default_inflate_limit() -> u64 {
     available.map_or(CAP, |a| a.min(CAP))
 }
 
+/// How [`read_sniffed`] reads text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Text {
+    /// All of it into memory, then parsed: every format, every repair.
+    Whole,
+    /// A Chrome trace in the object form is streamed
+    /// ([`chrome::read_chrome_stream`]); when that declines, the read
+    /// gives `None` and the input is to be read again [`Text::Whole`].
+    Streamed,
+}
+
+/// A [`Text::Whole`] read, which always decides.
+fn decided(read: Result<Option<Trace>>) -> Result<Trace> {
+    read?.ok_or_else(|| Error::Io(std::io::Error::other("a whole read declined")))
+}
+
 /// Parses a trace from a reader of raw file bytes.
 pub fn read_trace<R: Read>(reader: R, limits: &Limits) -> Result<Trace> {
     let mut reader = BufReader::with_capacity(1 << 16, reader);
-    read_sniffed(&mut reader, limits, 0, None)
+    decided(read_sniffed(&mut reader, limits, 0, None, Text::Whole))
+}
+
+/// Parses a trace file, read as [`read_trace_ahead`] reads it; a Chrome
+/// trace is streamed (a few MiB held, not the file) unless it needs the
+/// repairs only a whole read can make, in which case the file is read a
+/// second time, whole.
+pub fn read_file(path: &std::path::Path, limits: &Limits) -> Result<Trace> {
+    let file = std::fs::File::open(path)?;
+    match read_trace_ahead_in(file, limits, 1 << 20, Text::Streamed)? {
+        Some(trace) => Ok(trace),
+        None => read_trace_ahead(std::fs::File::open(path)?, limits),
+    }
 }
 
 /// Parses a trace from a file (or any reader that can move to a thread),
@@ -75,7 +103,7 @@ pub fn read_trace<R: Read>(reader: R, limits: &Limits) -> Result<Trace> {
 /// (`pickle::GetRunFinder`), so that the parser does not have to read
 /// them.
 pub fn read_trace_ahead<R: Read + Send>(reader: R, limits: &Limits) -> Result<Trace> {
-    read_trace_ahead_in(reader, limits, 1 << 20)
+    decided(read_trace_ahead_in(reader, limits, 1 << 20, Text::Whole))
 }
 
 /// [`read_trace_ahead`] in chunks of `chunk_size` bytes.
@@ -83,7 +111,8 @@ fn read_trace_ahead_in<R: Read + Send>(
     reader: R,
     limits: &Limits,
     chunk_size: usize,
-) -> Result<Trace> {
+    text: Text,
+) -> Result<Option<Trace>> {
     /// How many chunks may wait: 4 MiB in flight at most.
     const AHEAD: usize = 3;
     std::thread::scope(|scope| {
@@ -126,10 +155,10 @@ fn read_trace_ahead_in<R: Read + Send>(
         // `Chunks` buffers already: a `BufReader` on top would only copy.
         if gzip {
             // As `read_sniffed` does with a gzip layer of its own.
-            read_sniffed(&mut chunks, limits, 1, Some(hints))
+            read_sniffed(&mut chunks, limits, 1, Some(hints), text)
                 .map_err(|e| stream_error(failure.take(), e))
         } else {
-            read_sniffed(&mut chunks, limits, 0, Some(hints))
+            read_sniffed(&mut chunks, limits, 0, Some(hints), text)
         }
         // `chunks` is dropped here, before the scope joins the reader thread,
         // so a reader blocked on a full channel wakes up and stops.
@@ -251,19 +280,26 @@ impl BufRead for Chunks {
     }
 }
 
-/// Parses a trace already in memory.
+/// Parses a trace already in memory (a Chrome trace streamed from it when
+/// it can be, as [`read_file`] does).
 pub fn parse_bytes(bytes: &[u8], limits: &Limits) -> Result<Trace> {
-    read_trace(bytes, limits)
+    let mut reader = BufReader::with_capacity(1 << 16, bytes);
+    match read_sniffed(&mut reader, limits, 0, None, Text::Streamed)? {
+        Some(trace) => Ok(trace),
+        None => read_trace(bytes, limits),
+    }
 }
 
 /// Sniffs and parses `reader`; `hints`, if any, were found in its bytes
-/// (only a pickle read directly from them may use them).
+/// (only a pickle read directly from them may use them). `None` only from
+/// a [`Text::Streamed`] read that declined.
 fn read_sniffed(
     reader: &mut dyn BufRead,
     limits: &Limits,
     depth: u32,
     hints: Option<Rc<pickle::GetRunHints>>,
-) -> Result<Trace> {
+    text: Text,
+) -> Result<Option<Trace>> {
     let head = peek(reader, 2)?;
     if head.is_empty() {
         return Err(if depth == 0 {
@@ -279,21 +315,25 @@ fn read_sniffed(
         let failure = Rc::new(Cell::new(None));
         let inflated = LimitedReader::new(reader, limits, Rc::clone(&failure));
         let mut inner = BufReader::with_capacity(1 << 16, inflated);
-        return read_sniffed(&mut inner, limits, depth + 1, None)
+        return read_sniffed(&mut inner, limits, depth + 1, None, text)
             .map_err(|e| stream_error(failure.take(), e));
     }
     if head[0] == 0x80 || looks_like_protocol0_global(reader)? {
         // Protocol 2+ pickles start with PROTO; a protocol 0/1 pickle that
         // starts with GLOBAL (`cos\nsystem\n…`) goes to the unpickler too, so
         // that it is refused as what it is.
-        return snapshot::parse_pickle_hinted(reader, &limits.pickle, hints);
+        return snapshot::parse_pickle_hinted(reader, &limits.pickle, hints).map(Some);
     }
     // Refuse what cannot be text before reading (and inflating) all of it.
     let buffered = reader.fill_buf().map_err(gzip_error)?;
-    if let Some(&b) = skip_bom_and_space(buffered).first() {
+    let first = skip_bom_and_space(buffered).first().copied();
+    if let Some(b) = first {
         if !matches!(b, b'{' | b'[' | b'<') {
             return Err(unrecognised(b));
         }
+    }
+    if text == Text::Streamed && first == Some(b'{') {
+        return chrome::read_chrome_stream(reader).transpose();
     }
     // A gzip stream that breaks off (a job killed mid-write) leaves a text
     // prefix: it is read as a damaged trace is, and said to be partial.
@@ -304,14 +344,14 @@ fn read_sniffed(
         Err(e) => return Err(e),
     };
     if !cut {
-        return parse_text(&bytes, limits);
+        return parse_text(&bytes, limits).map(Some);
     }
     // Nothing usable in the prefix: the truncation is the story.
     let mut trace = parse_text(&bytes, limits).map_err(|_| Error::TruncatedGzip)?;
     trace.diagnostics.push(Diagnostic::partial(
         "the gzip stream is truncated (the file was cut short): the report covers what could be inflated",
     ));
-    Ok(trace)
+    Ok(Some(trace))
 }
 
 /// The error of a parse under a gzip layer: a parser that fails because
@@ -535,7 +575,12 @@ mod tests {
         };
         let want = show(parse_bytes(bytes, &limits));
         for &size in chunk_sizes {
-            let got = show(read_trace_ahead_in(bytes, &limits, size));
+            let got = show(decided(read_trace_ahead_in(
+                bytes,
+                &limits,
+                size,
+                Text::Whole,
+            )));
             assert!(
                 got == want,
                 "{what}, chunks of {size}: read ahead differs: {got:.300}"

@@ -124,7 +124,7 @@ pub mod internals {
     pub use crate::formats::{chrome, pickle};
     #[cfg(feature = "fuzzing")]
     pub use crate::generated_checks::check_generated;
-    pub use crate::input::{parse_bytes, read_trace, read_trace_ahead};
+    pub use crate::input::{parse_bytes, read_file, read_trace, read_trace_ahead};
     pub use crate::model::Trace;
     pub use crate::pipeline::analyze_trace;
     pub use crate::timeline::replay;

@@ -159,9 +159,8 @@ pub fn analyze_path(path: &Path, options: &AnalyzeOptions) -> Result<Report> {
     if path.is_dir() {
         return Err(Error::IsDirectory);
     }
-    let file = std::fs::File::open(path)?;
-    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let trace = input::read_trace_ahead(file, &options.limits)?;
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let trace = input::read_file(path, &options.limits)?;
     analyze_parsed(&trace, &path.display().to_string(), size, options)
 }
 

@@ -30,8 +30,11 @@ mod build;
 mod collect;
 mod recover;
 mod skeleton;
+mod stream;
 #[cfg(test)]
 mod tests;
+
+use std::io::BufRead;
 
 use crate::error::{Error, Result};
 use crate::formats::json_repair::{parse_or_repair, JsonErrorAt};
@@ -72,6 +75,15 @@ impl From<ReadError> for Error {
 /// `[OutOfMemory]` event and [`Error::Json`] when nothing usable can be read.
 pub fn parse_chrome_trace(bytes: &[u8]) -> Result<Trace> {
     Ok(read(bytes)?)
+}
+
+/// Reads a Chrome trace in the object form from a stream, never holding
+/// all of it (`stream.rs`), with the result [`parse_chrome_trace`] gives on
+/// the whole input. `None` when it cannot promise that (damaged or unusual
+/// input, a read error, not a Chrome trace after all): the caller then
+/// reads the input again and hands all of it to [`parse_chrome_trace`].
+pub fn read_chrome_stream(reader: &mut dyn BufRead) -> Option<Result<Trace>> {
+    stream::read_streamed(reader).map(|r| r.map_err(Error::from))
 }
 
 fn read(bytes: &[u8]) -> std::result::Result<Trace, ReadError> {

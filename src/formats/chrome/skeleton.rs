@@ -30,7 +30,8 @@ pub(super) enum Num {
 }
 
 impl Num {
-    fn from_str(s: &str) -> Num {
+    /// A number spelled in a string (`"ts": "100.500"`).
+    pub(super) fn from_str(s: &str) -> Num {
         let s = s.trim();
         if let Ok(v) = s.parse::<i64>() {
             Num::I(v)

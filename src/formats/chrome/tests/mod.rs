@@ -4,6 +4,7 @@
 mod attribution;
 mod corpus;
 mod recovery;
+mod streaming;
 
 use super::build::build_trace;
 use super::parse_chrome_trace;

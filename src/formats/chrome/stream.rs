@@ -1,0 +1,770 @@
+//! The streaming reader (issue 16): a Chrome trace read from a stream of
+//! chunks, never held whole, with the result the strict `serde_json` pass
+//! (`collect::parse_strict`) gives on the whole buffer, or none at all.
+//!
+//! - **Chunks.** [`Feed`] parses each item (a top-level key, one event with
+//!   its separator) straight from the reader's buffer; an item cut by the
+//!   end of a buffer is parsed again from a small stitch of the two
+//!   ([`Feed::item`]). Memory holds a chunk, one stitched item and what the
+//!   collector keeps, not the file.
+//! - **Events.** [`event`] reads the fields the skeleton reads and
+//!   validates everything it skips as `serde_json` would (strings, escapes,
+//!   control characters, number grammar, literals, nesting). Whatever it
+//!   does not model (a number where a name belongs, an escaped key, a
+//!   `record_shapes` operator call, invalid JSON) makes it [`Stop::Unsure`]
+//!   and that one event goes through `serde_json` with the skeleton's own
+//!   [`EventSeed`]. Top-level values other than `traceEvents` (small) go
+//!   through `serde_json` with the skeleton's types too.
+//! - **Declining.** Anything `serde_json` refuses (damage of any kind:
+//!   `NaN`, raw control characters, a cut or truncated file, a trailing
+//!   comma), a read error, or an object without a top-level `traceEvents`
+//!   makes [`read_streamed`] return `None`: the caller then reads the input
+//!   again the plain way (`input.rs`), which repairs or recovers and words
+//!   the errors. So no damaged file is ever read differently.
+//!
+//! Tested against the plain path on every sample, corpus and broken trace
+//! (`tests/streaming.rs`). Speed: see `read_streamed`.
+
+use std::borrow::Cow;
+use std::io::BufRead;
+
+use serde::de::{DeserializeSeed, IgnoredAny};
+
+use super::collect::Collector;
+use super::skeleton::{DeviceProp, EventSeed, Id, LStr, MemArgs, Num, RawEvent};
+use super::{build, ReadError};
+use crate::model::{EvidenceOp, Trace};
+
+/// Why a parse stopped short of an item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stop {
+    /// The slice ends inside the item: parse again with more bytes.
+    More,
+    /// Something this reader does not model, or not JSON: `serde_json` decides.
+    Unsure,
+}
+
+type Parsed<T> = Result<T, Stop>;
+
+/// Bytes added to a stitch at a time (at least; doubled as it grows).
+const STITCH: usize = 4 << 10;
+
+/// Containers nested deeper than this are left to `serde_json`.
+const MAX_DEPTH: u32 = 100;
+
+/// Reads a Chrome trace in the object form from `reader` (positioned at
+/// its first byte). `None`: not read here (see the module doc); the
+/// caller reads the input again the plain way.
+///
+/// Speed (whole process, `memcut analyze -f json`, medians of 5, side by
+/// side against the plain path on the same machine): see the report of
+/// issue 16 and `benches/shapes.rs`.
+pub(super) fn read_streamed(reader: &mut dyn BufRead) -> Option<Result<Trace, ReadError>> {
+    read_counted(reader).map(|(trace, _)| trace)
+}
+
+/// How the events of a streamed trace were read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Counts {
+    /// Elements of `traceEvents`.
+    pub(super) events: usize,
+    /// Of those, the ones [`event`] left to `serde_json`.
+    pub(super) by_serde: usize,
+}
+
+/// [`read_streamed`], and how its events were read.
+pub(super) fn read_counted(reader: &mut dyn BufRead) -> Option<(Result<Trace, ReadError>, Counts)> {
+    let mut col = Collector::default();
+    let mut feed = Feed {
+        reader,
+        carry: Vec::new(),
+        counts: Counts::default(),
+    };
+    if !read_top(&mut feed, &mut col)? {
+        return None;
+    }
+    Some((build::build_trace(col.finish(), Vec::new()), feed.counts))
+}
+
+/// The top-level object; whether it had a `traceEvents` key.
+fn read_top(feed: &mut Feed<'_>, col: &mut Collector) -> Option<bool> {
+    let mut saw_trace_events = false;
+    let mut more = feed.item(open_top)?;
+    while more {
+        let key = feed.item(top_key)?;
+        if key == "traceEvents" {
+            saw_trace_events = true;
+            read_events(feed, col)?;
+            more = feed.item(|s| {
+                let mut i = 0;
+                let more = separator(s, &mut i, b'}')?;
+                Ok((i, more))
+            })?;
+        } else {
+            more = feed.item(|s| top_value(s, &key, col))?;
+        }
+    }
+    // Only JSON whitespace may follow (as `serde_json`'s `end` checks).
+    loop {
+        let buf = feed.reader.fill_buf().ok()?;
+        if buf.is_empty() {
+            return Some(saw_trace_events);
+        }
+        if !buf
+            .iter()
+            .all(|&b| matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
+        {
+            return None;
+        }
+        let n = buf.len();
+        feed.reader.consume(n);
+    }
+}
+
+/// A UTF-8 byte order mark and ASCII whitespace (as `input.rs` skips them
+/// before the plain parse), then `{`; whether the object has keys.
+fn open_top(s: &[u8]) -> Parsed<(usize, bool)> {
+    const BOM: &[u8] = b"\xef\xbb\xbf";
+    let mut i = 0;
+    if s.starts_with(BOM) {
+        i = 3;
+    } else if s.len() < 3 && BOM.starts_with(s) {
+        return Err(Stop::More);
+    }
+    while s.get(i).ok_or(Stop::More)?.is_ascii_whitespace() {
+        i += 1;
+    }
+    if s[i] != b'{' {
+        return Err(Stop::Unsure);
+    }
+    i += 1;
+    if ws(s, &mut i)? == b'}' {
+        i += 1;
+        return Ok((i, false));
+    }
+    Ok((i, true))
+}
+
+/// A top-level key and its colon.
+fn top_key(s: &[u8]) -> Parsed<(usize, String)> {
+    let mut i = 0;
+    let key = key(s, &mut i)?;
+    Ok((i, key.to_owned()))
+}
+
+/// A top-level value other than `traceEvents`, read by `serde_json` with
+/// the skeleton's types, and the separator after it.
+fn top_value(s: &[u8], key: &str, col: &mut Collector) -> Parsed<(usize, bool)> {
+    let mut i = 0;
+    ws(s, &mut i)?;
+    let start = i;
+    value_end(s, &mut i)?;
+    let raw = &s[start..i];
+    let more = separator(s, &mut i, b'}')?;
+    let unsure = |_| Stop::Unsure;
+    match key {
+        "deviceProperties" => {
+            let props: Option<Vec<DeviceProp<'_>>> = serde_json::from_slice(raw).map_err(unsure)?;
+            col.set_device_props(props.unwrap_or_default());
+        }
+        "distributedInfo" => col.set_distributed(serde_json::from_slice(raw).map_err(unsure)?),
+        "baseTimeNanoseconds" => {
+            col.set_base_time(serde_json::from_slice::<Num>(raw).map_err(unsure)?.i64())
+        }
+        _ => {
+            serde_json::from_slice::<IgnoredAny>(raw).map_err(unsure)?;
+            col.note_top_key(key);
+        }
+    }
+    Ok((i, more))
+}
+
+/// `traceEvents`: its `[`, every element, its `]`.
+fn read_events(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
+    col.saw_trace_events = true;
+    let mut more = feed.item(|s| {
+        let mut i = 0;
+        if ws(s, &mut i)? != b'[' {
+            return Err(Stop::Unsure);
+        }
+        i += 1;
+        if ws(s, &mut i)? == b']' {
+            return Ok((i + 1, false));
+        }
+        Ok((i, true))
+    })?;
+    while more {
+        // As many whole elements as the reader's buffer holds, then one
+        // stitched across its end.
+        if feed.carry.is_empty() {
+            let buf = feed.reader.fill_buf().ok()?;
+            let mut pos = 0;
+            let counts = &mut feed.counts;
+            let stop = loop {
+                match element(&buf[pos..], col, counts) {
+                    Ok((n, next)) => {
+                        pos += n;
+                        if !next {
+                            break None;
+                        }
+                    }
+                    Err(stop) => break Some(stop),
+                }
+            };
+            feed.reader.consume(pos);
+            match stop {
+                None => return Some(()),
+                Some(Stop::Unsure) => return None,
+                Some(Stop::More) => {}
+            }
+        }
+        let mut counts = feed.counts;
+        more = feed.item(|s| element(s, col, &mut counts))?;
+        feed.counts = counts;
+    }
+    Some(())
+}
+
+/// One element of `traceEvents` and the separator after it: pushed into
+/// `col` only once all of it has been read. Whether more elements follow.
+fn element(s: &[u8], col: &mut Collector, counts: &mut Counts) -> Parsed<(usize, bool)> {
+    let mut i = 0;
+    ws(s, &mut i)?;
+    let start = i;
+    let mut by_serde = 0;
+    let ev = match event(s, &mut i) {
+        Ok(ev) => Some(ev),
+        Err(Stop::More) => return Err(Stop::More),
+        Err(Stop::Unsure) => {
+            by_serde = 1;
+            // The skeleton's own visitor on this element's bytes: the same
+            // result as in the whole-buffer parse, or an error (declined).
+            i = start;
+            value_end(s, &mut i)?;
+            let mut de = serde_json::Deserializer::from_slice(&s[start..i]);
+            let ev = EventSeed.deserialize(&mut de).map_err(|_| Stop::Unsure)?;
+            de.end().map_err(|_| Stop::Unsure)?;
+            ev
+        }
+    };
+    let more = separator(s, &mut i, b']')?;
+    if let Some(ev) = ev {
+        col.push(ev);
+    }
+    counts.events += 1;
+    counts.by_serde += by_serde;
+    Ok((i, more))
+}
+
+/// Whitespace, then `,` (true) or `close` (false).
+fn separator(s: &[u8], i: &mut usize, close: u8) -> Parsed<bool> {
+    let b = ws(s, i)?;
+    *i += 1;
+    match b {
+        b',' => Ok(true),
+        _ if b == close => Ok(false),
+        _ => Err(Stop::Unsure),
+    }
+}
+
+/// Where a reader's bytes are parsed from: its own buffer, or `carry` when
+/// an item runs past the end of that buffer.
+struct Feed<'r> {
+    reader: &'r mut dyn BufRead,
+    /// The start of an item, already taken from the reader.
+    carry: Vec<u8>,
+    counts: Counts,
+}
+
+impl Feed<'_> {
+    /// Parses one item with `parse`, which reads a slice from its start and
+    /// says how many bytes the item took. `None`: declined (not JSON as
+    /// the plain path wants it, the input ends inside the item, or a read
+    /// error).
+    fn item<T>(&mut self, mut parse: impl FnMut(&[u8]) -> Parsed<(usize, T)>) -> Option<T> {
+        loop {
+            let buf = self.reader.fill_buf().ok()?;
+            if buf.is_empty() {
+                return None;
+            }
+            if self.carry.is_empty() {
+                match parse(buf) {
+                    Ok((n, v)) => {
+                        self.reader.consume(n);
+                        return Some(v);
+                    }
+                    Err(Stop::Unsure) => return None,
+                    Err(Stop::More) => {
+                        self.carry.extend_from_slice(buf);
+                        let n = buf.len();
+                        self.reader.consume(n);
+                    }
+                }
+            } else {
+                // Bytes appended on trial: taken from the reader only if the
+                // item needs them.
+                let old = self.carry.len();
+                let take = buf.len().min(old.max(STITCH));
+                self.carry.extend_from_slice(&buf[..take]);
+                match parse(&self.carry) {
+                    Ok((n, v)) => {
+                        if n >= old {
+                            self.reader.consume(n - old);
+                            self.carry.clear();
+                        } else {
+                            self.carry.truncate(old);
+                            self.carry.drain(..n);
+                        }
+                        return Some(v);
+                    }
+                    Err(Stop::Unsure) => return None,
+                    Err(Stop::More) => self.reader.consume(take),
+                }
+            }
+        }
+    }
+}
+
+/// Skips JSON whitespace; the byte after it.
+#[inline]
+fn ws(s: &[u8], i: &mut usize) -> Parsed<u8> {
+    loop {
+        match s.get(*i) {
+            None => return Err(Stop::More),
+            Some(b' ' | b'\n' | b'\r' | b'\t') => *i += 1,
+            Some(&b) => return Ok(b),
+        }
+    }
+}
+
+/// The first quote, backslash or control character (below 0x20) at or
+/// after `i`: the bytes that end a plain run inside a string. Eight bytes
+/// at a time (the test `serde_json` uses: the lowest flagged byte is exact).
+#[inline]
+fn string_stop(s: &[u8], mut i: usize) -> Option<usize> {
+    const ONES: u64 = u64::MAX / 255;
+    const HIGH: u64 = ONES << 7;
+    while let Some(word) = s.get(i..i + 8) {
+        let c = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        let ctrl = c.wrapping_sub(ONES * 0x20) & !c;
+        let q = c ^ (ONES * u64::from(b'"'));
+        let quote = q.wrapping_sub(ONES) & !q;
+        let b = c ^ (ONES * u64::from(b'\\'));
+        let backslash = b.wrapping_sub(ONES) & !b;
+        let hit = (ctrl | quote | backslash) & HIGH;
+        if hit != 0 {
+            return Some(i + hit.trailing_zeros() as usize / 8);
+        }
+        i += 8;
+    }
+    (i..s.len()).find(|&k| matches!(s[k], b'"' | b'\\' | 0..=0x1f))
+}
+
+/// A string whose opening quote is at `*i`, skipped as `serde_json`
+/// ignores one: escapes checked, control characters refused, the bytes
+/// not otherwise validated.
+fn skip_string(s: &[u8], i: &mut usize) -> Parsed<()> {
+    let mut k = *i + 1;
+    loop {
+        let at = string_stop(s, k).ok_or(Stop::More)?;
+        match s[at] {
+            b'"' => {
+                *i = at + 1;
+                return Ok(());
+            }
+            b'\\' => match *s.get(at + 1).ok_or(Stop::More)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => k = at + 2,
+                b'u' => {
+                    let hex = s.get(at + 2..at + 6).ok_or(Stop::More)?;
+                    if !hex.iter().all(u8::is_ascii_hexdigit) {
+                        return Err(Stop::Unsure);
+                    }
+                    k = at + 6;
+                }
+                _ => return Err(Stop::Unsure),
+            },
+            _ => return Err(Stop::Unsure),
+        }
+    }
+}
+
+/// A string read as text (quote at `*i`): borrowed when it has no escape,
+/// decoded by `serde_json` when it has one (so both read it alike).
+fn text<'s>(s: &'s [u8], i: &mut usize) -> Parsed<Cow<'s, str>> {
+    let start = *i;
+    let at = string_stop(s, start + 1).ok_or(Stop::More)?;
+    match s[at] {
+        b'"' => {
+            let t = std::str::from_utf8(&s[start + 1..at]).map_err(|_| Stop::Unsure)?;
+            *i = at + 1;
+            Ok(Cow::Borrowed(t))
+        }
+        b'\\' => {
+            skip_string(s, i)?;
+            let t: String = serde_json::from_slice(&s[start..*i]).map_err(|_| Stop::Unsure)?;
+            Ok(Cow::Owned(t))
+        }
+        _ => Err(Stop::Unsure),
+    }
+}
+
+/// An object key without escapes (the only kind memcut's keys are) and the
+/// colon after it. Escaped keys are left to `serde_json`, which decodes
+/// them before matching.
+fn key<'s>(s: &'s [u8], i: &mut usize) -> Parsed<&'s str> {
+    if ws(s, i)? != b'"' {
+        return Err(Stop::Unsure);
+    }
+    let start = *i + 1;
+    let at = string_stop(s, start).ok_or(Stop::More)?;
+    if s[at] != b'"' {
+        return Err(Stop::Unsure);
+    }
+    let k = std::str::from_utf8(&s[start..at]).map_err(|_| Stop::Unsure)?;
+    *i = at + 1;
+    if ws(s, i)? != b':' {
+        return Err(Stop::Unsure);
+    }
+    *i += 1;
+    ws(s, i)?;
+    Ok(k)
+}
+
+/// `true`, `false` or `null` at `*i` (the first letter checked by the caller).
+fn literal(s: &[u8], i: &mut usize, word: &[u8]) -> Parsed<()> {
+    let have = &s[*i..s.len().min(*i + word.len())];
+    if have != &word[..have.len()] {
+        return Err(Stop::Unsure);
+    }
+    if have.len() < word.len() {
+        return Err(Stop::More);
+    }
+    *i += word.len();
+    Ok(())
+}
+
+/// A number's token at `*i`, checked against JSON's grammar; whether it is
+/// an integer (no fraction, no exponent). Needs the byte after it.
+fn number<'s>(s: &'s [u8], i: &mut usize) -> Parsed<(&'s str, bool)> {
+    let start = *i;
+    let mut k = start;
+    let digits = |k: &mut usize| -> Parsed<usize> {
+        let from = *k;
+        while s.get(*k).ok_or(Stop::More)?.is_ascii_digit() {
+            *k += 1;
+        }
+        Ok(*k - from)
+    };
+    if s[k] == b'-' {
+        k += 1;
+    }
+    match *s.get(k).ok_or(Stop::More)? {
+        b'0' => k += 1,
+        b'1'..=b'9' => {
+            digits(&mut k)?;
+        }
+        _ => return Err(Stop::Unsure),
+    }
+    let mut integer = true;
+    if *s.get(k).ok_or(Stop::More)? == b'.' {
+        k += 1;
+        integer = false;
+        if digits(&mut k)? == 0 {
+            return Err(Stop::Unsure);
+        }
+    }
+    if matches!(*s.get(k).ok_or(Stop::More)?, b'e' | b'E') {
+        k += 1;
+        integer = false;
+        if matches!(*s.get(k).ok_or(Stop::More)?, b'+' | b'-') {
+            k += 1;
+        }
+        if digits(&mut k)? == 0 {
+            return Err(Stop::Unsure);
+        }
+    }
+    *i = k;
+    // Only ASCII digits, signs, `.` and `e` were accepted.
+    let t = std::str::from_utf8(&s[start..k]).map_err(|_| Stop::Unsure)?;
+    Ok((t, integer))
+}
+
+/// A number as `serde_json` hands it to the skeleton's visitors; what it
+/// would not hand over the same way (`-0`, integers beyond 64 bits,
+/// floats out of range) is [`Stop::Unsure`].
+fn json_number(s: &[u8], i: &mut usize) -> Parsed<Num> {
+    let (t, integer) = number(s, i)?;
+    if integer {
+        if t == "-0" {
+            return Err(Stop::Unsure);
+        }
+        if let Ok(v) = t.parse::<i64>() {
+            return Ok(Num::I(v));
+        }
+        return match t.parse::<u64>() {
+            Ok(v) => Ok(Num::U(v)),
+            Err(_) => Err(Stop::Unsure),
+        };
+    }
+    match t.parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(Num::F(v)),
+        _ => Err(Stop::Unsure),
+    }
+}
+
+/// A value read as [`Num`]: numbers, numeric strings; anything else `None`.
+fn num(s: &[u8], i: &mut usize) -> Parsed<Num> {
+    match s[*i] {
+        b'-' | b'0'..=b'9' => json_number(s, i),
+        b'"' => Ok(Num::from_str(&text(s, i)?)),
+        _ => skip_value(s, i).map(|_| Num::None),
+    }
+}
+
+/// A value read as [`LStr`]: strings; numbers are left to `serde_json`
+/// (it spells them), anything else is `None`.
+fn lstr<'s>(s: &'s [u8], i: &mut usize) -> Parsed<LStr<'s>> {
+    match s[*i] {
+        b'"' => Ok(LStr(Some(text(s, i)?))),
+        b'-' | b'0'..=b'9' => Err(Stop::Unsure),
+        _ => skip_value(s, i).map(|_| LStr(None)),
+    }
+}
+
+/// A value read as [`Id`]: integers, strings, booleans; floats and
+/// integers above `i64::MAX` are left to `serde_json`.
+fn id<'s>(s: &'s [u8], i: &mut usize) -> Parsed<Id<'s>> {
+    match s[*i] {
+        b'-' | b'0'..=b'9' => match json_number(s, i)? {
+            Num::I(v) => Ok(Id::Int(v)),
+            _ => Err(Stop::Unsure),
+        },
+        b'"' => Ok(Id::from_cow(text(s, i)?)),
+        b't' => literal(s, i, b"true").map(|_| Id::Int(1)),
+        b'f' => literal(s, i, b"false").map(|_| Id::Int(0)),
+        _ => skip_value(s, i).map(|_| Id::None),
+    }
+}
+
+/// Skips one value at `*i` (whitespace already skipped), validating it as
+/// `serde_json` validates a value it ignores.
+fn skip_value(s: &[u8], i: &mut usize) -> Parsed<()> {
+    match s[*i] {
+        b'{' | b'[' => skip_container(s, i),
+        _ => skip_scalar(s, i),
+    }
+}
+
+fn skip_scalar(s: &[u8], i: &mut usize) -> Parsed<()> {
+    match s[*i] {
+        b'"' => skip_string(s, i),
+        b'-' | b'0'..=b'9' => number(s, i).map(|_| ()),
+        b't' => literal(s, i, b"true"),
+        b'f' => literal(s, i, b"false"),
+        b'n' => literal(s, i, b"null"),
+        _ => Err(Stop::Unsure),
+    }
+}
+
+/// An object or array at `*i`, without recursion: `objects` holds one bit
+/// per open container (1: object), `depth` how many are open.
+fn skip_container(s: &[u8], i: &mut usize) -> Parsed<()> {
+    let mut objects: u128 = 0;
+    let mut depth = 0u32;
+    loop {
+        // At the start of a value.
+        let b = s[*i];
+        if b == b'{' || b == b'[' {
+            if depth == MAX_DEPTH {
+                return Err(Stop::Unsure);
+            }
+            depth += 1;
+            objects = objects << 1 | u128::from(b == b'{');
+            *i += 1;
+            let close = if b == b'{' { b'}' } else { b']' };
+            if ws(s, i)? == close {
+                *i += 1;
+                depth -= 1;
+                objects >>= 1;
+            } else {
+                if b == b'{' {
+                    skip_key(s, i)?;
+                }
+                continue;
+            }
+        } else {
+            skip_scalar(s, i)?;
+        }
+        // After a value: close containers until a comma starts the next one.
+        loop {
+            if depth == 0 {
+                return Ok(());
+            }
+            let object = objects & 1 == 1;
+            match ws(s, i)? {
+                b',' => {
+                    *i += 1;
+                    ws(s, i)?;
+                    if object {
+                        skip_key(s, i)?;
+                    }
+                    break;
+                }
+                b'}' if object => {}
+                b']' if !object => {}
+                _ => return Err(Stop::Unsure),
+            }
+            *i += 1;
+            depth -= 1;
+            objects >>= 1;
+        }
+    }
+}
+
+/// A key of an ignored object and its colon (not checked for UTF-8, as
+/// `serde_json` does not check ignored strings); whitespace after.
+fn skip_key(s: &[u8], i: &mut usize) -> Parsed<()> {
+    if ws(s, i)? != b'"' {
+        return Err(Stop::Unsure);
+    }
+    skip_string(s, i)?;
+    if ws(s, i)? != b':' {
+        return Err(Stop::Unsure);
+    }
+    *i += 1;
+    ws(s, i)?;
+    Ok(())
+}
+
+/// The end of the value at `*i`, found by matching brackets outside
+/// strings, without validating it: for the bytes handed to `serde_json`
+/// (which validates them).
+fn value_end(s: &[u8], i: &mut usize) -> Parsed<()> {
+    match *s.get(*i).ok_or(Stop::More)? {
+        b'"' => return string_end(s, i),
+        b'{' | b'[' => {}
+        _ => {
+            // A scalar: up to the byte that ends it.
+            while !matches!(
+                *s.get(*i).ok_or(Stop::More)?,
+                b',' | b']' | b'}' | b' ' | b'\n' | b'\r' | b'\t'
+            ) {
+                *i += 1;
+            }
+            return Ok(());
+        }
+    }
+    let mut depth = 0usize;
+    loop {
+        match *s.get(*i).ok_or(Stop::More)? {
+            b'"' => {
+                string_end(s, i)?;
+                continue;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    *i += 1;
+                    return Ok(());
+                }
+            }
+            _ => {}
+        }
+        *i += 1;
+    }
+}
+
+/// Past the string whose quote is at `*i` (escapes skipped, not checked).
+fn string_end(s: &[u8], i: &mut usize) -> Parsed<()> {
+    let mut k = *i + 1;
+    loop {
+        let rest = s.get(k..).ok_or(Stop::More)?;
+        let at = memchr::memchr2(b'"', b'\\', rest).ok_or(Stop::More)?;
+        if rest[at] == b'"' {
+            *i = k + at + 1;
+            return Ok(());
+        }
+        k += at + 2;
+    }
+}
+
+/// One trace event (an object at `*i`) as [`EventSeed`] reads it.
+fn event<'s>(s: &'s [u8], i: &mut usize) -> Parsed<RawEvent<'s>> {
+    if s[*i] != b'{' {
+        return Err(Stop::Unsure);
+    }
+    *i += 1;
+    let mut ev = RawEvent::default();
+    if ws(s, i)? == b'}' {
+        *i += 1;
+        return Ok(ev);
+    }
+    loop {
+        match key(s, i)? {
+            "ph" => ev.ph = lstr(s, i)?,
+            "cat" => ev.cat = lstr(s, i)?,
+            "name" => ev.name = lstr(s, i)?,
+            "pid" => ev.pid = id(s, i)?,
+            "tid" => ev.tid = id(s, i)?,
+            "ts" => ev.ts = num(s, i)?,
+            "dur" => ev.dur = num(s, i)?,
+            "args" => {
+                let inputs = ev.ph.0.as_deref() == Some("X")
+                    && ev
+                        .name
+                        .0
+                        .as_deref()
+                        .and_then(EvidenceOp::from_name)
+                        .is_some_and(EvidenceOp::reads_inputs);
+                if inputs {
+                    // `record_shapes` inputs: the skeleton reads them.
+                    return Err(Stop::Unsure);
+                }
+                ev.args = mem_args(s, i)?;
+                ev.inputs = None;
+            }
+            _ => skip_value(s, i)?,
+        }
+        if !separator(s, i, b'}')? {
+            return Ok(ev);
+        }
+    }
+}
+
+/// An event's `args` as [`MemArgs`] reads them: the memory fields of an
+/// object, defaults for any other value.
+fn mem_args(s: &[u8], i: &mut usize) -> Parsed<MemArgs> {
+    let mut a = MemArgs::default();
+    if s[*i] != b'{' {
+        skip_value(s, i)?;
+        return Ok(a);
+    }
+    *i += 1;
+    if ws(s, i)? == b'}' {
+        *i += 1;
+        return Ok(a);
+    }
+    loop {
+        let slot = match key(s, i)? {
+            "Device Type" => &mut a.device_type,
+            "Device Id" => &mut a.device_id,
+            "Bytes" => &mut a.bytes,
+            "Addr" => &mut a.addr,
+            "Total Allocated" => &mut a.total_allocated,
+            "Total Reserved" => &mut a.total_reserved,
+            "Ev Idx" => &mut a.ev_idx,
+            _ => {
+                skip_value(s, i)?;
+                if !separator(s, i, b'}')? {
+                    return Ok(a);
+                }
+                continue;
+            }
+        };
+        *slot = num(s, i)?;
+        if !separator(s, i, b'}')? {
+            return Ok(a);
+        }
+    }
+}

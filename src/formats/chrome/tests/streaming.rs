@@ -1,0 +1,198 @@
+//! The streaming reader (`stream.rs`) against the whole-buffer path: on
+//! every sample, broken and corpus trace, read through buffers of several
+//! sizes (tiny ones stitch almost every item), it gives the same trace or
+//! the same error, or declines (and the caller reads the file whole). The
+//! benchmark shapes must not decline.
+
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use super::super::stream::{read_counted, Counts};
+use crate::input::{read_trace, Limits};
+use crate::test_support::{corpus_dir, read_maybe_gz};
+
+/// The whole-buffer result, as the plain path gives it.
+fn whole(bytes: &[u8]) -> String {
+    match read_trace(bytes, &Limits::default()) {
+        Ok(trace) => format!("{trace:?}"),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+/// Streams `bytes` through buffers of each size; every read that does not
+/// decline must give what the whole read gives. The counts of the
+/// largest buffer, `None` if it declined.
+fn same_streamed(bytes: &[u8], sizes: &[usize], what: &str) -> Option<Counts> {
+    let want = whole(bytes);
+    let mut counts = None;
+    for &size in sizes {
+        let mut reader = BufReader::with_capacity(size, bytes);
+        let got = read_counted(&mut reader).map(|(r, c)| {
+            let shown = match r {
+                Ok(trace) => format!("{trace:?}"),
+                Err(e) => format!("error: {}", crate::error::Error::from(e)),
+            };
+            (shown, c)
+        });
+        if let Some((got, c)) = got {
+            assert!(
+                got == want,
+                "{what}, buffers of {size}: streamed differs:\n{got:.400}\nwhole:\n{want:.400}"
+            );
+            counts = Some(c);
+        } else {
+            counts = None;
+        }
+    }
+    counts
+}
+
+/// The inflated bytes of a gzip file that inflates, else the file's bytes.
+fn inflated(path: &Path) -> Vec<u8> {
+    use std::io::Read;
+    let raw = std::fs::read(path).unwrap();
+    let mut out = Vec::new();
+    match flate2::read::MultiGzDecoder::new(&raw[..]).read_to_end(&mut out) {
+        Ok(_) if raw.starts_with(&[0x1f, 0x8b]) => out,
+        _ => raw,
+    }
+}
+
+fn files(pattern: &str) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = glob::glob(pattern).unwrap().map(|p| p.unwrap()).collect();
+    out.sort();
+    out
+}
+
+fn repo(rel: &str) -> String {
+    format!("{}/{rel}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn streaming_gives_the_whole_read_on_samples_and_broken_inputs() {
+    let mut read = 0;
+    let paths = [
+        files(&repo("sample_traces/*.json.gz")),
+        files(&repo("sample_traces/matrix/*.trace.json.gz")),
+        files(&repo("tests/data/broken/*")),
+    ];
+    for path in paths.iter().flatten() {
+        let bytes = inflated(path);
+        let what = path.display().to_string();
+        if same_streamed(&bytes, &[7, 4099, 1 << 20], &what).is_some() {
+            read += 1;
+        }
+    }
+    assert!(read > 20, "only {read} inputs streamed");
+}
+
+/// Damage the whole read repairs or recovers from is declined, never read
+/// differently: each of these edits makes the stream decline.
+#[test]
+fn damaged_json_is_declined() {
+    let good = super::obj(&super::basic_events());
+    assert!(same_streamed(good.as_bytes(), &[5, 1 << 16], "good").is_some());
+    let edits: &[(&str, &str)] = &[
+        (r#""Total Reserved":4096"#, r#""Total Reserved":NaN"#),
+        (r#""Total Reserved":4096"#, r#""Total Reserved":Infinity"#),
+        (r#""name":"aten::linear""#, "\"name\":\"aten::\tlinear\""),
+        (r#""External id":7}"#, r#""External id":7,}"#),
+        (r#""traceName":"x"}"#, r#""traceName":"x"}garbage"#),
+        (r#""traceName":"x"}"#, r#""traceName":"x""#),
+        (r#""External id":7"#, r#""External id":07"#),
+        (r#""External id":7"#, r#""External id":"\x""#),
+        (r#""ts":13"#, r#""ts":1e999"#),
+    ];
+    for (from, to) in edits {
+        assert!(good.contains(from), "{from}");
+        let bad = good.replacen(from, to, 1);
+        for size in [5, 1 << 16] {
+            let mut reader = BufReader::with_capacity(size, bad.as_bytes());
+            assert!(
+                read_counted(&mut reader).is_none(),
+                "{to}: streamed, buffers of {size}"
+            );
+        }
+        same_streamed(bad.as_bytes(), &[5, 1 << 16], to);
+    }
+}
+
+/// Values the hand-written event reader leaves to `serde_json` (numbers
+/// where names belong, escaped keys and names, float ids, nested args)
+/// read as the whole read reads them.
+#[test]
+fn unusual_events_read_as_the_whole_read_reads_them() {
+    let mut events = super::basic_events();
+    events.extend([
+        r#"{"ph":"X","cat":"cpu_op","name":5,"pid":1.0,"tid":"10","ts":"14.5","dur":1,"args":[]}"#.to_string(),
+        r#"{"ph":"X","cat":"cpu_op","n\u0061me":"aten::mm","pid":1,"tid":10,"ts":15,"dur":1}"#.to_string(),
+        r#"{"ph":"X","cat":"cpu_op","name":"aten::\"q\"\u00e9","pid":1,"tid":10,"ts":16,"dur":1}"#.to_string(),
+        r#"{"ph":"X","cat":"cpu_op","name":"aten::linear","pid":1,"tid":10,"ts":17,"dur":1,"args":{"Input Dims":[[2,3],[4,3],[]],"Input type":["float","c10::BFloat16",""]}}"#.to_string(),
+        r#"{"ph":"i","name":"[memory]","pid":1,"tid":10,"ts":18,"args":{"Bytes":"64","Addr":18446744073709551615,"Device Type":1,"Device Id":0,"Ev Idx":null,"x":{"a":[1,{"b":[true,false,null,-1.5e3]}]}}}"#.to_string(),
+        r#"[1,2]"#.to_string(),
+        r#""not an event""#.to_string(),
+        r#"{}"#.to_string(),
+        r###"{"ph":"B","cat":"user_annotation","name":"## f ##","pid":"p","tid":"t","ts":19}"###.to_string(),
+        r#"{"ph":"E","pid":"p","tid":"t","ts":21}"#.to_string(),
+        r#"{"ph":"i","name":"[memory]","pid":1,"tid":10,"ts":-0,"args":{"Bytes":8,"Device Type":1,"Device Id":0}}"#.to_string(),
+    ]);
+    let text = super::obj(&events);
+    let counts = same_streamed(text.as_bytes(), &[3, 64, 1 << 16], "unusual").expect("streamed");
+    assert!(counts.by_serde >= 4, "{counts:?}");
+}
+
+/// The benchmark shapes of issue 16 (`benches/shapes.rs`,
+/// `scripts/bench_inputs.sh`): the CPU profiler's (the adamw sample) is
+/// streamed, with nearly every event read by the hand-written reader.
+#[test]
+fn the_cpu_profiler_shape_takes_the_streaming_path() {
+    let path = repo("sample_traces/train_adamw.trace.json.gz");
+    let counts = streamed_shape(Path::new(&path));
+    assert!(counts.events > 1000, "{counts:?}");
+}
+
+/// Streams a benchmark shape and checks it stays on the fast path: not
+/// declined, at most 1 event in 10 left to `serde_json`.
+fn streamed_shape(path: &Path) -> Counts {
+    let bytes = read_maybe_gz(path);
+    let what = path.display().to_string();
+    let counts = same_streamed(&bytes, &[1 << 20], &what)
+        .unwrap_or_else(|| panic!("{what}: declined (read whole, twice)"));
+    assert!(
+        counts.by_serde * 10 <= counts.events,
+        "{what}: {counts:?}: too many events left to serde_json"
+    );
+    counts
+}
+
+#[test]
+#[ignore = "needs ../shared/corpus (or MEMCUT_CORPUS)"]
+fn the_corpus_benchmark_shapes_take_the_streaming_path() {
+    let dir = corpus_dir();
+    for rel in [
+        "kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143089861.pt.trace.json.gz",
+        "tracelens/tests/traces/h100/google_owlv2-large-patch14-ensemble__1016001.json.gz",
+    ] {
+        streamed_shape(&dir.join(rel));
+    }
+}
+
+#[test]
+#[ignore = "needs ../shared/corpus (or MEMCUT_CORPUS)"]
+fn streaming_gives_the_whole_read_on_corpus_traces() {
+    let dir = corpus_dir();
+    let mut streamed = 0;
+    let mut all = 0;
+    for pattern in ["**/*.json", "**/*.json.gz", "**/*.trace"] {
+        for path in files(&format!("{}/{pattern}", dir.display())) {
+            let bytes = inflated(&path);
+            let what = path.display().to_string();
+            all += 1;
+            if same_streamed(&bytes, &[61, 1 << 20], &what).is_some() {
+                streamed += 1;
+            }
+        }
+    }
+    println!("{streamed} of {all} corpus JSON files streamed");
+    assert!(streamed >= 12, "{streamed} of {all} streamed");
+}
