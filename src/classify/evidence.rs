@@ -407,6 +407,11 @@ fn class_of_step(name: &str) -> Option<String> {
 /// `…/torch/optim/adamw.py` (a file, or a frame name that starts with
 /// one: `torch/optim/adamw.py(211): step`) → `AdamW`.
 fn class_of_file(file: &str) -> Option<String> {
+    // Most frames are not the optimizer's: refused before any allocation
+    // (called for every frame of every site of a trace without one).
+    if !file.contains("optim") {
+        return None;
+    }
     let file = file.replace('\\', "/");
     let stem = file.split("torch/optim/").nth(1)?.split(".py").next()?;
     let class = match stem {

@@ -334,25 +334,15 @@ pub(super) fn attribute<M>(
     let mut call_of = vec![None; events.len()];
     let mut unattributed = Unattributed::default();
     let mut frames: Vec<Frame> = Vec::with_capacity(MAX_FRAMES);
+    // Consecutive events mostly happen under the same open calls: their
+    // site is the last one's (its names interned already), without
+    // building and hashing its frames again.
+    let mut open_ids: Vec<OpId> = Vec::new();
+    let mut last_ids: Vec<OpId> = Vec::new();
+    let mut last_site: SiteId = 0;
     sweep(ops, events, instant, |i, open| {
-        frames.clear();
-        for k in open.innermost_first() {
-            if frames.len() == MAX_FRAMES {
-                break;
-            }
-            let op = ops.get(k);
-            if name_ids[k] == u32::MAX {
-                name_ids[k] = sites.intern_str(&op.name);
-            }
-            let f = Frame {
-                filename: kind_ids[op.kind as usize],
-                line: 0,
-                name: name_ids[k],
-            };
-            if frames.last() != Some(&f) {
-                frames.push(f);
-            }
-        }
+        open_ids.clear();
+        open_ids.extend(open.innermost_first());
         call_of[i] = open
             .outermost_first()
             .find(|&k| {
@@ -362,15 +352,37 @@ pub(super) fn attribute<M>(
                 })
             })
             .and_then(OpCall::new);
-        site_of[i] = if frames.is_empty() {
+        if open_ids.is_empty() {
             unattributed.outside += 1;
             if !open.thread_has_ops {
                 unattributed.on_threads_without_ops += 1;
             }
-            0
-        } else {
-            sites.intern_site(&frames)
-        };
+            site_of[i] = 0;
+            return;
+        }
+        if open_ids != last_ids {
+            frames.clear();
+            for &k in &open_ids {
+                if frames.len() == MAX_FRAMES {
+                    break;
+                }
+                let op = ops.get(k);
+                if name_ids[k] == u32::MAX {
+                    name_ids[k] = sites.intern_str(&op.name);
+                }
+                let f = Frame {
+                    filename: kind_ids[op.kind as usize],
+                    line: 0,
+                    name: name_ids[k],
+                };
+                if frames.last() != Some(&f) {
+                    frames.push(f);
+                }
+            }
+            last_site = sites.intern_site(&frames);
+            std::mem::swap(&mut last_ids, &mut open_ids);
+        }
+        site_of[i] = last_site;
     });
     Attributed {
         sites: site_of,

@@ -10,6 +10,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use super::attribute::{attribute, pair_begin_end, Attributed, OpKind, OpRec, Operators};
 use super::collect::{Collected, DeviceInfo, MemRec};
 use super::ReadError;
@@ -184,7 +186,7 @@ pub(super) fn build_trace(
 /// with its count, the weights' dtypes (the second input of linear layers
 /// and library GEMMs, where `record_shapes` recorded it).
 fn run_info(ops: &[OpRec], evidence: &[OperatorCall]) -> RunInfo {
-    let mut counts: HashMap<&str, u64> = HashMap::new();
+    let mut counts: FxHashMap<&str, u64> = FxHashMap::default();
     for o in ops {
         *counts.entry(o.name.as_ref()).or_default() += 1;
     }
@@ -296,16 +298,16 @@ fn add_events(
     call_of: Vec<Option<OpCall>>,
     by_device: &HashMap<DeviceKey, usize>,
 ) -> usize {
-    let mut mems: Vec<(MemRec, SiteId, Option<OpCall>)> = mems
+    let mut mems: Vec<(usize, MemRec, SiteId, Option<OpCall>)> = mems
         .into_iter()
         .zip(site_of)
         .zip(call_of)
-        .map(|((m, s), c)| (m, s, c))
+        .map(|((m, s), c)| (by_device[&m.device], m, s, c))
         .collect();
-    mems.sort_by_key(|(m, _, _)| (by_device[&m.device], m.ts_ns, m.order));
+    mems.sort_by_key(|(device, m, _, _)| (*device, m.ts_ns, m.order));
     let mut without_addr = 0usize;
-    for (m, site, call) in &mems {
-        let d = &mut trace.devices[by_device[&m.device]];
+    for (device, m, site, call) in &mems {
+        let d = &mut trace.devices[*device];
         let (action, size) = if m.oom {
             (Action::Oom, m.bytes.unsigned_abs())
         } else if m.bytes > 0 {

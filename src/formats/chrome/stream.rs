@@ -148,7 +148,7 @@ fn open_top(s: &[u8]) -> Parsed<(usize, bool)> {
 /// A top-level key and its colon.
 fn top_key(s: &[u8]) -> Parsed<(usize, String)> {
     let mut i = 0;
-    let key = key(s, &mut i)?;
+    let key = std::str::from_utf8(key(s, &mut i)?).map_err(|_| Stop::Unsure)?;
     Ok((i, key.to_owned()))
 }
 
@@ -325,10 +325,14 @@ impl Feed<'_> {
     }
 }
 
-/// Skips JSON whitespace; the byte after it.
+/// Skips JSON whitespace; the byte after it. Pretty-printed traces indent
+/// every line: runs of eight spaces are skipped a word at a time.
 #[inline]
 fn ws(s: &[u8], i: &mut usize) -> Parsed<u8> {
     loop {
+        while s.get(*i..*i + 8) == Some(b"        ") {
+            *i += 8;
+        }
         match s.get(*i) {
             None => return Err(Stop::More),
             Some(b' ' | b'\n' | b'\r' | b'\t') => *i += 1,
@@ -409,9 +413,10 @@ fn text<'s>(s: &'s [u8], i: &mut usize) -> Parsed<Cow<'s, str>> {
 }
 
 /// An object key without escapes (the only kind memcut's keys are) and the
-/// colon after it. Escaped keys are left to `serde_json`, which decodes
-/// them before matching.
-fn key<'s>(s: &'s [u8], i: &mut usize) -> Parsed<&'s str> {
+/// colon after it, checked to be UTF-8 as `serde_json` checks the keys it
+/// matches. Escaped keys are left to `serde_json`, which decodes them
+/// before matching.
+fn key<'s>(s: &'s [u8], i: &mut usize) -> Parsed<&'s [u8]> {
     if ws(s, i)? != b'"' {
         return Err(Stop::Unsure);
     }
@@ -420,7 +425,10 @@ fn key<'s>(s: &'s [u8], i: &mut usize) -> Parsed<&'s str> {
     if s[at] != b'"' {
         return Err(Stop::Unsure);
     }
-    let k = std::str::from_utf8(&s[start..at]).map_err(|_| Stop::Unsure)?;
+    let k = &s[start..at];
+    if !k.is_ascii() && std::str::from_utf8(k).is_err() {
+        return Err(Stop::Unsure);
+    }
     *i = at + 1;
     if ws(s, i)? != b':' {
         return Err(Stop::Unsure);
@@ -702,14 +710,14 @@ fn event<'s>(s: &'s [u8], i: &mut usize) -> Parsed<RawEvent<'s>> {
     }
     loop {
         match key(s, i)? {
-            "ph" => ev.ph = lstr(s, i)?,
-            "cat" => ev.cat = lstr(s, i)?,
-            "name" => ev.name = lstr(s, i)?,
-            "pid" => ev.pid = id(s, i)?,
-            "tid" => ev.tid = id(s, i)?,
-            "ts" => ev.ts = num(s, i)?,
-            "dur" => ev.dur = num(s, i)?,
-            "args" => {
+            b"ph" => ev.ph = lstr(s, i)?,
+            b"cat" => ev.cat = lstr(s, i)?,
+            b"name" => ev.name = lstr(s, i)?,
+            b"pid" => ev.pid = id(s, i)?,
+            b"tid" => ev.tid = id(s, i)?,
+            b"ts" => ev.ts = num(s, i)?,
+            b"dur" => ev.dur = num(s, i)?,
+            b"args" => {
                 let inputs = ev.ph.0.as_deref() == Some("X")
                     && ev
                         .name
@@ -747,13 +755,13 @@ fn mem_args(s: &[u8], i: &mut usize) -> Parsed<MemArgs> {
     }
     loop {
         let slot = match key(s, i)? {
-            "Device Type" => &mut a.device_type,
-            "Device Id" => &mut a.device_id,
-            "Bytes" => &mut a.bytes,
-            "Addr" => &mut a.addr,
-            "Total Allocated" => &mut a.total_allocated,
-            "Total Reserved" => &mut a.total_reserved,
-            "Ev Idx" => &mut a.ev_idx,
+            b"Device Type" => &mut a.device_type,
+            b"Device Id" => &mut a.device_id,
+            b"Bytes" => &mut a.bytes,
+            b"Addr" => &mut a.addr,
+            b"Total Allocated" => &mut a.total_allocated,
+            b"Total Reserved" => &mut a.total_reserved,
+            b"Ev Idx" => &mut a.ev_idx,
             _ => {
                 skip_value(s, i)?;
                 if !separator(s, i, b'}')? {
