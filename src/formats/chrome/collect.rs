@@ -114,22 +114,22 @@ impl Collector {
     }
 
     /// A dense id per (pid, tid); consecutive events mostly share one.
-    fn thread(&mut self, pid: Id<'_>, tid: Id<'_>) -> u32 {
+    fn thread(&mut self, pid: &Id<'_>, tid: &Id<'_>) -> u32 {
         if let Some((key, id)) = &self.last_thread {
-            if key.0 == pid && key.1 == tid {
+            if key.0 == *pid && key.1 == *tid {
                 return *id;
             }
         }
         let n = self.threads.len() as u32;
-        let key = (pid.into_owned(), tid.into_owned());
+        let key = (pid.clone().into_owned(), tid.clone().into_owned());
         let id = *self.threads.entry(key.clone()).or_insert(n);
         self.last_thread = Some((key, id));
         id
     }
 
     /// The interned copy of an operator name (`""` for none).
-    fn name(&mut self, name: Option<Cow<'_, str>>) -> Rc<str> {
-        let name = name.as_deref().unwrap_or_default();
+    fn name(&mut self, name: Option<&str>) -> Rc<str> {
+        let name = name.unwrap_or_default();
         if let Some(known) = self.names.get(name) {
             return Rc::clone(known);
         }
@@ -138,7 +138,8 @@ impl Collector {
         new
     }
 
-    pub(super) fn push(&mut self, ev: RawEvent<'_>) {
+    /// Takes one event (by reference: readers build it in place).
+    pub(super) fn push(&mut self, ev: &RawEvent<'_>) {
         let order = self.events_seen.min(u32::MAX as u64) as u32;
         self.events_seen += 1;
         let RawEvent {
@@ -162,7 +163,7 @@ impl Collector {
                 let dur = dur.ns().unwrap_or(0).max(0);
                 let thread = self.thread(pid, tid);
                 let end = start.saturating_add(dur);
-                let name = self.name(name.0);
+                let name = self.name(name.0.as_deref());
                 if kind == OpKind::CpuOp {
                     if let Some(op) = EvidenceOp::from_name(&name) {
                         self.out.evidence.push(OperatorCall {
@@ -170,7 +171,7 @@ impl Collector {
                             thread,
                             start_us: start as f64 / 1000.0,
                             end_us: end as f64 / 1000.0,
-                            inputs: inputs.map(tensor_inputs).unwrap_or_default(),
+                            inputs: inputs.as_ref().map(tensor_inputs).unwrap_or_default(),
                         });
                     }
                 }
@@ -185,7 +186,7 @@ impl Collector {
             "B" | "E" => {
                 let Some(t) = ts.ns() else { return };
                 let thread = self.thread(pid, tid);
-                let name = self.name(name.0);
+                let name = self.name(name.0.as_deref());
                 self.out.be.push(BeRec {
                     thread,
                     ts: t,
@@ -275,13 +276,16 @@ impl Collector {
 
 /// `Input Dims` paired with `Input type`: a shape for each input that is a
 /// tensor of a known element type.
-fn tensor_inputs(raw: RawInputs<'_>) -> Vec<Option<TensorShape>> {
+fn tensor_inputs(raw: &RawInputs<'_>) -> Vec<Option<TensorShape>> {
     raw.dims
-        .into_iter()
-        .zip(raw.types)
+        .iter()
+        .zip(&raw.types)
         .map(|(dims, ty)| {
             let dtype = Dtype::parse(ty.0.as_deref()?)?;
-            Some(TensorShape { dims: dims?, dtype })
+            Some(TensorShape {
+                dims: dims.clone()?,
+                dtype,
+            })
         })
         .collect()
 }
@@ -343,7 +347,7 @@ impl<'de, 'c> Visitor<'de> for EventsSeed<'c> {
         self.0.saw_trace_events = true;
         while let Some(ev) = seq.next_element_seed(EventSeed)? {
             if let Some(ev) = ev {
-                self.0.push(ev);
+                self.0.push(&ev);
             }
         }
         Ok(())

@@ -208,7 +208,7 @@ fn recover_events<'a>(
                 Ok(ev) => {
                     stats.complete += 1;
                     if let Some(ev) = ev {
-                        col.push(ev);
+                        col.push(&ev);
                     }
                     pos = end;
                 }

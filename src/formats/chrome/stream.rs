@@ -232,8 +232,11 @@ fn element(s: &[u8], col: &mut Collector, counts: &mut Counts) -> Parsed<(usize,
     ws(s, &mut i)?;
     let start = i;
     let mut by_serde = 0;
-    let ev = match event(s, &mut i) {
-        Ok(ev) => Some(ev),
+    // Built in place: an event is a few hundred bytes, moved for nothing
+    // otherwise.
+    let mut ev = RawEvent::default();
+    let is_event = match event(s, &mut i, &mut ev) {
+        Ok(()) => true,
         Err(Stop::More) => return Err(Stop::More),
         Err(Stop::Unsure) => {
             by_serde = 1;
@@ -242,14 +245,20 @@ fn element(s: &[u8], col: &mut Collector, counts: &mut Counts) -> Parsed<(usize,
             i = start;
             value_end(s, &mut i)?;
             let mut de = serde_json::Deserializer::from_slice(&s[start..i]);
-            let ev = EventSeed.deserialize(&mut de).map_err(|_| Stop::Unsure)?;
+            let parsed = EventSeed.deserialize(&mut de).map_err(|_| Stop::Unsure)?;
             de.end().map_err(|_| Stop::Unsure)?;
-            ev
+            match parsed {
+                Some(parsed) => {
+                    ev = parsed;
+                    true
+                }
+                None => false,
+            }
         }
     };
     let more = separator(s, &mut i, b']')?;
-    if let Some(ev) = ev {
-        col.push(ev);
+    if is_event {
+        col.push(&ev);
     }
     counts.events += 1;
     counts.by_serde += by_serde;
@@ -697,16 +706,16 @@ fn string_end(s: &[u8], i: &mut usize) -> Parsed<()> {
     }
 }
 
-/// One trace event (an object at `*i`) as [`EventSeed`] reads it.
-fn event<'s>(s: &'s [u8], i: &mut usize) -> Parsed<RawEvent<'s>> {
+/// One trace event (an object at `*i`) as [`EventSeed`] reads it, into
+/// `ev` (a default one).
+fn event<'s>(s: &'s [u8], i: &mut usize, ev: &mut RawEvent<'s>) -> Parsed<()> {
     if s[*i] != b'{' {
         return Err(Stop::Unsure);
     }
     *i += 1;
-    let mut ev = RawEvent::default();
     if ws(s, i)? == b'}' {
         *i += 1;
-        return Ok(ev);
+        return Ok(());
     }
     loop {
         match key(s, i)? {
@@ -735,7 +744,7 @@ fn event<'s>(s: &'s [u8], i: &mut usize) -> Parsed<RawEvent<'s>> {
             _ => skip_value(s, i)?,
         }
         if !separator(s, i, b'}')? {
-            return Ok(ev);
+            return Ok(());
         }
     }
 }
