@@ -1,8 +1,10 @@
 //! One criterion group per input shape of issue 16's benchmark set
 //! (`scripts/bench_inputs.sh` makes the 1M-entry / 300 MB versions of the
 //! same shapes for whole-process timing). Each group times reading the file
-//! as `memcut analyze` reads it (a second thread reading ahead, inflating
-//! gzip there) and the whole analysis after it.
+//! as `memcut analyze` reads it (`read_file`: a second thread reading ahead,
+//! inflating gzip there; Chrome traces streamed) and the whole analysis
+//! after it. `formats::chrome`'s `streaming` tests check that the trace
+//! shapes stay on the streaming path.
 //!
 //! `cargo bench --bench shapes` (CI only compiles it, via clippy --all-targets).
 //!
@@ -22,7 +24,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use memcut::internals::{analyze_trace, read_trace_ahead};
+use memcut::internals::{analyze_trace, read_file};
 use memcut::{AnalyzeOptions, Limits, SourceInfo};
 
 enum Keep {
@@ -103,7 +105,9 @@ const SHAPES: &[(&str, Source, Keep)] = &[
     ),
 ];
 
-fn load(path: &Path, keep: &Keep) -> Vec<u8> {
+/// The file to read: the shape's own, or an inflated copy of it in a
+/// temporary file (kept alive by the second value).
+fn load(path: &Path, keep: &Keep) -> (PathBuf, u64, Option<tempfile::NamedTempFile>) {
     let raw = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     match keep {
         Keep::Inflated if raw.starts_with(&[0x1f, 0x8b]) => {
@@ -111,9 +115,11 @@ fn load(path: &Path, keep: &Keep) -> Vec<u8> {
             flate2::read::MultiGzDecoder::new(&raw[..])
                 .read_to_end(&mut out)
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            out
+            let mut file = tempfile::NamedTempFile::new().expect("a temporary file");
+            std::io::Write::write_all(&mut file, &out).expect("written");
+            (file.path().to_path_buf(), out.len() as u64, Some(file))
         }
-        _ => raw,
+        _ => (path.to_path_buf(), raw.len() as u64, None),
     }
 }
 
@@ -125,12 +131,12 @@ fn shapes(c: &mut Criterion) {
             eprintln!("{name}: skipped (no corpus; set MEMCUT_CORPUS)");
             continue;
         };
-        let bytes = load(&path, keep);
-        let read = || read_trace_ahead(black_box(&bytes[..]), &limits).expect("a shape parses");
-        let source = SourceInfo::new(path.display().to_string(), "", bytes.len() as u64);
+        let (file, size, _keep) = load(&path, keep);
+        let read = || read_file(black_box(&file), &limits).expect("a shape parses");
+        let source = SourceInfo::new(path.display().to_string(), "", size);
         let mut g = c.benchmark_group(*name);
         g.sample_size(10);
-        g.throughput(Throughput::Bytes(bytes.len() as u64));
+        g.throughput(Throughput::Bytes(size));
         g.bench_function("read", |b| b.iter(read));
         g.bench_function("read+analyze", |b| {
             b.iter(|| analyze_trace(&read(), source.clone(), &options))

@@ -167,8 +167,8 @@ fn parse_one_event<'a>(
 }
 
 /// Parses the events of an array whose `[` is just before `pos`.
-fn recover_events<'a>(
-    b: &'a [u8],
+fn recover_events(
+    b: &[u8],
     mut pos: usize,
     col: &mut Collector,
     stats: &mut RecoveryStats,
@@ -235,8 +235,8 @@ fn recover_events<'a>(
 
 /// The recovery pass; `first_err` is the fast path's error, reported when
 /// nothing can be recovered.
-pub(super) fn recover<'a>(
-    b: &'a [u8],
+pub(super) fn recover(
+    b: &[u8],
     first_err: &JsonErrorAt,
     diagnostics: &mut Vec<Diagnostic>,
 ) -> Result<Collected, ReadError> {
