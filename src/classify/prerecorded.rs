@@ -344,6 +344,19 @@ fn split_lump(
             &mut rest,
         );
     }
+    // Only whole: part of a workspace is no evidence of one.
+    if let Some(ws) = evidence
+        .cublas_workspace
+        .as_ref()
+        .filter(|w| w.bytes <= rest)
+    {
+        take(
+            ws.bytes,
+            class(Category::Temporary, Builtin::InferredCublasWorkspace),
+            ws.from.clone(),
+            &mut rest,
+        );
+    }
     if rest > 0 {
         parts.push((
             rest,
