@@ -58,6 +58,11 @@ pub(super) fn infer(
     replay: &mut Replay,
     classes: &mut Vec<Classification>,
 ) -> Vec<Inference> {
+    // Nothing existed before recording: no evidence to gather (passes over
+    // every event saved).
+    if replay.intervals.iter().all(|i| i.origin == Origin::Traced) {
+        return Vec::new();
+    }
     let evidence = Evidence::gather(ctx, replay, classes);
     if std::env::var_os("MEMCUT_DEBUG_EVIDENCE").is_some() {
         eprintln!("{}: {evidence:#?}", ctx.device.device);
