@@ -56,9 +56,25 @@ const MAX_DEPTH: u32 = 100;
 /// its first byte). `None`: not read here (see the module doc); the
 /// caller reads the input again the plain way.
 ///
-/// Speed (whole process, `memcut analyze -f json`, medians of 5, side by
-/// side against the plain path on the same machine): see the report of
-/// issue 16 and `benches/shapes.rs`.
+/// Measured whole-process, `memcut analyze -f json FILE`, release build,
+/// medians of 5 runs taken side by side (A B A B) against the binary of
+/// main before this reader (whole buffer, strict `serde_json`), on the
+/// inputs of `scripts/bench_inputs.sh`, 2 cores shared with other jobs
+/// (2026-12-03; together with the attribution and classify changes of the
+/// same branch):
+///
+/// | input | CPU | wall | peak RSS |
+/// |---|---|---|---|
+/// | trace-owlv2.json (335 MB, TraceLens) | 1.89 s -> 1.15 s (0.62x) | 2.78 s -> 1.60 s | 379 -> 56 MB |
+/// | trace-adamw.json (304 MB, CPU profiler) | 1.91 s -> 1.18 s (0.66x) | 2.74 s -> 1.73 s | 370 -> 78 MB |
+/// | trace-resnet50.json (317 MB, Kineto 2021) | 1.27 s -> 0.68 s (0.55x) | 1.34 s -> 0.91 s | 348 -> 45 MB |
+/// | trace-owlv2.json.gz (18 MB) | 1.88 s -> 1.17 s (0.62x) | 2.85 s -> 1.60 s | 379 -> 57 MB |
+///
+/// Against `python scripts/trace_peak.py` (`json.load` + the largest
+/// `Total Allocated`) on trace-owlv2.json: 13.1 s vs 1.72 s wall (7.7x),
+/// 1476 MB vs 56 MB. The `.json.gz` is still 1.28x `zcat FILE > /dev/null`
+/// (1.93 s vs 1.50 s wall): this scan, not the inflate on the other
+/// thread, is the slower of the two.
 pub(super) fn read_streamed(reader: &mut dyn BufRead) -> Option<Result<Trace, ReadError>> {
     read_counted(reader).map(|(trace, _)| trace)
 }
