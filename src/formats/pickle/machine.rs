@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::io::BufRead;
 use std::rc::{Rc, Weak};
 
-use super::fast::{GetRunHints, TracebackLists};
+use super::fast::{GetRunHints, Scratch, TracebackLists};
 use super::memo::Memo;
 use super::opcodes::{self, op, op_name, refused_name, unsupported_name};
 use super::teardown::{dismantle, dismantle_all, drain_work};
@@ -91,6 +91,8 @@ pub(super) struct Parser<'a, R> {
     work: Vec<Value>,
     /// The fast paths' answers for tracebacks.
     pub(super) tracebacks: TracebackLists,
+    /// The fast paths' scratch.
+    pub(super) scratch: Scratch,
     /// Whether the hook opened the door to the fast paths ([`Hook::fast`]).
     fast: bool,
     /// The stack grew past [`MAX_STACK`] values.
@@ -120,6 +122,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
             memo: Memo::default(),
             work: Vec::new(),
             tracebacks: TracebackLists::new(hints),
+            scratch: Scratch::default(),
         }
     }
 
