@@ -9,7 +9,7 @@ use std::io::BufRead;
 use std::rc::{Rc, Weak};
 
 use super::fast::{GetRunHints, Scratch, TracebackLists};
-use super::memo::Memo;
+use super::memo::{Got, Memo};
 use super::opcodes::{self, op, op_name, refused_name, unsupported_name};
 use super::teardown::{dismantle, dismantle_all, drain_work};
 use super::value::{DictRc, ListRc};
@@ -131,8 +131,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
     pub(super) fn into_held(mut self) -> Vec<Value> {
         self.stack
             .drain(..)
-            .chain(self.memo.dense.drain(..).flatten())
-            .chain(self.memo.sparse.drain().map(|(_, v)| v))
+            .chain(self.memo.take_values())
             .filter(Value::is_container)
             .collect()
     }
@@ -215,8 +214,13 @@ impl<'a, R: BufRead> Parser<'a, R> {
     #[inline(always)]
     fn memo_get(&mut self, idx: u32, name: &str) -> PResult<()> {
         let pos = self.stack.len();
-        let Some(v) = self.memo.get(idx) else {
-            return self.err(format!("{name}: memo index {idx} not found"));
+        let v = match self.memo.get(idx) {
+            Some(Got::Handle(h)) => {
+                push!(self, Value::Handle(h));
+                return Ok(());
+            }
+            Some(Got::Value(v)) => v,
+            None => return self.err(format!("{name}: memo index {idx} not found")),
         };
         // One arm per common variant, each pushing a value built in place: a
         // generic `clone()` goes through a stack temporary whose partial

@@ -31,10 +31,8 @@ use std::cell::RefCell;
 use std::io::BufRead;
 use std::rc::Rc;
 
-use rustc_hash::FxHashMap;
-
 use super::machine::{push, PResult, Parser, NO_MEMO};
-use super::memo::Memo;
+use super::memo::{Got, Memo};
 use super::opcodes::{self, op, Scalar};
 use super::value::ListRc;
 use super::{Handle, Hook, Value};
@@ -243,7 +241,6 @@ impl<R: BufRead> Parser<'_, R> {
         let put = put.and_then(|()| {
             put_all(
                 &mut self.memo,
-                &mut self.scratch.strings,
                 first,
                 &self.win.rest()[start..],
                 &self.scratch.puts,
@@ -312,8 +309,6 @@ pub(super) struct Scratch {
     /// record's items refer to them while the hook reads them, and the hook
     /// may change them (as it changes the list the opcodes build).
     lists: Vec<ListRc>,
-    /// Strings put in the memo, shared by their bytes.
-    strings: MemoStrings,
 }
 
 impl Scratch {
@@ -322,38 +317,6 @@ impl Scratch {
         while self.lists.len() < MAX_RECORD_ITEMS / 2 {
             self.lists.push(Rc::new(RefCell::new(Vec::new())));
         }
-    }
-}
-
-/// The strings that fast paths put in the memo, one `Rc` per distinct
-/// string: a snapshot's memo holds a string per occurrence (a frame's
-/// name spelled out in each traceback, `compile_context: 'N/A'` in each
-/// entry), and sharing them keeps the memo to its slots. The memo's values
-/// are the same either way (strings compare by content). Bounded: past
-/// [`MemoStrings::MAX`] strings or bytes it starts over.
-#[derive(Default)]
-struct MemoStrings {
-    by_bytes: FxHashMap<Box<[u8]>, Rc<Box<str>>>,
-    bytes: usize,
-}
-
-impl MemoStrings {
-    const MAX: usize = 1 << 16;
-    const MAX_BYTES: usize = 16 << 20;
-
-    /// The string of the UTF-8 `bytes` (`None` if they are not).
-    fn get(&mut self, bytes: &[u8]) -> Option<Value> {
-        if let Some(s) = self.by_bytes.get(bytes) {
-            return Some(Value::Str(Rc::clone(s)));
-        }
-        let s: Rc<Box<str>> = Rc::new(Box::from(std::str::from_utf8(bytes).ok()?));
-        if self.by_bytes.len() >= Self::MAX || self.bytes >= Self::MAX_BYTES {
-            self.by_bytes.clear();
-            self.bytes = 0;
-        }
-        self.bytes += bytes.len();
-        self.by_bytes.insert(bytes.into(), Rc::clone(&s));
-        Some(Value::Str(s))
     }
 }
 
@@ -452,15 +415,19 @@ fn scan_record<'b: 'x, 'm: 'x, 'x>(
         let item = match code {
             op::BINGET | op::LONG_BINGET => {
                 match memo.get(opcodes::memo_index(code, buf, &mut i)?)? {
-                    Value::Str(s) => Item::Str(s),
-                    _ if key => return None,
-                    Value::Int(v) => Item::Int(*v),
-                    Value::Handle(h) => Item::Handle(*h),
-                    Value::Float(f) => Item::Float(*f),
-                    Value::Bool(b) => Item::Bool(*b),
-                    Value::None => Item::None,
-                    Value::List(l) if lists.is_some() => Item::List(l),
-                    _ => return None,
+                    Got::Handle(_) if key => return None,
+                    Got::Handle(h) => Item::Handle(h),
+                    Got::Value(v) => match v {
+                        Value::Str(s) => Item::Str(s),
+                        _ if key => return None,
+                        Value::Int(v) => Item::Int(*v),
+                        Value::Handle(h) => Item::Handle(*h),
+                        Value::Float(f) => Item::Float(*f),
+                        Value::Bool(b) => Item::Bool(*b),
+                        Value::None => Item::None,
+                        Value::List(l) if lists.is_some() => Item::List(l),
+                        _ => return None,
+                    },
                 }
             }
             op::SHORT_BINUNICODE => {
@@ -486,7 +453,6 @@ fn scan_record<'b: 'x, 'm: 'x, 'x>(
 /// [`Parser::restore_lowered`] for the last list lowered before).
 fn put_all(
     memo: &mut Memo,
-    strings: &mut MemoStrings,
     first: u32,
     buf: &[u8],
     puts: &[Put],
@@ -494,14 +460,12 @@ fn put_all(
     max_memo: usize,
 ) -> Result<(), String> {
     for (j, p) in puts.iter().enumerate() {
-        let v = match *p {
-            Put::Str { at, len } => strings
-                .get(&buf[at..at + len])
-                .ok_or("a string the fast path checked is not UTF-8")?,
-            Put::Handle(h) => Value::Handle(h),
-            Put::List(k) => Value::List(Rc::clone(&lists[k])),
-        };
-        memo.put(first + j as u32, v, max_memo)?;
+        let idx = first + j as u32;
+        match *p {
+            Put::Str { at, len } => memo.put_str(idx, &buf[at..at + len], max_memo)?,
+            Put::Handle(h) => drop(memo.put(idx, Value::Handle(h), max_memo)?),
+            Put::List(k) => drop(memo.put(idx, Value::List(Rc::clone(&lists[k])), max_memo)?),
+        }
     }
     Ok(())
 }

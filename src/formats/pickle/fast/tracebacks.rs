@@ -157,10 +157,10 @@ impl TracebackLists {
                 // A frame fetched from the memo (one spelled out before).
                 code @ (op::BINGET | op::LONG_BINGET) => {
                     i += 1;
-                    match memo.get(opcodes::memo_index(code, buf, &mut i)?)? {
-                        Value::Handle(h) => self.handles.push(Value::Handle(*h)),
-                        _ => return None,
-                    }
+                    let h = memo
+                        .get(opcodes::memo_index(code, buf, &mut i)?)?
+                        .handle()?;
+                    self.handles.push(Value::Handle(h));
                     continue;
                 }
                 op::APPENDS if i > first => break,
@@ -196,10 +196,10 @@ impl TracebackLists {
         let mut j = 0;
         while let Some(&code) = gets.get(j) {
             j += 1;
-            match memo.get(opcodes::memo_index(code, gets, &mut j)?)? {
-                Value::Handle(h) => self.handles.push(Value::Handle(*h)),
-                _ => return None,
-            }
+            let h = memo
+                .get(opcodes::memo_index(code, gets, &mut j)?)?
+                .handle()?;
+            self.handles.push(Value::Handle(h));
         }
         match hook.on_list_items(&self.handles) {
             Ok(Some(Value::Handle(h))) => Some(h),
@@ -377,7 +377,6 @@ impl<R: BufRead> Parser<'_, R> {
             }
             let put = put_all(
                 &mut self.memo,
-                &mut self.scratch.strings,
                 count as u32,
                 self.win.rest(),
                 &self.scratch.puts,
