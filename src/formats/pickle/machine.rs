@@ -219,6 +219,11 @@ impl<'a, R: BufRead> Parser<'a, R> {
                 push!(self, Value::Handle(h));
                 return Ok(());
             }
+            Some(Got::Str(s)) => {
+                let s = Rc::clone(s);
+                push!(self, Value::Str(s));
+                return Ok(());
+            }
             Some(Got::Value(v)) => v,
             None => return self.err(format!("{name}: memo index {idx} not found")),
         };

@@ -40,6 +40,7 @@ const _: () = assert!(std::mem::size_of::<Slot>() == 8);
 /// a reference to the value.
 pub(super) enum Got<'a> {
     Handle(Handle),
+    Str(&'a Rc<Box<str>>),
     Value(&'a Value),
 }
 
@@ -48,7 +49,7 @@ impl Got<'_> {
     pub(super) fn handle(&self) -> Option<Handle> {
         match *self {
             Got::Handle(h) | Got::Value(&Value::Handle(h)) => Some(h),
-            Got::Value(_) => None,
+            Got::Str(_) | Got::Value(_) => None,
         }
     }
 }
@@ -62,8 +63,8 @@ pub(super) struct Memo {
     /// its index in `free`.
     values: Vec<Value>,
     free: Vec<u32>,
-    /// The strings of [`Slot::Str`]s, each a `Value::Str`.
-    strs: Vec<Value>,
+    /// The strings of [`Slot::Str`]s.
+    strs: Vec<Rc<Box<str>>>,
     /// Indices in `strs` by the string's bytes (bounded: see [`Memo::put_str`]).
     str_ids: FxHashMap<Box<[u8]>, u32>,
     str_id_bytes: usize,
@@ -83,6 +84,7 @@ impl Memo {
     const MAX_STR_IDS: usize = 1 << 16;
     const MAX_STR_ID_BYTES: usize = 16 << 20;
 
+    #[inline(always)]
     fn slot(&self, idx: u32) -> Option<Slot> {
         match self.dense.get(idx as usize) {
             Some(Slot::Empty) | None if self.sparse.is_empty() => None,
@@ -91,13 +93,25 @@ impl Memo {
         }
     }
 
+    #[inline(always)]
     pub(super) fn get(&self, idx: u32) -> Option<Got<'_>> {
-        Some(match self.slot(idx)? {
-            Slot::Handle(h) => Got::Handle(h),
-            Slot::Str(i) => Got::Value(&self.strs[i as usize]),
-            Slot::Value(i) => Got::Value(&self.values[i as usize]),
-            Slot::Empty => return None,
-        })
+        match self.dense.get(idx as usize) {
+            Some(&Slot::Value(i)) => self.values.get(i as usize).map(Got::Value),
+            Some(&Slot::Handle(h)) => Some(Got::Handle(h)),
+            Some(&Slot::Str(i)) => self.strs.get(i as usize).map(Got::Str),
+            _ => self.get_sparse(idx),
+        }
+    }
+
+    /// [`Memo::get`] of a slot not in `dense`.
+    #[cold]
+    fn get_sparse(&self, idx: u32) -> Option<Got<'_>> {
+        match *self.sparse.get(&idx)? {
+            Slot::Handle(h) => Some(Got::Handle(h)),
+            Slot::Str(i) => self.strs.get(i as usize).map(Got::Str),
+            Slot::Value(i) => self.values.get(i as usize).map(Got::Value),
+            Slot::Empty => None,
+        }
     }
 
     /// The value at `idx`, as a `Value`.
@@ -105,11 +119,13 @@ impl Memo {
     pub(super) fn value(&self, idx: u32) -> Option<Value> {
         Some(match self.get(idx)? {
             Got::Handle(h) => Value::Handle(h),
+            Got::Str(s) => Value::Str(Rc::clone(s)),
             Got::Value(v) => v.clone(),
         })
     }
 
     /// Stores `v` at `idx`, returning the value it replaced.
+    #[inline]
     pub(super) fn put(
         &mut self,
         idx: u32,
@@ -138,7 +154,7 @@ impl Memo {
                 let s = std::str::from_utf8(bytes)
                     .map_err(|_| "a string the fast path checked is not UTF-8")?;
                 let id = u32::try_from(self.strs.len()).map_err(|_| "memo is full")?;
-                self.strs.push(Value::Str(Rc::new(Box::from(s))));
+                self.strs.push(Rc::new(Box::from(s)));
                 if self.str_ids.len() >= Self::MAX_STR_IDS
                     || self.str_id_bytes >= Self::MAX_STR_ID_BYTES
                 {
@@ -157,7 +173,23 @@ impl Memo {
         self.put_slot(idx, Slot::Str(id), max_memo).map(drop)
     }
 
+    /// Stores the handle `h` at `idx` (a fast path's put).
+    #[inline]
+    pub(super) fn put_handle(
+        &mut self,
+        idx: u32,
+        h: Handle,
+        max_memo: usize,
+    ) -> Result<(), String> {
+        let i = idx as usize;
+        if i >= self.dense.len() && i >= max_memo {
+            return Err(format!("memo index {idx} exceeds the limit of {max_memo}"));
+        }
+        self.put_slot(idx, Slot::Handle(h), max_memo).map(drop)
+    }
+
     /// `v` as a slot: a handle in place, anything else in `values`.
+    #[inline]
     fn store(&mut self, v: Value) -> Slot {
         match v {
             Value::Handle(h) => Slot::Handle(h),
@@ -181,7 +213,7 @@ impl Memo {
         match old {
             Slot::Empty => None,
             Slot::Handle(h) => Some(Value::Handle(h)),
-            Slot::Str(i) => Some(self.strs[i as usize].clone()),
+            Slot::Str(i) => Some(Value::Str(Rc::clone(&self.strs[i as usize]))),
             Slot::Value(i) => {
                 self.free.push(i);
                 Some(std::mem::replace(&mut self.values[i as usize], Value::None))
@@ -189,8 +221,15 @@ impl Memo {
         }
     }
 
+    #[inline]
     fn put_slot(&mut self, idx: u32, new: Slot, max_memo: usize) -> Result<Option<Value>, String> {
         let i = idx as usize;
+        if i == self.dense.len() && self.sparse.is_empty() {
+            // The next slot (what `MEMOIZE` and the fast paths fill).
+            self.count_one(max_memo)?;
+            self.dense.push(new);
+            return Ok(None);
+        }
         if i < self.dense.len() {
             let old = std::mem::replace(&mut self.dense[i], new);
             let old = match old {
@@ -244,7 +283,7 @@ impl Memo {
         match slot {
             Slot::Empty => false,
             Slot::Handle(h) => test(&Value::Handle(h)),
-            Slot::Str(i) => test(&self.strs[i as usize]),
+            Slot::Str(i) => test(&Value::Str(Rc::clone(&self.strs[i as usize]))),
             Slot::Value(i) => test(&self.values[i as usize]),
         }
     }

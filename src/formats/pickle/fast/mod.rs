@@ -225,13 +225,16 @@ impl<R: BufRead> Parser<'_, R> {
         });
         let Some((consumed, lowered)) = lowered else {
             // Lists handed to the hook may have been changed by it.
-            self.scratch.lists.drain(..used);
+            self.scratch.forget_lists(used);
             return Ok(false);
         };
         // The dict's own slot comes before those of the record's opcodes.
         let max = self.limits.max_memo;
         let count = self.memo.count as u32;
         let put = match &lowered {
+            RecordAnswer::Whole(Value::Handle(h)) if own_slot == 1 => {
+                self.memo.put_handle(count, *h, max)
+            }
             RecordAnswer::Whole(v) if own_slot == 1 => {
                 self.memo.put(count, v.clone(), max).map(drop)
             }
@@ -248,7 +251,7 @@ impl<R: BufRead> Parser<'_, R> {
                 max,
             )
         });
-        self.scratch.lists.drain(..used);
+        self.scratch.forget_lists(used);
         if let Err(m) = put {
             // Unreachable: the room was checked above.
             return self.err(m);
@@ -312,7 +315,16 @@ pub(super) struct Scratch {
 }
 
 impl Scratch {
+    /// Drops the first `used` lists of the pool (handed out).
+    #[inline]
+    fn forget_lists(&mut self, used: usize) {
+        if used > 0 {
+            self.lists.drain(..used);
+        }
+    }
+
     /// Tops the pool of empty lists up to what a record may use.
+    #[inline]
     fn refill_lists(&mut self) {
         while self.lists.len() < MAX_RECORD_ITEMS / 2 {
             self.lists.push(Rc::new(RefCell::new(Vec::new())));
@@ -415,6 +427,7 @@ fn scan_record<'b: 'x, 'm: 'x, 'x>(
         let item = match code {
             op::BINGET | op::LONG_BINGET => {
                 match memo.get(opcodes::memo_index(code, buf, &mut i)?)? {
+                    Got::Str(s) => Item::Str(s),
                     Got::Handle(_) if key => return None,
                     Got::Handle(h) => Item::Handle(h),
                     Got::Value(v) => match v {
@@ -463,7 +476,7 @@ fn put_all(
         let idx = first + j as u32;
         match *p {
             Put::Str { at, len } => memo.put_str(idx, &buf[at..at + len], max_memo)?,
-            Put::Handle(h) => drop(memo.put(idx, Value::Handle(h), max_memo)?),
+            Put::Handle(h) => memo.put_handle(idx, h, max_memo)?,
             Put::List(k) => drop(memo.put(idx, Value::List(Rc::clone(&lists[k])), max_memo)?),
         }
     }

@@ -210,7 +210,7 @@ impl TracebackLists {
 
 /// The index of the `APPENDS` ending the run of memo gets (at least one)
 /// that starts at `buf[first]`, or `None` if the bytes there are not one.
-#[inline]
+#[inline(always)]
 fn gets_end(buf: &[u8], first: usize) -> Option<usize> {
     let mut i = first;
     loop {
