@@ -22,10 +22,21 @@
 //! | traceback (`tracebacks.rs`) | `MARK` on an empty list, or inside a record | ~40 memo lookups and pushes: the answer for the same gets' bytes is reused | all three off (the plain path): 2.7× the CPU time, 3.1× the wall time |
 //! | run hints ([`GetRunFinder`]) | a traceback the read-ahead thread found | even the look at the gets' bytes: the answer for the run's id is reused | 1.14× the CPU time |
 //!
+//! | inline traceback (`TracebackLists::lower_inline`) | a traceback whose frames are spelled out (`EMPTY_DICT MEMOIZE MARK` per frame: `_profile_to_snapshot`, a frame's first use) | the frames' dicts and the record around them, interpreted opcode by opcode | `_profile_to_snapshot` shape: 3.1× the CPU time, 4.9× the peak RSS |
+//! | empty and fetched lists ([`Item::List`]) | `frames: []`, or a frames list fetched from the memo | the record, interpreted opcode by opcode | unshared-frames shape: 1.6× the CPU time, 1.4× the peak RSS |
+//!
 //! Measured whole-process on `big.pickle` (147 MB, 1M entries; `memcut
 //! analyze big.pickle -f json -o /dev/null`, medians of 5, each way against
 //! all fast paths on, on a 2-core machine shared with a build), with the
-//! paths switched off one at a time in a build made for it.
+//! paths switched off one at a time in a build made for it. The last two
+//! rows: the issue-16 inputs of `scripts/bench_inputs.sh`
+//! (`snap-profile.pickle` 248 MB, `snap-unshared.pickle` 96 MB), the
+//! same command before (main at 7f43711) and after, medians of 5, A B A B
+//! on the shared 2-core machine; the 8-byte memo slots (`memo.rs`) are in
+//! the after figures (profile shape: 727 → 149 MiB peak; unshared: 273 →
+//! 201 MiB; on big.pickle the whole-record path runs ~1% fewer
+//! instructions than before the change, the process 5% more, under
+//! `valgrind --tool=callgrind`).
 
 use std::cell::RefCell;
 use std::io::BufRead;
