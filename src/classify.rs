@@ -130,6 +130,7 @@ macro_rules! builtin_rules {
                         | Builtin::InferredGradientKept
                         | Builtin::InferredOptimizerState
                         | Builtin::InferredKvCachePool
+                        | Builtin::InferredCublasWorkspace
                         | Builtin::InferredWeightsForwardOnly
                         | Builtin::InferredParameterUpdatedLast
                         | Builtin::InferredOptimizerStateUpdatedFirst
@@ -215,6 +216,9 @@ builtin_rules! {
     InferredOptimizerState = "inferred_optimizer_state_per_parameter",
     /// Existed before recording: the KV-cache pool cache-writing operators write into.
     InferredKvCachePool = "inferred_kv_cache_pool_from_cache_writes",
+    /// Existed before recording: PyTorch's cuBLAS workspace for the device's
+    /// compute capability, in a trace that runs matrix multiplies.
+    InferredCublasWorkspace = "inferred_cublas_workspace_default_size",
     /// Existed before recording and alive to the end of a forward-only history.
     InferredWeightsForwardOnly = "inferred_weights_alive_through_forward_only_history",
     /// Existed before recording, updated in place by the optimizer step

@@ -274,6 +274,10 @@ pub struct DeviceTrace {
     pub segments_show_reserved: bool,
     /// Total device memory when the file says (Kineto `deviceProperties`).
     pub capacity_bytes: Option<u64>,
+    /// An NVIDIA device's compute capability (major, minor) when the file
+    /// says (Kineto `deviceProperties`: `computeMajor`, `computeMinor`);
+    /// `None` for AMD devices, whose numbers mean something else.
+    pub compute_capability: Option<(u32, u32)>,
     /// Per event (same length as `events`), the operator call it happened
     /// in, for formats that record operator boundaries (Chrome traces);
     /// empty otherwise.

@@ -7,12 +7,13 @@ use std::path::{Path, PathBuf};
 
 use crate::classify::{parse_rules, RulesError, UserRule};
 use crate::error::{Error, Result};
-use crate::model::{Action, DeviceTrace, Trace};
+use crate::model::{DeviceTrace, Trace};
 use crate::plan::demand::Demand;
 use crate::plan::facts::{FactsInput, Mode, RunFacts};
 use crate::plan::levers::{parse_levers, Lever, LeversError};
 use crate::plan::pools::{Overlay, OverlayInput};
 use crate::schema::{Report, SourceInfo};
+use crate::timeline::Replay;
 use crate::{analysis, input, plan};
 
 /// Everything `memcut analyze` can be told (`AnalyzeOptions::default()`,
@@ -89,7 +90,7 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
                 .iter()
                 .zip(&selected)
                 .map(|(d, device)| {
-                    if !may_get_a_plan(device, &options.plan) {
+                    if !may_get_a_plan(device, &d.timeline.replay, &options.plan) {
                         return None;
                     }
                     let input = FactsInput {
@@ -128,11 +129,11 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
 /// the device's memory, or an OOM event (whose free bytes may say it).
 /// Without one no plan is made, so the planner's evidence is not gathered
 /// (about a fifth of `analyze`'s CPU time on a 1M-entry snapshot).
-fn may_get_a_plan(device: &DeviceTrace, options: &plan::PlanOptions) -> bool {
+fn may_get_a_plan(device: &DeviceTrace, replay: &Replay, options: &plan::PlanOptions) -> bool {
     options.budget.is_some()
         || options.budget_percent_of_peak.is_some()
         || device.capacity_bytes.is_some()
-        || device.events.iter().any(|e| e.action == Action::Oom)
+        || !replay.ooms.is_empty()
 }
 
 /// Reads, parses and analyses one input. `display_path` is what the report

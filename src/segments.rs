@@ -58,6 +58,7 @@ pub fn view(
     let largest_request = largest_request(device);
     let end = replay.events;
     let mut states: Vec<(u32, u64, SegmentState)> = Vec::new();
+    let mut dumped = None;
     for instant in instants {
         let request = instant.request.unwrap_or(largest_request);
         if let Some((_, _, same)) = states
@@ -70,7 +71,8 @@ pub fn view(
         let segments = if instant.position >= end {
             dump_layout(device, replay, category)
         } else {
-            rebuilt_layout(device, replay, category, instant.position)
+            let dumped = dumped.get_or_insert_with(|| dumped_blocks(device));
+            rebuilt_layout(device, replay, category, instant.position, dumped)
         };
         let mut state = summarise(segments.0, request, segments.1);
         state.label = instant.label.clone();
@@ -169,18 +171,23 @@ fn rebuilt_layout(
     replay: &Replay,
     category: &(dyn Fn(usize) -> Category + Sync),
     position: u32,
+    dumped: &HashMap<(u64, u64), u64>,
 ) -> (Vec<SegmentMap>, u64) {
-    // The dump's block for an allocation that is still there at the end.
-    let dumped: HashMap<(u64, u64), u64> = device
+    let blocks = live_blocks(device, replay, category, position, dumped);
+    lay_out(&segments_at(device, position), blocks)
+}
+
+/// The dump's block size for each allocation still there at the end, by
+/// (address, requested size); made once for every rebuilt instant.
+fn dumped_blocks(device: &DeviceTrace) -> HashMap<(u64, u64), u64> {
+    device
         .segments
         .iter()
         .flatten()
         .flat_map(|s| &s.blocks)
         .filter(|b| b.state != BlockState::Inactive)
         .map(|b| ((b.addr, b.requested_size), b.size))
-        .collect();
-    let blocks = live_blocks(device, replay, category, position, &dumped);
-    lay_out(&segments_at(device, position), blocks)
+        .collect()
 }
 
 /// A block of an allocation: address, size, state, category.
@@ -531,7 +538,7 @@ mod tests {
         };
         let replay = crate::timeline::replay(&device);
         let cat = |_: usize| Category::Activation;
-        let (maps, unplaced) = rebuilt_layout(&device, &replay, &cat, 4);
+        let (maps, unplaced) = rebuilt_layout(&device, &replay, &cat, 4, &dumped_blocks(&device));
         assert_eq!(unplaced, 0);
         let spans: Vec<(u64, u64, BlockUse)> = maps[0]
             .blocks

@@ -70,6 +70,9 @@ pub(super) struct Evidence {
     /// to step, so they existed before recording.
     pub(super) gradients_kept: bool,
     pub(super) kv_pool: Option<KvPool>,
+    /// PyTorch's cuBLAS workspace, which a trace recorded after warm-up
+    /// holds from its first matrix multiply on (see [`cublas_workspace`]).
+    pub(super) cublas_workspace: Option<Amount>,
     /// The history has a backward pass or an optimizer step.
     pub(super) training: bool,
 }
@@ -84,9 +87,13 @@ impl Evidence {
         classes: &[Classification],
     ) -> Evidence {
         let optimizer = optimizer(ctx);
-        let gradients_kept = zero_grad_runs(ctx).is_some_and(|runs| runs.iter().all(Vec::is_empty))
+        let zero_grad = zero_grad_runs(ctx);
+        let gradients_kept = zero_grad
+            .as_ref()
+            .is_some_and(|runs| runs.iter().all(Vec::is_empty))
             || accumulated_into_existing(ctx, replay, classes);
-        let params = freed_by_zero_grad(ctx)
+        let params = zero_grad
+            .and_then(freed_by_zero_grad)
             .or_else(|| live_gradients(replay, classes))
             .or_else(|| accumulated_in_place(ctx));
         let training = ctx.training || optimizer.is_some() || has_optimizer_step(ctx);
@@ -103,9 +110,77 @@ impl Evidence {
             optimizer,
             gradients_kept,
             kv_pool,
+            cublas_workspace: cublas_workspace(ctx, replay),
             training,
         }
     }
+}
+
+/// Operators that run cuBLAS on a CUDA device (a linear layer is an
+/// `addmm` or a `matmul`).
+const CUBLAS_OPERATORS: [&str; 9] = [
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::addbmm",
+    "aten::matmul",
+    "aten::linear",
+    "aten::addmv",
+    "aten::_addmm_activation",
+];
+
+/// PyTorch's default cuBLAS workspace for a compute capability
+/// (`parseChosenWorkspaceSize` in aten/src/ATen/cuda/CublasHandlePool.cpp,
+/// `CUBLAS_WORKSPACE_CONFIG` unset): `:4096:8` (32 MiB) on 9.0 (Hopper),
+/// `:4096:2:16:8` (8 MiB + 128 KiB) before it. Newer architectures are left
+/// out: their default differs between versions.
+fn default_cublas_workspace(capability: (u32, u32)) -> Option<u64> {
+    match capability {
+        (9, 0) => Some(4096 * 1024 * 8),
+        (major, _) if major < 9 => Some(4096 * 1024 * 2 + 16 * 1024 * 8),
+        _ => None,
+    }
+}
+
+/// The cuBLAS workspace, when the memory from before recording should hold
+/// it: since PyTorch 2.3 the first matrix multiply on a (cuBLAS handle,
+/// stream) allocates one through the caching allocator and keeps it for
+/// the life of the process, so a trace recorded after warm-up starts with
+/// it and no event names it. Inferred for a CUDA device whose compute
+/// capability the trace states, in a trace that runs cuBLAS operators and
+/// allocates no block of the workspace's size that stays to the end (a
+/// trace recorded from a cold start shows the workspace allocated); one
+/// workspace (one handle and stream) is counted.
+fn cublas_workspace(ctx: &Context<'_>, replay: &Replay) -> Option<Amount> {
+    let bytes = default_cublas_workspace(ctx.device.compute_capability?)?;
+    // The operator list is the whole trace's: it speaks for its only accelerator.
+    if !ctx.shapes_apply || !ctx.device.device.starts_with("cuda") {
+        return None;
+    }
+    let calls: u64 = ctx
+        .trace
+        .run
+        .operators
+        .iter()
+        .filter(|(name, _)| CUBLAS_OPERATORS.contains(&name.as_str()))
+        .map(|(_, n)| n)
+        .sum();
+    let allocated_while_recording = replay
+        .intervals
+        .iter()
+        .any(|i| i.origin == Origin::Traced && i.size == bytes && i.end == replay.positions());
+    if calls == 0 || allocated_while_recording {
+        return None;
+    }
+    let (major, minor) = ctx.device.compute_capability?;
+    Some(Amount {
+        bytes,
+        from: format!(
+            "an estimate: PyTorch's default cuBLAS workspace for compute capability {major}.{minor} ({}), kept from the first matrix multiply ({calls} cuBLAS operator calls in the trace, none allocating it); CUBLAS_WORKSPACE_CONFIG changes its size, and some PyTorch versions built with CUDA 12.2+ allocate none",
+            human_bytes(bytes)
+        ),
+    })
 }
 
 /// Time ranges of the trace's annotations whose name starts with `prefix`.
@@ -126,29 +201,35 @@ fn has_optimizer_step(ctx: &Context<'_>) -> bool {
 /// trace shows no `zero_grad`.
 fn zero_grad_runs(ctx: &Context<'_>) -> Option<Vec<Vec<u64>>> {
     let calls: Vec<(f64, f64)> = ranges(ctx, "Optimizer.zero_grad").collect();
+    // Neither an annotation nor a frame names `zero_grad`: nothing to read
+    // in the events (a pass over 1M events saved).
+    if calls.is_empty() && !ctx.facts.iter().any(|f| f.zero_grad) {
+        return None;
+    }
     let find = CallFinder::new(&calls);
     let mut runs: Vec<Vec<u64>> = vec![Vec::new(); calls.len()];
     let mut by_site: Vec<Vec<u64>> = Vec::new();
     let mut open = false;
     for e in &ctx.device.events {
-        if !matches!(e.action, Action::FreeCompleted | Action::Alloc) {
-            continue;
-        }
-        let in_call = e.ts().and_then(|t| find.first_containing(t));
-        let free = e.action == Action::FreeCompleted;
-        match in_call {
-            Some(k) if free => runs[k].push(e.size),
-            _ if free && ctx.facts[e.site as usize].zero_grad => {
-                if !open {
-                    by_site.push(Vec::new());
+        match e.action {
+            // An allocation ends a run of frees by frames.
+            Action::Alloc => open = false,
+            Action::FreeCompleted => {
+                if let Some(k) = e.ts().and_then(|t| find.first_containing(t)) {
+                    runs[k].push(e.size);
+                    open = false;
+                } else if ctx.facts[e.site as usize].zero_grad {
+                    if !open {
+                        by_site.push(Vec::new());
+                    }
+                    by_site.last_mut().expect("pushed").push(e.size);
+                    open = true;
+                } else {
+                    open = false;
                 }
-                by_site.last_mut().expect("pushed").push(e.size);
-                open = true;
-                continue;
             }
             _ => {}
         }
-        open = false;
     }
     if calls.is_empty() && by_site.is_empty() {
         return None;
@@ -187,9 +268,9 @@ impl<'a> CallFinder<'a> {
 }
 
 /// Parameter sizes from the gradients one `zero_grad(set_to_none=True)`
-/// call freed (the call that freed most: every parameter with a gradient).
-fn freed_by_zero_grad(ctx: &Context<'_>) -> Option<ParamSizes> {
-    let runs = zero_grad_runs(ctx)?;
+/// call freed (the call that freed most: every parameter with a gradient),
+/// given [`zero_grad_runs`].
+fn freed_by_zero_grad(runs: Vec<Vec<u64>>) -> Option<ParamSizes> {
     let run = runs
         .into_iter()
         .max_by_key(|r| r.iter().fold(0u64, |s, &b| s.saturating_add(b)))?;

@@ -58,6 +58,11 @@ pub(super) fn infer(
     replay: &mut Replay,
     classes: &mut Vec<Classification>,
 ) -> Vec<Inference> {
+    // Nothing existed before recording: no evidence to gather (passes over
+    // every event saved).
+    if replay.intervals.iter().all(|i| i.origin == Origin::Traced) {
+        return Vec::new();
+    }
     let evidence = Evidence::gather(ctx, replay, classes);
     if std::env::var_os("MEMCUT_DEBUG_EVIDENCE").is_some() {
         eprintln!("{}: {evidence:#?}", ctx.device.device);
@@ -341,6 +346,19 @@ fn split_lump(
             want,
             class(Category::KvCache, Builtin::InferredKvCachePool),
             why,
+            &mut rest,
+        );
+    }
+    // Only whole: part of a workspace is no evidence of one.
+    if let Some(ws) = evidence
+        .cublas_workspace
+        .as_ref()
+        .filter(|w| w.bytes <= rest)
+    {
+        take(
+            ws.bytes,
+            class(Category::Temporary, Builtin::InferredCublasWorkspace),
+            ws.from.clone(),
             &mut rest,
         );
     }

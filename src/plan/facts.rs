@@ -210,8 +210,13 @@ impl Signals {
         if raw.is_empty() {
             return;
         }
-        let name = raw.replace('\\', "/");
-        let n = name.as_str();
+        // Windows paths use backslashes; the patterns are written with `/`.
+        let name: std::borrow::Cow<'_, str> = if raw.contains('\\') {
+            raw.replace('\\', "/").into()
+        } else {
+            raw.into()
+        };
+        let n = name.as_ref();
         let has = |p: &str| n.contains(p);
         self.backward.note(
             has("autograd::engine::evaluate_function")

@@ -257,10 +257,11 @@ impl Overlay {
                 None => {}
             }
         }
-        let first_after = |list: &[u32], p: u32| -> Option<u32> {
-            let i = list.partition_point(|&x| x <= p);
-            list.get(i).copied()
-        };
+        let (mut forward, mut backward, mut optimizer) = (
+            Ascending::new(&forward),
+            Ascending::new(&backward),
+            Ascending::new(&optimizer),
+        );
         let mut kept_after_a_step = false;
         for (interval, class) in replay.intervals.iter().zip(classes) {
             let (start, end, size) = (interval.start, interval.end, interval.size);
@@ -297,13 +298,15 @@ impl Overlay {
                         let held_from = if pending {
                             Some(from)
                         } else {
-                            first_after(&optimizer, from.saturating_sub(1)).filter(|&o| o < end)
+                            optimizer
+                                .first_after(from.saturating_sub(1))
+                                .filter(|&o| o < end)
                         };
                         let Some(held_from) = held_from else { break };
-                        let Some(f) = first_after(&forward, held_from).filter(|&f| f < end) else {
+                        let Some(f) = forward.first_after(held_from).filter(|&f| f < end) else {
                             break;
                         };
-                        let b = first_after(&backward, held_from).map_or(end, |b| b.min(end));
+                        let b = backward.first_after(held_from).map_or(end, |b| b.min(end));
                         if b < f {
                             // Backward read them before any forward: not held
                             // through one; look for a step after it.
@@ -324,9 +327,14 @@ impl Overlay {
             }
         }
         // Baseline intervals start at 0, before the rest: already sorted but
-        // for gradient windows, which start later than their interval.
-        enter.sort_by_key(|c| c.0);
-        leave.sort_by_key(|c| c.0);
+        // for gradient windows, which start later than their interval. The
+        // order of changes at one position does not matter (a walk adds
+        // them up), so the sorts need not be stable: an unstable sort of a
+        // few hundred thousand ends took a third of the time a stable one did.
+        if !enter.is_sorted_by_key(|c| c.0) {
+            enter.sort_unstable_by_key(|c| c.0);
+        }
+        leave.sort_unstable_by_key(|c| c.0);
         Overlay {
             enter,
             leave,
@@ -336,6 +344,38 @@ impl Overlay {
 
     pub fn is_empty(&self) -> bool {
         self.enter.is_empty()
+    }
+}
+
+/// The first position after `p` in an ascending list, for queries that
+/// mostly ascend (gradients, in allocation order, ask about their own
+/// start): galloping on from where the last query ended, from the front
+/// again when a query goes back. Binary searches over the whole list for
+/// every gradient were most of `Overlay::build` on a 1M-event snapshot.
+struct Ascending<'a> {
+    list: &'a [u32],
+    /// Every element before it is at most the last query.
+    at: usize,
+}
+
+impl<'a> Ascending<'a> {
+    fn new(list: &'a [u32]) -> Ascending<'a> {
+        Ascending { list, at: 0 }
+    }
+
+    fn first_after(&mut self, p: u32) -> Option<u32> {
+        if self.at > 0 && self.list[self.at - 1] > p {
+            self.at = 0;
+        }
+        let mut step = 1;
+        while self.at + step <= self.list.len() && self.list[self.at + step - 1] <= p {
+            self.at += step;
+            step *= 2;
+        }
+        // Past `end` everything is above `p` (the loop stopped at such an element).
+        let end = (self.at + step).min(self.list.len());
+        self.at += self.list[self.at..end].partition_point(|&x| x <= p);
+        self.list.get(self.at).copied()
     }
 }
 
@@ -369,6 +409,22 @@ impl OverlayWalk {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// Any sequence of queries gets what a binary search gives.
+        #[test]
+        fn ascending_answers_as_a_binary_search(
+            mut list in proptest::collection::vec(0u32..200, 0..60),
+            queries in proptest::collection::vec(0u32..220, 0..40),
+        ) {
+            list.sort_unstable();
+            let mut asc = Ascending::new(&list);
+            for p in queries {
+                let want = list.get(list.partition_point(|&x| x <= p)).copied();
+                proptest::prop_assert_eq!(asc.first_after(p), want);
+            }
+        }
+    }
 
     #[test]
     fn targets_parse_and_cover_their_pools() {

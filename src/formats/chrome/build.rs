@@ -269,17 +269,17 @@ fn add_devices(
         let i = trace.devices.len();
         by_name.insert(name, i);
         by_device.insert(*key, i);
-        let capacity = match key.0 {
+        let props = match key.0 {
             Some(0) => None,
-            _ => key.1.and_then(|id| {
-                info.iter()
-                    .find(|d| d.id == Some(id))
-                    .and_then(|d| d.total_memory)
-            }),
+            _ => key.1.and_then(|id| info.iter().find(|d| d.id == Some(id))),
         };
         trace.devices.push(DeviceTrace {
             device: name.clone(),
-            capacity_bytes: capacity,
+            capacity_bytes: props.and_then(|d| d.total_memory),
+            // AMD devices report a gfx version in the same fields.
+            compute_capability: props
+                .filter(|d| !looks_amd(&d.name))
+                .and_then(|d| d.compute),
             ..DeviceTrace::default()
         });
     }

@@ -49,12 +49,14 @@ impl MemRec {
     }
 }
 
-/// One entry of `deviceProperties`: id, `totalGlobalMem`, name.
+/// One entry of `deviceProperties`: id, `totalGlobalMem`, name,
+/// `computeMajor`/`computeMinor`.
 #[derive(Debug, Clone, Default)]
 pub(super) struct DeviceInfo {
     pub(super) id: Option<i64>,
     pub(super) total_memory: Option<u64>,
     pub(super) name: String,
+    pub(super) compute: Option<(u32, u32)>,
 }
 
 /// Memory events dropped while collecting, by reason.
@@ -231,6 +233,11 @@ impl<'a> Collector<'a> {
                 id: p.id.i64(),
                 total_memory: p.total_global_mem.u64(),
                 name: p.name.0.map(Cow::into_owned).unwrap_or_default(),
+                compute: p
+                    .compute_major
+                    .u64()
+                    .zip(p.compute_minor.u64())
+                    .and_then(|(a, b)| Some((u32::try_from(a).ok()?, u32::try_from(b).ok()?))),
             })
             .collect();
     }

@@ -693,6 +693,10 @@ pub(super) struct DeviceProp<'a> {
     pub(super) name: LStr<'a>,
     #[serde(default, rename = "totalGlobalMem")]
     pub(super) total_global_mem: Num,
+    #[serde(default, rename = "computeMajor")]
+    pub(super) compute_major: Num,
+    #[serde(default, rename = "computeMinor")]
+    pub(super) compute_minor: Num,
 }
 
 /// `distributedInfo`: which rank of how many (the rest is skipped). Any

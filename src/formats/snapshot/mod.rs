@@ -204,6 +204,7 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
             segments: Some(segments.unwrap_or_default()),
             segments_show_reserved: !profile_derived && !synthetic_segments,
             capacity_bytes: None,
+            compute_capability: None,
             op_calls: Vec::new(),
         });
     }
