@@ -8,8 +8,8 @@ use std::cell::RefCell;
 use std::io::BufRead;
 use std::rc::{Rc, Weak};
 
-use super::fast::{GetRunHints, TracebackLists};
-use super::memo::Memo;
+use super::fast::{GetRunHints, Scratch, TracebackLists};
+use super::memo::{Got, Memo};
 use super::opcodes::{self, op, op_name, refused_name, unsupported_name};
 use super::teardown::{dismantle, dismantle_all, drain_work};
 use super::value::{DictRc, ListRc};
@@ -91,6 +91,8 @@ pub(super) struct Parser<'a, R> {
     work: Vec<Value>,
     /// The fast paths' answers for tracebacks.
     pub(super) tracebacks: TracebackLists,
+    /// The fast paths' scratch.
+    pub(super) scratch: Scratch,
     /// Whether the hook opened the door to the fast paths ([`Hook::fast`]).
     fast: bool,
     /// The stack grew past [`MAX_STACK`] values.
@@ -120,6 +122,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
             memo: Memo::default(),
             work: Vec::new(),
             tracebacks: TracebackLists::new(hints),
+            scratch: Scratch::default(),
         }
     }
 
@@ -128,8 +131,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
     pub(super) fn into_held(mut self) -> Vec<Value> {
         self.stack
             .drain(..)
-            .chain(self.memo.dense.drain(..).flatten())
-            .chain(self.memo.sparse.drain().map(|(_, v)| v))
+            .chain(self.memo.take_values())
             .filter(Value::is_container)
             .collect()
     }
@@ -212,8 +214,18 @@ impl<'a, R: BufRead> Parser<'a, R> {
     #[inline(always)]
     fn memo_get(&mut self, idx: u32, name: &str) -> PResult<()> {
         let pos = self.stack.len();
-        let Some(v) = self.memo.get(idx) else {
-            return self.err(format!("{name}: memo index {idx} not found"));
+        let v = match self.memo.get(idx) {
+            Some(Got::Handle(h)) => {
+                push!(self, Value::Handle(h));
+                return Ok(());
+            }
+            Some(Got::Str(s)) => {
+                let s = Rc::clone(s);
+                push!(self, Value::Str(s));
+                return Ok(());
+            }
+            Some(Got::Value(v)) => v,
+            None => return self.err(format!("{name}: memo index {idx} not found")),
         };
         // One arm per common variant, each pushing a value built in place: a
         // generic `clone()` goes through a stack temporary whose partial

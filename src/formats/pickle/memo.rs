@@ -1,36 +1,132 @@
 //! The memo: dense indices (what `pickle.dump` writes, counting up from 0)
 //! in a `Vec`, sparse ones (a crafted file's) in a `HashMap`, so a hostile
 //! index never allocates up to itself.
+//!
+//! A snapshot's memo holds millions of slots (10M in a 248 MB
+//! `_profile_to_snapshot` file: a dict and a string per frame of every
+//! traceback), nearly all of them handles and strings. So a slot is a
+//! [`Slot`] of 8 bytes — a handle in place, anything else by its index in
+//! a table — rather than a 16-byte [`Value`]; and the strings the fast
+//! paths put are shared by content (a frame's name spelled out in each
+//! traceback, `compile_context: 'N/A'` in each entry): one table entry
+//! each. The memo's values are the same either way (strings compare by
+//! content, and nothing takes a string's identity).
+//! `/usr/bin/time memcut analyze snap-profile.pickle -f json -o /dev/null`
+//! (`scripts/bench_inputs.sh`'s 248 MB `_profile_to_snapshot` input):
+//! peak RSS 229 MB with 16-byte slots, 152 MB with these.
 
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use rustc_hash::FxHashMap;
+
 use super::value::{DictRc, ListRc};
-use super::Value;
+use super::{Handle, Value};
+
+/// What a memo slot holds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Slot {
+    Empty,
+    Handle(Handle),
+    /// A string of [`Memo::strs`] (shared by the slots the fast paths fill
+    /// with equal strings).
+    Str(u32),
+    /// A value of [`Memo::values`] (this slot's alone).
+    Value(u32),
+}
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 8);
+
+/// A value fetched from the memo: a handle (slots hold them in place), or
+/// a reference to the value.
+pub(super) enum Got<'a> {
+    Handle(Handle),
+    Str(&'a Rc<Box<str>>),
+    Value(&'a Value),
+}
+
+impl Got<'_> {
+    /// The handle fetched, if it is one.
+    pub(super) fn handle(&self) -> Option<Handle> {
+        match *self {
+            Got::Handle(h) | Got::Value(&Value::Handle(h)) => Some(h),
+            Got::Str(_) | Got::Value(_) => None,
+        }
+    }
+}
 
 /// The memo: values stored by `BINPUT`/`LONG_BINPUT`/`MEMOIZE` for later gets.
 #[derive(Default)]
 pub(super) struct Memo {
-    pub(super) dense: Vec<Option<Value>>,
-    pub(super) sparse: HashMap<u32, Value>,
+    pub(super) dense: Vec<Slot>,
+    pub(super) sparse: HashMap<u32, Slot>,
+    /// The values of [`Slot::Value`]s; a freed entry is `Value::None` and
+    /// its index in `free`.
+    values: Vec<Value>,
+    free: Vec<u32>,
+    /// The strings of [`Slot::Str`]s.
+    strs: Vec<Rc<Box<str>>>,
+    /// Indices in `strs` by the string's bytes (bounded: see [`Memo::put_str`]).
+    str_ids: FxHashMap<Box<[u8]>, u32>,
+    str_id_bytes: usize,
     /// Slots filled (what the next `MEMOIZE` stores to).
     pub(super) count: usize,
     /// Bumped whenever a slot that held a [`Value::Handle`] is overwritten
     /// (never, in a pickle that `pickle.dump` wrote): answers cached by the
-    /// bytes of memo gets ([`TracebackLists`]) hold only while it is unchanged.
+    /// bytes of memo gets ([`TracebackLists`](super::fast::TracebackLists))
+    /// hold only while it is unchanged.
     pub(super) handles_changed: u64,
 }
 
 impl Memo {
-    pub(super) fn get(&self, idx: u32) -> Option<&Value> {
+    /// Past this many strings, or bytes of them, the strings the fast paths
+    /// put are looked up anew (those put before stay shared), so the
+    /// lookup's memory stays bounded whatever the file.
+    const MAX_STR_IDS: usize = 1 << 16;
+    const MAX_STR_ID_BYTES: usize = 16 << 20;
+
+    #[inline(always)]
+    fn slot(&self, idx: u32) -> Option<Slot> {
         match self.dense.get(idx as usize) {
-            Some(Some(v)) => Some(v),
-            _ if self.sparse.is_empty() => None,
-            _ => self.sparse.get(&idx),
+            Some(Slot::Empty) | None if self.sparse.is_empty() => None,
+            Some(Slot::Empty) | None => self.sparse.get(&idx).copied(),
+            Some(&slot) => Some(slot),
         }
     }
 
+    #[inline(always)]
+    pub(super) fn get(&self, idx: u32) -> Option<Got<'_>> {
+        match self.dense.get(idx as usize) {
+            Some(&Slot::Value(i)) => self.values.get(i as usize).map(Got::Value),
+            Some(&Slot::Handle(h)) => Some(Got::Handle(h)),
+            Some(&Slot::Str(i)) => self.strs.get(i as usize).map(Got::Str),
+            _ => self.get_sparse(idx),
+        }
+    }
+
+    /// [`Memo::get`] of a slot not in `dense`.
+    #[cold]
+    fn get_sparse(&self, idx: u32) -> Option<Got<'_>> {
+        match *self.sparse.get(&idx)? {
+            Slot::Handle(h) => Some(Got::Handle(h)),
+            Slot::Str(i) => self.strs.get(i as usize).map(Got::Str),
+            Slot::Value(i) => self.values.get(i as usize).map(Got::Value),
+            Slot::Empty => None,
+        }
+    }
+
+    /// The value at `idx`, as a `Value`.
+    #[cfg(test)]
+    pub(super) fn value(&self, idx: u32) -> Option<Value> {
+        Some(match self.get(idx)? {
+            Got::Handle(h) => Value::Handle(h),
+            Got::Str(s) => Value::Str(Rc::clone(s)),
+            Got::Value(v) => v.clone(),
+        })
+    }
+
     /// Stores `v` at `idx`, returning the value it replaced.
+    #[inline]
     pub(super) fn put(
         &mut self,
         idx: u32,
@@ -38,47 +134,140 @@ impl Memo {
         max_memo: usize,
     ) -> Result<Option<Value>, String> {
         let i = idx as usize;
-        if i < self.dense.len() {
-            let old = self.dense[i].replace(v);
-            let old = match old {
-                Some(o) => Some(o),
-                None if !self.sparse.is_empty() => self.sparse.remove(&idx),
-                None => None,
-            };
-            self.counted(&old, max_memo)?;
-            return Ok(old);
-        }
-        if i >= max_memo {
+        if i >= self.dense.len() && i >= max_memo {
             return Err(format!("memo index {idx} exceeds the limit of {max_memo}"));
         }
-        let len = self.dense.len();
-        if i <= len + len / 2 + 1024 {
-            // Dense enough: grow the vector.
-            let old = if self.sparse.is_empty() {
-                None
-            } else {
-                self.sparse.remove(&idx)
-            };
-            self.counted(&old, max_memo)?;
-            self.dense.resize(i, None);
-            self.dense.push(Some(v));
-            Ok(old)
-        } else {
-            let old = self.sparse.insert(idx, v);
-            self.counted(&old, max_memo)?;
-            Ok(old)
+        let slot = self.store(v);
+        self.put_slot(idx, slot, max_memo)
+    }
+
+    /// Stores the string of the UTF-8 `bytes` at `idx` (a fast path's put
+    /// of a string it decoded), shared with the equal strings put before.
+    pub(super) fn put_str(
+        &mut self,
+        idx: u32,
+        bytes: &[u8],
+        max_memo: usize,
+    ) -> Result<(), String> {
+        let id = match self.str_ids.get(bytes) {
+            Some(&id) => id,
+            None => {
+                let s = std::str::from_utf8(bytes)
+                    .map_err(|_| "a string the fast path checked is not UTF-8")?;
+                let id = u32::try_from(self.strs.len()).map_err(|_| "memo is full")?;
+                self.strs.push(Rc::new(Box::from(s)));
+                if self.str_ids.len() >= Self::MAX_STR_IDS
+                    || self.str_id_bytes >= Self::MAX_STR_ID_BYTES
+                {
+                    self.str_ids.clear();
+                    self.str_id_bytes = 0;
+                }
+                self.str_id_bytes += bytes.len();
+                self.str_ids.insert(bytes.into(), id);
+                id
+            }
+        };
+        let i = idx as usize;
+        if i >= self.dense.len() && i >= max_memo {
+            return Err(format!("memo index {idx} exceeds the limit of {max_memo}"));
+        }
+        self.put_slot(idx, Slot::Str(id), max_memo).map(drop)
+    }
+
+    /// Stores the handle `h` at `idx` (a fast path's put).
+    #[inline]
+    pub(super) fn put_handle(
+        &mut self,
+        idx: u32,
+        h: Handle,
+        max_memo: usize,
+    ) -> Result<(), String> {
+        let i = idx as usize;
+        if i >= self.dense.len() && i >= max_memo {
+            return Err(format!("memo index {idx} exceeds the limit of {max_memo}"));
+        }
+        self.put_slot(idx, Slot::Handle(h), max_memo).map(drop)
+    }
+
+    /// `v` as a slot: a handle in place, anything else in `values`.
+    #[inline]
+    fn store(&mut self, v: Value) -> Slot {
+        match v {
+            Value::Handle(h) => Slot::Handle(h),
+            v => match self.free.pop() {
+                Some(i) => {
+                    self.values[i as usize] = v;
+                    Slot::Value(i)
+                }
+                None => {
+                    // At most one value per slot: fewer than 2^32.
+                    let i = self.values.len() as u32;
+                    self.values.push(v);
+                    Slot::Value(i)
+                }
+            },
         }
     }
 
-    /// Accounts for a put that replaced `old`: a new slot, or a changed one.
-    fn counted(&mut self, old: &Option<Value>, max_memo: usize) -> Result<(), String> {
+    /// The value of a slot being replaced (its table entry freed).
+    fn release(&mut self, old: Slot) -> Option<Value> {
         match old {
-            None => self.count_one(max_memo),
-            Some(Value::Handle(_)) => {
+            Slot::Empty => None,
+            Slot::Handle(h) => Some(Value::Handle(h)),
+            Slot::Str(i) => Some(Value::Str(Rc::clone(&self.strs[i as usize]))),
+            Slot::Value(i) => {
+                self.free.push(i);
+                Some(std::mem::replace(&mut self.values[i as usize], Value::None))
+            }
+        }
+    }
+
+    #[inline]
+    fn put_slot(&mut self, idx: u32, new: Slot, max_memo: usize) -> Result<Option<Value>, String> {
+        let i = idx as usize;
+        if i == self.dense.len() && self.sparse.is_empty() {
+            // The next slot (what `MEMOIZE` and the fast paths fill).
+            self.count_one(max_memo)?;
+            self.dense.push(new);
+            return Ok(None);
+        }
+        if i < self.dense.len() {
+            let old = std::mem::replace(&mut self.dense[i], new);
+            let old = match old {
+                Slot::Empty if !self.sparse.is_empty() => {
+                    self.sparse.remove(&idx).unwrap_or(Slot::Empty)
+                }
+                old => old,
+            };
+            self.counted(old, max_memo)?;
+            return Ok(self.release(old));
+        }
+        let len = self.dense.len();
+        let old = if i <= len + len / 2 + 1024 {
+            // Dense enough: grow the vector.
+            let old = match self.sparse.is_empty() {
+                true => None,
+                false => self.sparse.remove(&idx),
+            };
+            self.dense.resize(i, Slot::Empty);
+            self.dense.push(new);
+            old.unwrap_or(Slot::Empty)
+        } else {
+            self.sparse.insert(idx, new).unwrap_or(Slot::Empty)
+        };
+        self.counted(old, max_memo)?;
+        Ok(self.release(old))
+    }
+
+    /// Accounts for a put that replaced `old`: a new slot, or a changed one.
+    fn counted(&mut self, old: Slot, max_memo: usize) -> Result<(), String> {
+        match old {
+            Slot::Empty => self.count_one(max_memo),
+            Slot::Handle(_) => {
                 self.handles_changed += 1;
                 Ok(())
             }
-            Some(_) => Ok(()),
+            _ => Ok(()),
         }
     }
 
@@ -90,43 +279,69 @@ impl Memo {
         Ok(())
     }
 
+    /// Whether the value in `slot` passes `test`.
+    fn holds(&self, slot: Slot, test: impl Fn(&Value) -> bool) -> bool {
+        match slot {
+            Slot::Empty => false,
+            Slot::Handle(h) => test(&Value::Handle(h)),
+            Slot::Str(i) => test(&Value::Str(Rc::clone(&self.strs[i as usize]))),
+            Slot::Value(i) => test(&self.values[i as usize]),
+        }
+    }
+
+    /// Replaces slot `idx` with `new` if its value passes `test`; returns
+    /// the old value.
+    fn replace_where(
+        &mut self,
+        idx: u32,
+        test: impl Fn(&Value) -> bool,
+        new: Value,
+    ) -> Option<Value> {
+        let old = self.slot(idx)?;
+        if !self.holds(old, test) {
+            return None;
+        }
+        let new = self.store(new);
+        match self.dense.get_mut(idx as usize) {
+            Some(slot) if *slot != Slot::Empty => *slot = new,
+            _ => {
+                self.sparse.insert(idx, new);
+            }
+        }
+        self.handles_changed += u64::from(matches!(old, Slot::Handle(_)));
+        self.release(old)
+    }
+
     /// Replaces slot `idx` with `new` if it still holds the list `l`; returns the old value.
     pub(super) fn replace_list(&mut self, idx: u32, l: &ListRc, new: Value) -> Option<Value> {
-        let slot = match self.dense.get_mut(idx as usize) {
-            Some(Some(v)) => v,
-            _ => self.sparse.get_mut(&idx)?,
-        };
-        match slot {
-            Value::List(x) if Rc::ptr_eq(x, l) => Some(std::mem::replace(slot, new)),
-            _ => None,
-        }
+        self.replace_where(
+            idx,
+            |v| matches!(v, Value::List(x) if Rc::ptr_eq(x, l)),
+            new,
+        )
     }
 
     /// Replaces slot `idx` with `new` if it still holds a value equal to `old`.
     pub(super) fn replace_if(&mut self, idx: u32, old: &Value, new: Value) {
-        let slot = match self.dense.get_mut(idx as usize) {
-            Some(Some(v)) => v,
-            _ => match self.sparse.get_mut(&idx) {
-                Some(v) => v,
-                None => return,
-            },
-        };
-        if slot == old {
-            let was_handle = matches!(slot, Value::Handle(_));
-            *slot = new;
-            self.handles_changed += u64::from(was_handle);
-        }
+        drop(self.replace_where(idx, |v| v == old, new));
     }
 
     /// Replaces slot `idx` with `new` if it still holds the dict `d`; returns the old value.
     pub(super) fn replace_dict(&mut self, idx: u32, d: &DictRc, new: Value) -> Option<Value> {
-        let slot = match self.dense.get_mut(idx as usize) {
-            Some(Some(v)) => v,
-            _ => self.sparse.get_mut(&idx)?,
-        };
-        match slot {
-            Value::Dict(x) if Rc::ptr_eq(x, d) => Some(std::mem::replace(slot, new)),
-            _ => None,
-        }
+        self.replace_where(
+            idx,
+            |v| matches!(v, Value::Dict(x) if Rc::ptr_eq(x, d)),
+            new,
+        )
+    }
+
+    /// Every value the memo holds apart from handles and strings (for the
+    /// teardown), leaving it empty.
+    pub(super) fn take_values(&mut self) -> Vec<Value> {
+        self.dense.clear();
+        self.sparse.clear();
+        self.strs.clear();
+        self.free.clear();
+        std::mem::take(&mut self.values)
     }
 }

@@ -815,8 +815,8 @@ fn memo_errors_and_sparse_indices() {
     assert!(m.put(0, Value::Int(2), 1 << 28).unwrap().is_none());
     assert_eq!(m.dense.len(), 1);
     assert_eq!(m.count, 2);
-    assert_eq!(m.get(200_000_000), Some(&Value::Int(1)));
-    assert_eq!(m.get(1), None);
+    assert_eq!(m.value(200_000_000), Some(Value::Int(1)));
+    assert_eq!(m.value(1), None);
     // Dense growth past a sparse entry keeps one value per index.
     let mut m = Memo::default();
     m.put(2000, Value::Int(1), 1 << 28).unwrap();
@@ -824,9 +824,44 @@ fn memo_errors_and_sparse_indices() {
     for i in 0..2001 {
         m.put(i, Value::Int(i as i64 + 10), 1 << 28).unwrap();
     }
-    assert_eq!(m.get(2000), Some(&Value::Int(2010)));
+    assert_eq!(m.value(2000), Some(Value::Int(2010)));
     assert!(m.sparse.is_empty());
     assert_eq!(m.count, 2001);
+}
+
+/// Slots hold handles in place and other values in a table whose freed
+/// entries are reused; strings the fast paths put are one entry per
+/// distinct string, and still read back as strings.
+#[test]
+fn memo_slots_share_strings_and_reuse_freed_values() {
+    let max = 1 << 28;
+    let mut m = Memo::default();
+    let h = crate::formats::pickle::Handle::frame(3).unwrap();
+    m.put(0, Value::Handle(h), max).unwrap();
+    m.put_str(1, b"forward", max).unwrap();
+    m.put_str(2, b"forward", max).unwrap();
+    m.put(3, Value::Int(9), max).unwrap();
+    assert_eq!(m.value(0), Some(Value::Handle(h)));
+    assert_eq!(m.value(2), Some(Value::Str(Rc::new("forward".into()))));
+    assert_eq!(m.dense[1], m.dense[2], "one string for both slots");
+    // Overwriting a value frees its entry for the next value.
+    assert_eq!(m.put(3, Value::Int(10), max).unwrap(), Some(Value::Int(9)));
+    let before = m.dense[3];
+    assert_eq!(
+        m.put(3, Value::Handle(h), max).unwrap(),
+        Some(Value::Int(10))
+    );
+    m.put(4, Value::Int(11), max).unwrap();
+    assert_eq!(m.dense[4], before, "the freed entry is reused");
+    assert_eq!(m.value(4), Some(Value::Int(11)));
+    // Overwriting a handle is counted (answers by bytes depend on handles).
+    assert_eq!(m.handles_changed, 0);
+    assert_eq!(
+        m.put(0, Value::Int(1), max).unwrap(),
+        Some(Value::Handle(h))
+    );
+    assert_eq!(m.handles_changed, 1);
+    assert_eq!(m.count, 5);
 }
 
 #[test]

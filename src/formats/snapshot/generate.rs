@@ -286,6 +286,14 @@ impl Gen<'_, '_> {
         match self.below(12)? {
             0..=1 if !self.lists.is_empty() => self.pick(&self.lists.clone()),
             2 => self.junk(),
+            // Spelled out inline, a new dict per frame (as
+            // `_profile_to_snapshot` writes them), or empty.
+            3 => {
+                let n = self.below(8)?;
+                Ok(Py::List(
+                    (0..n).map(|_| self.frame()).collect::<Result<_>>()?,
+                ))
+            }
             _ => {
                 let n = self.below(8)?;
                 let mut items = Vec::new();

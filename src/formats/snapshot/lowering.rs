@@ -32,6 +32,9 @@ pub(super) struct EntryLowering {
     site_by_handles: FxHashMap<Box<[Handle]>, SiteId>,
     /// Scratch for the handles of the list being lowered.
     handles: Vec<Handle>,
+    /// The handles of frames lowered from inline frame dicts
+    /// ([`Records::on_frame`]), by frame.
+    frame_handles: FxHashMap<Frame, Handle>,
     /// `addr`/`size`/`device_free` values that are negative or not integers.
     pub(super) bad_numbers: u64,
     /// Items of `frames` lists that are trace entries (dicts with an
@@ -51,7 +54,7 @@ impl Hook for EntryLowering {
             return Ok(Some(Value::Handle(handle)));
         }
         if has_key(dict, "filename") && has_key(dict, "name") {
-            let frame = frame_of(&mut self.sites, dict);
+            let frame = frame_of(&mut self.sites, dict.iter().map(|(k, v)| (k, v)));
             let handle = Handle::frame(self.frames.len())?;
             self.frames.push(frame);
             return Ok(Some(Value::Handle(handle)));
@@ -130,6 +133,31 @@ impl Records for EntryLowering {
         let lowered = self.lower_entry(items)?;
         self.in_place += u64::from(lowered.is_some());
         Ok(lowered.map(Value::Handle))
+    }
+
+    /// A frame spelled out inline becomes a frame handle, as
+    /// [`Hook::on_list_dict`] makes one of its dict (decided by its keys
+    /// alone, before anything changes); equal frames share one handle, so
+    /// a traceback repeated inline is found by its handles again
+    /// ([`EntryLowering::site_of_handles`]) and the frames kept are the
+    /// distinct ones.
+    fn on_frame(&mut self, items: &[Item<'_>]) -> Option<Handle> {
+        let has = |key: &str| items.chunks_exact(2).any(|c| c[0].str() == Some(key));
+        // A dict with an `action` is a trace entry to `on_list_dict`.
+        if has("action") || !has("filename") || !has("name") {
+            return None;
+        }
+        let frame = frame_of(
+            &mut self.sites,
+            items.chunks_exact(2).map(|c| (&c[0], &c[1])),
+        );
+        if let Some(&h) = self.frame_handles.get(&frame) {
+            return Some(h);
+        }
+        let handle = Handle::frame(self.frames.len()).ok()?;
+        self.frames.push(frame);
+        self.frame_handles.insert(frame, handle);
+        Some(handle)
     }
 }
 
@@ -298,7 +326,10 @@ impl EntryLowering {
                     // Only the lowering holds markers (in dicts, never in lists).
                     Lowered::Marker(_) => {}
                 },
-                Value::Dict(d) => resolved.push(frame_of(&mut self.sites, &d.borrow())),
+                Value::Dict(d) => {
+                    let d = d.borrow();
+                    resolved.push(frame_of(&mut self.sites, d.iter().map(|(k, v)| (k, v))));
+                }
                 // `forward_frames` style: preformatted lines.
                 Value::Str(line) => resolved.push(Frame {
                     filename: 0,
@@ -359,10 +390,11 @@ impl Field for Item<'_> {
             _ => None,
         }
     }
-    fn site(&self, _: &mut EntryLowering) -> SiteId {
+    fn site(&self, lowering: &mut EntryLowering) -> SiteId {
         // As `site_of` reads a handle (a lowered list is given as its handle).
         match *self {
             Item::Handle(h) => site_of_handle(h),
+            Item::List(l) => lowering.site_of(&Value::List(std::rc::Rc::clone(l))),
             _ => 0,
         }
     }
@@ -397,18 +429,22 @@ fn has_key(dict: &[(Value, Value)], key: &str) -> bool {
     dict.iter().any(|(k, _)| k.as_str() == Some(key))
 }
 
-/// `{"filename", "line", "name"}` → frame. FX fields and other keys are ignored.
-fn frame_of(sites: &mut Sites, dict: &[(Value, Value)]) -> Frame {
+/// `{"filename", "line", "name"}` → frame, from a dict's pairs (the last
+/// of a repeated key wins). FX fields and other keys are ignored.
+fn frame_of<'a, F: Field + 'a>(
+    sites: &mut Sites,
+    pairs: impl Iterator<Item = (&'a F, &'a F)>,
+) -> Frame {
     let mut frame = Frame {
         filename: 0,
         line: 0,
         name: 0,
     };
-    for (key, value) in dict {
-        match key.as_str() {
-            Some("filename") => frame.filename = sites.intern_str(value.as_str().unwrap_or("")),
-            Some("name") => frame.name = sites.intern_str(value.as_str().unwrap_or("")),
-            Some("line") => frame.line = value.as_u64().unwrap_or(0).min(u32::MAX as u64) as u32,
+    for (key, value) in pairs {
+        match key.str() {
+            Some("filename") => frame.filename = sites.intern_str(value.str().unwrap_or("")),
+            Some("name") => frame.name = sites.intern_str(value.str().unwrap_or("")),
+            Some("line") => frame.line = value.u64().unwrap_or(0).min(u32::MAX as u64) as u32,
             _ => {}
         }
     }

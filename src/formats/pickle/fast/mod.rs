@@ -22,22 +22,36 @@
 //! | traceback (`tracebacks.rs`) | `MARK` on an empty list, or inside a record | ~40 memo lookups and pushes: the answer for the same gets' bytes is reused | all three off (the plain path): 2.7× the CPU time, 3.1× the wall time |
 //! | run hints ([`GetRunFinder`]) | a traceback the read-ahead thread found | even the look at the gets' bytes: the answer for the run's id is reused | 1.14× the CPU time |
 //!
+//! | inline traceback (`TracebackLists::lower_inline`) | a traceback whose frames are spelled out (`EMPTY_DICT MEMOIZE MARK` per frame: `_profile_to_snapshot`, a frame's first use) | the frames' dicts and the record around them, interpreted opcode by opcode | `_profile_to_snapshot` shape: 3.1× the CPU time, 4.9× the peak RSS |
+//! | empty and fetched lists ([`Item::List`]) | `frames: []`, or a frames list fetched from the memo | the record, interpreted opcode by opcode | unshared-frames shape: 1.6× the CPU time, 1.4× the peak RSS |
+//!
 //! Measured whole-process on `big.pickle` (147 MB, 1M entries; `memcut
 //! analyze big.pickle -f json -o /dev/null`, medians of 5, each way against
 //! all fast paths on, on a 2-core machine shared with a build), with the
-//! paths switched off one at a time in a build made for it.
+//! paths switched off one at a time in a build made for it. The last two
+//! rows: the issue-16 inputs of `scripts/bench_inputs.sh`
+//! (`snap-profile.pickle` 248 MB, `snap-unshared.pickle` 96 MB), the
+//! same command before (main at 7f43711) and after, medians of 5, A B A B
+//! on the shared 2-core machine; the 8-byte memo slots (`memo.rs`) are in
+//! the after figures (profile shape: 727 → 149 MiB peak; unshared: 273 →
+//! 201 MiB). On big.pickle, whose entries took the fast paths before,
+//! the process runs 5% more instructions than at 7f43711 (`valgrind
+//! --tool=callgrind`, the same command), none of them the 8-byte slots'.
 
+use std::cell::RefCell;
 use std::io::BufRead;
 use std::rc::Rc;
 
 use super::machine::{push, PResult, Parser, NO_MEMO};
-use super::memo::Memo;
+use super::memo::{Got, Memo};
 use super::opcodes::{self, op, Scalar};
+use super::value::ListRc;
 use super::{Handle, Hook, Value};
 
 mod tracebacks;
 
 pub(super) use tracebacks::TracebackLists;
+
 pub(crate) use tracebacks::{GetRun, GetRunFinder, GetRunHints};
 
 /// The fast paths' half of a [`Hook`], behind its door ([`Hook::fast`]).
@@ -57,6 +71,18 @@ pub(crate) trait Records {
     /// `Ok(None)` or `Err` make the parser build the dict (offering the
     /// record to `on_record`).
     fn on_whole_record(&mut self, items: &[Item<'_>]) -> Result<Option<Value>, String>;
+
+    /// A frame dict of a traceback spelled out inline (`EMPTY_DICT
+    /// [MEMOIZE] MARK` … `SETITEMS`, each frame of a traceback list),
+    /// decoded straight from the bytes: `Some(handle)` exactly when
+    /// [`Hook::on_list_dict`] would answer `Value::Handle(handle)` for a
+    /// dict of these pairs, or one standing for the same thing. `None` (the
+    /// default) makes the parser interpret the opcodes; it must then have
+    /// changed nothing.
+    fn on_frame(&mut self, items: &[Item<'_>]) -> Option<Handle> {
+        let _ = items;
+        None
+    }
 }
 
 /// A field of a record offered to [`Records`]: a borrowed view of a
@@ -69,6 +95,9 @@ pub(crate) enum Item<'a> {
     Float(f64),
     Str(&'a str),
     Handle(Handle),
+    /// A list (fetched from the memo, or new and empty): the hook may read
+    /// and change it as it would the list the opcodes build.
+    List(&'a ListRc),
 }
 
 impl From<Scalar> for Item<'_> {
@@ -136,13 +165,19 @@ impl<R: BufRead> Parser<'_, R> {
         self.lower_record(Some(memoized))
     }
 
+    /// Whether memo puts may be made ahead of the opcodes: only while the
+    /// memo is dense, where the opcodes' `MEMOIZE`s fill new slots in order.
+    pub(super) fn memo_in_order(&self) -> bool {
+        self.memo.sparse.is_empty() && self.memo.dense.len() == self.memo.count
+    }
+
     /// The common part of [`Parser::record_run`] (`whole` is `None`: the
     /// input is at the record) and [`Parser::whole_record_run`] (`whole` says
     /// whether the dict is memoized: the input is at the `MEMOIZE` or `MARK`).
     #[inline(always)]
     fn lower_record(&mut self, whole: Option<bool>) -> PResult<bool> {
         // MEMOIZEs inside the record then fill new slots in order.
-        if !self.memo.sparse.is_empty() || self.memo.dense.len() != self.memo.count {
+        if !self.memo_in_order() {
             return Ok(false);
         }
         let own_slot = usize::from(whole == Some(true));
@@ -150,61 +185,89 @@ impl<R: BufRead> Parser<'_, R> {
             Some(memoized) => usize::from(memoized) + 1,
             None => 0,
         };
-        let nested_ok = self.marks.len() + 1 < self.limits.max_depth;
+        // The record's MARK is checked by the caller; a traceback's and its
+        // frames' MARKs are one and two deeper.
+        let depth = self.marks.len() + 1;
         self.tracebacks.sync(&self.memo);
+        self.scratch.refill_lists();
+        self.scratch.puts.clear();
         let mut items = Slots::new();
-        let mut pending = Slots::new();
-        let Some(scan) = scan_record(
-            &self.win.rest()[start..],
-            self.win.at() + start as u64,
+        let buf = &self.win.rest()[start..];
+        let mut lists = RecordLists {
+            hook: &mut *self.hook,
+            tracebacks: &mut self.tracebacks,
+            at: self.win.at() + start as u64,
+            lists_ok: depth < self.limits.max_depth,
+            frames_ok: depth + 1 < self.limits.max_depth,
+            pool: &self.scratch.lists,
+            used: 0,
+            lowered: false,
+        };
+        let scanned = scan_record(
+            buf,
+            0,
             &self.memo,
-            &mut *self.hook,
-            &mut self.tracebacks,
-            nested_ok,
+            Some(&mut lists),
             &mut items,
-            &mut pending,
-        ) else {
-            return Ok(false);
-        };
-        let count = self.memo.count;
-        let puts = own_slot + pending.len;
-        if count + puts > self.limits.max_memo || count + puts > NO_MEMO as usize {
-            return Ok(false);
-        }
-        let items = items.as_slice();
-        let Some(records) = self.hook.fast() else {
-            return Ok(false);
-        };
-        let lowered = match whole {
-            Some(_) => records
-                .on_whole_record(items)
-                .ok()
-                .flatten()
-                .map(RecordAnswer::Whole),
-            None => records
-                .on_record(items)
-                .ok()
-                .flatten()
-                .map(RecordAnswer::Pair),
-        };
-        let Some(lowered) = lowered else {
+            &mut self.scratch.puts,
+        );
+        let (used, lowered_lists) = (lists.used, lists.lowered);
+        let lowered = scanned.and_then(|consumed| {
+            let count = self.memo.count;
+            let puts = own_slot + self.scratch.puts.len();
+            if count + puts > self.limits.max_memo || count + puts > NO_MEMO as usize {
+                return None;
+            }
+            let items = items.as_slice();
+            let records = self.hook.fast()?;
+            let answer = match whole {
+                Some(_) => records
+                    .on_whole_record(items)
+                    .ok()
+                    .flatten()
+                    .map(RecordAnswer::Whole),
+                None => records
+                    .on_record(items)
+                    .ok()
+                    .flatten()
+                    .map(RecordAnswer::Pair),
+            };
+            Some((consumed, answer?))
+        });
+        let Some((consumed, lowered)) = lowered else {
+            // Lists handed to the hook may have been changed by it.
+            self.scratch.forget_lists(used);
             return Ok(false);
         };
         // The dict's own slot comes before those of the record's opcodes.
         let max = self.limits.max_memo;
+        let count = self.memo.count as u32;
         let put = match &lowered {
+            RecordAnswer::Whole(Value::Handle(h)) if own_slot == 1 => {
+                self.memo.put_handle(count, *h, max)
+            }
             RecordAnswer::Whole(v) if own_slot == 1 => {
-                self.memo.put(count as u32, v.clone(), max).map(drop)
+                self.memo.put(count, v.clone(), max).map(drop)
             }
             _ => Ok(()),
         };
-        let first = (count + own_slot) as u32;
-        let pending = pending.as_slice();
-        if let Err(m) = put.and_then(|()| put_pending(&mut self.memo, first, pending, max)) {
+        let first = count + own_slot as u32;
+        let put = put.and_then(|()| {
+            put_all(
+                &mut self.memo,
+                first,
+                &self.win.rest()[start..],
+                &self.scratch.puts,
+                &self.scratch.lists,
+                max,
+            )
+        });
+        self.scratch.forget_lists(used);
+        if let Err(m) = put {
             // Unreachable: the room was checked above.
             return self.err(m);
         }
-        if scan.lists {
+        if lowered_lists {
             // As `lowered` would have done for each list (the lists
             // themselves were never built, so nothing is left to restore).
             self.restore_lowered();
@@ -217,7 +280,7 @@ impl<R: BufRead> Parser<'_, R> {
                 }
             }
         }
-        self.win.pos += start + scan.consumed;
+        self.win.pos += start + consumed;
         // As if the record's last opcode had run (an error at the next
         // opcode's refill reports this offset, as the opcode path would).
         self.win.op_off = self.win.at() - 1;
@@ -237,40 +300,131 @@ enum RecordAnswer {
     Pair((Value, Value)),
 }
 
-/// A memo put that a record's opcodes make, in order.
+/// A memo put that the opcodes a fast path skipped would have made, in
+/// order. Strings are named by where they are in the scanned bytes.
 #[derive(Clone, Copy)]
-enum Pending<'a> {
-    Str(&'a str),
+enum Put {
+    /// A string's UTF-8 bytes (already checked), `at..at + len`.
+    Str {
+        at: usize,
+        len: usize,
+    },
     Handle(Handle),
+    /// An empty list of the pool ([`Scratch::lists`]), by index.
+    List(usize),
 }
 
-struct RecordScan {
-    /// Bytes through the `SETITEMS`.
-    consumed: usize,
-    /// Whether a list of handles was lowered.
-    lists: bool,
+/// The fast paths' scratch, kept by the parser between records.
+#[derive(Default)]
+pub(super) struct Scratch {
+    /// The memo puts of the record or traceback being scanned.
+    puts: Vec<Put>,
+    /// New empty lists for a record's empty lists (`frames: []`): the
+    /// record's items refer to them while the hook reads them, and the hook
+    /// may change them (as it changes the list the opcodes build).
+    lists: Vec<ListRc>,
 }
 
-/// Decodes a record at the start of `buf` (just after its `MARK`) into
-/// `items` and `pending` without side effects on the parser (lists of
-/// handles are lowered by `hook`); `None` if `buf` does not start with a
-/// whole record of the simple shape the fast paths take: string keys (new,
-/// memoized or fetched from the memo), scalar or string values (or a
-/// traceback list of memo gets, `MARK` … `APPENDS`, that the hook lowers to
-/// a handle; only if `nested_ok`), then `SETITEMS`.
-#[allow(clippy::too_many_arguments)]
+impl Scratch {
+    /// Drops the first `used` lists of the pool (handed out).
+    #[inline]
+    fn forget_lists(&mut self, used: usize) {
+        if used > 0 {
+            self.lists.drain(..used);
+        }
+    }
+
+    /// Tops the pool of empty lists up to what a record may use.
+    #[inline]
+    fn refill_lists(&mut self) {
+        while self.lists.len() < MAX_RECORD_ITEMS / 2 {
+            self.lists.push(Rc::new(RefCell::new(Vec::new())));
+        }
+    }
+}
+
+/// What a record's values that are lists need: the hook and the answers
+/// for tracebacks, and the pool of empty lists.
+struct RecordLists<'a, 'x> {
+    hook: &'a mut dyn Hook,
+    tracebacks: &'a mut TracebackLists,
+    /// Offset of the scanned bytes in the stream.
+    at: u64,
+    /// Whether a traceback's `MARK`, and its frames' `MARK`s, are within
+    /// the depth limit.
+    lists_ok: bool,
+    frames_ok: bool,
+    pool: &'x [ListRc],
+    /// Lists of the pool used.
+    used: usize,
+    /// Whether a traceback was lowered.
+    lowered: bool,
+}
+
+impl<'x> RecordLists<'_, 'x> {
+    /// The list value at `buf[*i..]`, just after its `EMPTY_LIST`: a
+    /// traceback (`[MEMOIZE] MARK` … `APPENDS`) lowered to its handle, or
+    /// an empty list (`[MEMOIZE]`, then anything but `MARK`) from the pool.
+    fn list(
+        &mut self,
+        buf: &[u8],
+        i: &mut usize,
+        memo: &Memo,
+        puts: &mut Vec<Put>,
+    ) -> Option<Item<'x>> {
+        let memoized = buf.get(*i) == Some(&op::MEMOIZE);
+        *i += usize::from(memoized);
+        if buf.get(*i) != Some(&op::MARK) {
+            let pool: &'x [ListRc] = self.pool;
+            let list = pool.get(self.used)?;
+            if memoized {
+                puts.push(Put::List(self.used));
+            }
+            self.used += 1;
+            return Some(Item::List(list));
+        }
+        if !self.lists_ok {
+            return None;
+        }
+        // The list's slot comes before those of its frames.
+        let slot = puts.len();
+        if memoized {
+            puts.push(Put::Handle(Handle::SKIPPED));
+        }
+        let (end, h) = self.tracebacks.lower(
+            buf,
+            *i + 1,
+            self.at,
+            memo,
+            &mut *self.hook,
+            puts,
+            self.frames_ok,
+        )?;
+        if memoized {
+            puts[slot] = Put::Handle(h);
+        }
+        *i = end + 1;
+        self.lowered = true;
+        Some(Item::Handle(h))
+    }
+}
+
+/// Decodes a record at `buf[i..]` (just after its `MARK`) into `items`,
+/// and the memo puts its opcodes make into `puts`, without side effects on
+/// the parser (tracebacks are lowered by the hook); the index just past its
+/// `SETITEMS`, or `None` if `buf` does not hold a whole record of the
+/// simple shape the fast paths take: string keys (new, memoized or fetched
+/// from the memo), scalar or string values, and — only given `lists` — list
+/// values: fetched from the memo, new and empty, or a traceback (`MARK` …
+/// `APPENDS`) that the hook lowers to a handle.
 fn scan_record<'b: 'x, 'm: 'x, 'x>(
     buf: &'b [u8],
-    at: u64,
+    mut i: usize,
     memo: &'m Memo,
-    hook: &mut dyn Hook,
-    tracebacks: &mut TracebackLists,
-    nested_ok: bool,
+    mut lists: Option<&mut RecordLists<'_, 'x>>,
     items: &mut Slots<Item<'x>, MAX_RECORD_ITEMS>,
-    pending: &mut Slots<Pending<'b>, MAX_RECORD_ITEMS>,
-) -> Option<RecordScan> {
-    let mut lists = false;
-    let mut i = 0;
+    puts: &mut Vec<Put>,
+) -> Option<usize> {
     loop {
         let code = *buf.get(i)?;
         i += 1;
@@ -278,70 +432,64 @@ fn scan_record<'b: 'x, 'm: 'x, 'x>(
             if items.len == 0 {
                 return None;
             }
-            break;
+            return Some(i);
         }
         let key = items.len % 2 == 0;
         let item = match code {
             op::BINGET | op::LONG_BINGET => {
                 match memo.get(opcodes::memo_index(code, buf, &mut i)?)? {
-                    Value::Str(s) => Item::Str(s),
-                    _ if key => return None,
-                    Value::Int(v) => Item::Int(*v),
-                    Value::Handle(h) => Item::Handle(*h),
-                    Value::Float(f) => Item::Float(*f),
-                    Value::Bool(b) => Item::Bool(*b),
-                    Value::None => Item::None,
-                    _ => return None,
+                    Got::Str(s) => Item::Str(s),
+                    Got::Handle(_) if key => return None,
+                    Got::Handle(h) => Item::Handle(h),
+                    Got::Value(v) => match v {
+                        Value::Str(s) => Item::Str(s),
+                        _ if key => return None,
+                        Value::Int(v) => Item::Int(*v),
+                        Value::Handle(h) => Item::Handle(*h),
+                        Value::Float(f) => Item::Float(*f),
+                        Value::Bool(b) => Item::Bool(*b),
+                        Value::None => Item::None,
+                        Value::List(l) if lists.is_some() => Item::List(l),
+                        _ => return None,
+                    },
                 }
             }
             op::SHORT_BINUNICODE => {
+                let at = i + 1;
                 let s = std::str::from_utf8(opcodes::short_str(buf, &mut i)?).ok()?;
                 if buf.get(i) == Some(&op::MEMOIZE) {
                     i += 1;
-                    pending.push(Pending::Str(s))?;
+                    puts.push(Put::Str { at, len: s.len() });
                 }
                 Item::Str(s)
             }
             _ if key => return None,
-            op::EMPTY_LIST => {
-                let memoized = buf.get(i) == Some(&op::MEMOIZE);
-                if memoized {
-                    i += 1;
-                }
-                if !nested_ok || buf.get(i) != Some(&op::MARK) {
-                    return None;
-                }
-                let (end, h) = tracebacks.lower(buf, i + 1, at, memo, hook)?;
-                i = end + 1;
-                if memoized {
-                    pending.push(Pending::Handle(h))?;
-                }
-                lists = true;
-                Item::Handle(h)
-            }
+            op::EMPTY_LIST => lists.as_deref_mut()?.list(buf, &mut i, memo, puts)?,
             _ => opcodes::scalar(code, buf, &mut i)?.into(),
         };
         items.push(item)?;
     }
-    Some(RecordScan { consumed: i, lists })
 }
 
-/// Makes the memo puts a scanned record's opcodes would have made, from slot
-/// `first` on (the caller checked there is room). A record's lowered lists
-/// were never built, so there is nothing to restore for them (but see
+/// Makes the memo puts `puts` (scanned from `buf`) from slot `first` on
+/// (the caller checked there is room). A record's lowered lists were never
+/// built, so there is nothing to restore for them (but see
 /// [`Parser::restore_lowered`] for the last list lowered before).
-fn put_pending(
+fn put_all(
     memo: &mut Memo,
     first: u32,
-    pending: &[Pending<'_>],
+    buf: &[u8],
+    puts: &[Put],
+    lists: &[ListRc],
     max_memo: usize,
 ) -> Result<(), String> {
-    for (j, p) in pending.iter().enumerate() {
-        let v = match *p {
-            Pending::Str(s) => Value::Str(Rc::new(Box::from(s))),
-            Pending::Handle(h) => Value::Handle(h),
-        };
-        memo.put(first + j as u32, v, max_memo)?;
+    for (j, p) in puts.iter().enumerate() {
+        let idx = first + j as u32;
+        match *p {
+            Put::Str { at, len } => memo.put_str(idx, &buf[at..at + len], max_memo)?,
+            Put::Handle(h) => memo.put_handle(idx, h, max_memo)?,
+            Put::List(k) => drop(memo.put(idx, Value::List(Rc::clone(&lists[k])), max_memo)?),
+        }
     }
     Ok(())
 }

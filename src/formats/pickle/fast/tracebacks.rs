@@ -10,10 +10,11 @@ use std::rc::Rc;
 
 use rustc_hash::FxHashMap;
 
-use super::super::machine::{PResult, Parser};
+use super::super::machine::{PResult, Parser, NO_MEMO};
 use super::super::memo::Memo;
 use super::super::opcodes::{self, op};
 use super::super::{Handle, Hook, Value};
+use super::{put_all, scan_record, Put, Slots};
 
 /// How a record's traceback — `MARK`, memo gets of frame handles, `APPENDS`
 /// — is lowered to the handle [`Hook::on_list_items`] answers for it,
@@ -65,10 +66,14 @@ impl TracebackLists {
         self.key_bytes = 0;
     }
 
-    /// Lowers the memo gets at `buf[first..]` up to an `APPENDS` (`at` is
-    /// the offset of `buf[0]` in the stream): the index of the `APPENDS`
-    /// and the hook's handle, or `None` if they are no such run, a memo slot
-    /// holds no handle, or the hook does not lower them.
+    /// Lowers the traceback at `buf[first..]` up to its `APPENDS` (`at` is
+    /// the offset of `buf[0]` in the stream): memo gets of frame handles,
+    /// or — if `inline_ok` — frame dicts spelled out inline
+    /// ([`TracebackLists::lower_inline`], whose memo puts are added to
+    /// `puts`). The index of the `APPENDS` and the hook's handle, or `None`
+    /// if they are no such run, a memo slot holds no handle, or the hook
+    /// does not lower them (`puts` is then as it was).
+    #[allow(clippy::too_many_arguments)]
     #[inline]
     pub(super) fn lower(
         &mut self,
@@ -77,6 +82,8 @@ impl TracebackLists {
         at: u64,
         memo: &Memo,
         hook: &mut dyn Hook,
+        puts: &mut Vec<Put>,
+        inline_ok: bool,
     ) -> Option<(usize, Handle)> {
         if let Some(run) = self
             .hints
@@ -99,7 +106,17 @@ impl TracebackLists {
                 return Some((end, h));
             }
         }
-        let end = gets_end(buf, first)?;
+        let Some(end) = gets_end(buf, first) else {
+            if !inline_ok {
+                return None;
+            }
+            let mark = puts.len();
+            let lowered = self.lower_inline(buf, first, memo, hook, puts);
+            if lowered.is_none() {
+                puts.truncate(mark);
+            }
+            return lowered;
+        };
         let gets = &buf[first..end];
         if let Some(&h) = self.by_bytes.get(gets) {
             return Some((end, h));
@@ -113,6 +130,65 @@ impl TracebackLists {
         Some((end, h))
     }
 
+    /// Lowers a traceback whose frames are spelled out inline — `EMPTY_DICT
+    /// [MEMOIZE] MARK`, a record of scalars and strings (see
+    /// [`scan_record`]), `SETITEMS`, for each frame, or a memo get of a
+    /// frame handle, then `APPENDS` — as the
+    /// opcodes would: each frame by [`super::Records::on_frame`] (standing for
+    /// [`Hook::on_list_dict`]) and the list by [`Hook::on_list_items`]. The
+    /// memo puts (each frame's dict as its handle, and its strings) are
+    /// added to `puts`. (How `_profile_to_snapshot` writes an allocation's
+    /// traceback, a new dict per frame and occurrence.) On `None` the frames
+    /// lowered before the one declined stay lowered: the opcodes lower them
+    /// again, to equal frames.
+    fn lower_inline(
+        &mut self,
+        buf: &[u8],
+        first: usize,
+        memo: &Memo,
+        hook: &mut dyn Hook,
+        puts: &mut Vec<Put>,
+    ) -> Option<(usize, Handle)> {
+        self.handles.clear();
+        let mut i = first;
+        loop {
+            match *buf.get(i)? {
+                op::EMPTY_DICT => i += 1,
+                // A frame fetched from the memo (one spelled out before).
+                code @ (op::BINGET | op::LONG_BINGET) => {
+                    i += 1;
+                    let h = memo
+                        .get(opcodes::memo_index(code, buf, &mut i)?)?
+                        .handle()?;
+                    self.handles.push(Value::Handle(h));
+                    continue;
+                }
+                op::APPENDS if i > first => break,
+                _ => return None,
+            }
+            let memoized = buf.get(i) == Some(&op::MEMOIZE);
+            i += usize::from(memoized);
+            if buf.get(i) != Some(&op::MARK) {
+                return None;
+            }
+            let slot = puts.len();
+            if memoized {
+                puts.push(Put::Handle(Handle::SKIPPED));
+            }
+            let mut items = Slots::new();
+            i = scan_record(buf, i + 1, memo, None, &mut items, puts)?;
+            let h = hook.fast()?.on_frame(items.as_slice())?;
+            if memoized {
+                puts[slot] = Put::Handle(h);
+            }
+            self.handles.push(Value::Handle(h));
+        }
+        match hook.on_list_items(&self.handles) {
+            Ok(Some(Value::Handle(h))) => Some((i, h)),
+            _ => None,
+        }
+    }
+
     /// Fetches the handles of `gets` (only `BINGET`/`LONG_BINGET`s, as
     /// [`gets_end`] found them) from the memo and offers them to the hook.
     fn resolve(&mut self, gets: &[u8], memo: &Memo, hook: &mut dyn Hook) -> Option<Handle> {
@@ -120,10 +196,10 @@ impl TracebackLists {
         let mut j = 0;
         while let Some(&code) = gets.get(j) {
             j += 1;
-            match memo.get(opcodes::memo_index(code, gets, &mut j)?)? {
-                Value::Handle(h) => self.handles.push(Value::Handle(*h)),
-                _ => return None,
-            }
+            let h = memo
+                .get(opcodes::memo_index(code, gets, &mut j)?)?
+                .handle()?;
+            self.handles.push(Value::Handle(h));
         }
         match hook.on_list_items(&self.handles) {
             Ok(Some(Value::Handle(h))) => Some(h),
@@ -134,7 +210,7 @@ impl TracebackLists {
 
 /// The index of the `APPENDS` ending the run of memo gets (at least one)
 /// that starts at `buf[first]`, or `None` if the bytes there are not one.
-#[inline]
+#[inline(always)]
 fn gets_end(buf: &[u8], first: usize) -> Option<usize> {
     let mut i = first;
     loop {
@@ -279,15 +355,39 @@ impl<R: BufRead> Parser<'_, R> {
         }
         let list = Rc::clone(list);
         self.tracebacks.sync(&self.memo);
+        // Frames' MARKs are one deeper; their memo puts fill new slots.
+        let inline_ok = self.marks.len() + 1 < self.limits.max_depth && self.memo_in_order();
+        self.scratch.puts.clear();
         let Some((end, h)) = self.tracebacks.lower(
             self.win.rest(),
             0,
             self.win.at(),
             &self.memo,
             &mut *self.hook,
+            &mut self.scratch.puts,
+            inline_ok,
         ) else {
             return Ok(false);
         };
+        if !self.scratch.puts.is_empty() {
+            let count = self.memo.count;
+            let puts = self.scratch.puts.len();
+            if count + puts > self.limits.max_memo || count + puts > NO_MEMO as usize {
+                return Ok(false);
+            }
+            let put = put_all(
+                &mut self.memo,
+                count as u32,
+                self.win.rest(),
+                &self.scratch.puts,
+                &[],
+                self.limits.max_memo,
+            );
+            if let Err(m) = put {
+                // Unreachable: the room was checked above.
+                return self.err(m);
+            }
+        }
         self.lowered(&list, self.stack.len() - 1, Value::Handle(h));
         self.win.pos += end + 1;
         Ok(true)
