@@ -603,6 +603,18 @@ pub(super) struct RawEvent<'a> {
 }
 
 impl RawEvent<'_> {
+    /// A complete operator event whose `record_shapes` inputs memcut reads
+    /// (`args` then holds them), as far as the keys before `args` say.
+    pub(super) fn reads_inputs(&self) -> bool {
+        self.ph.0.as_deref() == Some("X")
+            && self
+                .name
+                .0
+                .as_deref()
+                .and_then(EvidenceOp::from_name)
+                .is_some_and(EvidenceOp::reads_inputs)
+    }
+
     pub(super) fn into_owned(self) -> RawEvent<'static> {
         let own = |s: LStr<'_>| LStr(s.0.map(|c| Cow::Owned(c.into_owned())));
         RawEvent {
@@ -649,13 +661,7 @@ impl<'de> Visitor<'de> for EventSeed {
                 EvKey::Ts => ev.ts = map.next_value()?,
                 EvKey::Dur => ev.dur = map.next_value()?,
                 EvKey::Args => {
-                    let inputs = ev.ph.0.as_deref() == Some("X")
-                        && ev
-                            .name
-                            .0
-                            .as_deref()
-                            .and_then(EvidenceOp::from_name)
-                            .is_some_and(EvidenceOp::reads_inputs);
+                    let inputs = ev.reads_inputs();
                     (ev.args, ev.inputs) = map.next_value_seed(ArgsSeed { inputs })?;
                 }
                 EvKey::Other => {

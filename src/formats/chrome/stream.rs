@@ -33,7 +33,7 @@ use serde::de::{DeserializeSeed, IgnoredAny};
 use super::collect::Collector;
 use super::skeleton::{DeviceProp, EventSeed, Id, LStr, MemArgs, Num, RawEvent};
 use super::{build, ReadError};
-use crate::model::{EvidenceOp, Trace};
+use crate::model::Trace;
 
 /// Why a parse stopped short of an item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -743,14 +743,7 @@ fn event<'s>(s: &'s [u8], i: &mut usize, ev: &mut RawEvent<'s>) -> Parsed<()> {
             b"ts" => ev.ts = num(s, i)?,
             b"dur" => ev.dur = num(s, i)?,
             b"args" => {
-                let inputs = ev.ph.0.as_deref() == Some("X")
-                    && ev
-                        .name
-                        .0
-                        .as_deref()
-                        .and_then(EvidenceOp::from_name)
-                        .is_some_and(EvidenceOp::reads_inputs);
-                if inputs {
+                if ev.reads_inputs() {
                     // `record_shapes` inputs: the skeleton reads them.
                     return Err(Stop::Unsure);
                 }
