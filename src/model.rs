@@ -678,6 +678,22 @@ impl Default for Sites {
     }
 }
 
+#[cfg(test)]
+impl Sites {
+    /// The site of `(file, line, name)` frames, innermost first (unit tests).
+    pub(crate) fn intern_frames(&mut self, frames: &[(&str, u32, &str)]) -> SiteId {
+        let frames: Vec<Frame> = frames
+            .iter()
+            .map(|&(file, line, name)| Frame {
+                filename: self.intern_str(file),
+                line,
+                name: self.intern_str(name),
+            })
+            .collect();
+        self.intern_site(&frames)
+    }
+}
+
 impl Sites {
     pub fn intern_str(&mut self, s: &str) -> StrId {
         if let Some(&id) = self.string_ids.get(s) {

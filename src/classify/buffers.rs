@@ -173,7 +173,6 @@ pub(super) fn per_parameter_buffers(replay: &Replay, classes: &mut [Classificati
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Frame;
 
     #[test]
     fn python_locations_from_both_frame_forms() {
@@ -208,15 +207,7 @@ mod tests {
     }
 
     fn site(sites: &mut Sites, frames: &[(&str, u32, &str)]) -> SiteId {
-        let frames: Vec<Frame> = frames
-            .iter()
-            .map(|&(file, line, name)| Frame {
-                filename: sites.intern_str(file),
-                line,
-                name: sites.intern_str(name),
-            })
-            .collect();
-        sites.intern_site(&frames)
+        sites.intern_frames(frames)
     }
 
     #[test]

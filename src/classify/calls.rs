@@ -62,15 +62,7 @@ mod tests {
     use super::*;
 
     fn site(sites: &mut Sites, frames: &[(&str, u32, &str)]) -> SiteId {
-        let frames: Vec<Frame> = frames
-            .iter()
-            .map(|&(file, line, name)| Frame {
-                filename: sites.intern_str(file),
-                line,
-                name: sites.intern_str(name),
-            })
-            .collect();
-        sites.intern_site(&frames)
+        sites.intern_frames(frames)
     }
 
     #[test]

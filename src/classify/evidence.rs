@@ -153,7 +153,8 @@ fn default_cublas_workspace(capability: (u32, u32)) -> Option<u64> {
 /// trace recorded from a cold start shows the workspace allocated); one
 /// workspace (one handle and stream) is counted.
 fn cublas_workspace(ctx: &Context<'_>, replay: &Replay) -> Option<Amount> {
-    let bytes = default_cublas_workspace(ctx.device.compute_capability?)?;
+    let (major, minor) = ctx.device.compute_capability?;
+    let bytes = default_cublas_workspace((major, minor))?;
     // The operator list is the whole trace's: it speaks for its only accelerator.
     if !ctx.shapes_apply || !ctx.device.device.starts_with("cuda") {
         return None;
@@ -173,7 +174,6 @@ fn cublas_workspace(ctx: &Context<'_>, replay: &Replay) -> Option<Amount> {
     if calls == 0 || allocated_while_recording {
         return None;
     }
-    let (major, minor) = ctx.device.compute_capability?;
     Some(Amount {
         bytes,
         from: format!(
