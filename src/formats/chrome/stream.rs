@@ -25,10 +25,15 @@
 //! Tested against the plain path on every sample, corpus and broken trace
 //! (`tests/streaming.rs`). Speed: see `read_streamed`.
 
-use std::borrow::Cow;
 use std::io::BufRead;
 
 use serde::de::{DeserializeSeed, IgnoredAny};
+
+mod token;
+
+#[cfg(test)]
+pub(super) use token::NUMBERS;
+use token::{json_number, key, literal, number, skip_string, text, ws};
 
 use super::collect::Collector;
 use super::skeleton::{DeviceProp, EventSeed, Id, LStr, MemArgs, Num, RawEvent};
@@ -347,201 +352,6 @@ impl Feed<'_> {
                 }
             }
         }
-    }
-}
-
-/// Skips JSON whitespace; the byte after it. Pretty-printed traces indent
-/// every line: runs of eight spaces are skipped a word at a time.
-#[inline]
-fn ws(s: &[u8], i: &mut usize) -> Parsed<u8> {
-    loop {
-        while s.get(*i..*i + 8) == Some(b"        ") {
-            *i += 8;
-        }
-        match s.get(*i) {
-            None => return Err(Stop::More),
-            Some(b' ' | b'\n' | b'\r' | b'\t') => *i += 1,
-            Some(&b) => return Ok(b),
-        }
-    }
-}
-
-/// The first quote, backslash or control character (below 0x20) at or
-/// after `i`: the bytes that end a plain run inside a string. Eight bytes
-/// at a time (the test `serde_json` uses: the lowest flagged byte is exact).
-#[inline]
-fn string_stop(s: &[u8], mut i: usize) -> Option<usize> {
-    const ONES: u64 = u64::MAX / 255;
-    const HIGH: u64 = ONES << 7;
-    while let Some(word) = s.get(i..i + 8) {
-        let c = u64::from_le_bytes(word.try_into().unwrap_or_default());
-        let ctrl = c.wrapping_sub(ONES * 0x20) & !c;
-        let q = c ^ (ONES * u64::from(b'"'));
-        let quote = q.wrapping_sub(ONES) & !q;
-        let b = c ^ (ONES * u64::from(b'\\'));
-        let backslash = b.wrapping_sub(ONES) & !b;
-        let hit = (ctrl | quote | backslash) & HIGH;
-        if hit != 0 {
-            return Some(i + hit.trailing_zeros() as usize / 8);
-        }
-        i += 8;
-    }
-    (i..s.len()).find(|&k| matches!(s[k], b'"' | b'\\' | 0..=0x1f))
-}
-
-/// A string whose opening quote is at `*i`, skipped as `serde_json`
-/// ignores one: escapes checked, control characters refused, the bytes
-/// not otherwise validated.
-fn skip_string(s: &[u8], i: &mut usize) -> Parsed<()> {
-    let mut k = *i + 1;
-    loop {
-        let at = string_stop(s, k).ok_or(Stop::More)?;
-        match s[at] {
-            b'"' => {
-                *i = at + 1;
-                return Ok(());
-            }
-            b'\\' => match *s.get(at + 1).ok_or(Stop::More)? {
-                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => k = at + 2,
-                b'u' => {
-                    let hex = s.get(at + 2..at + 6).ok_or(Stop::More)?;
-                    if !hex.iter().all(u8::is_ascii_hexdigit) {
-                        return Err(Stop::Unsure);
-                    }
-                    k = at + 6;
-                }
-                _ => return Err(Stop::Unsure),
-            },
-            _ => return Err(Stop::Unsure),
-        }
-    }
-}
-
-/// A string read as text (quote at `*i`): borrowed when it has no escape,
-/// decoded by `serde_json` when it has one (so both read it alike).
-fn text<'s>(s: &'s [u8], i: &mut usize) -> Parsed<Cow<'s, str>> {
-    let start = *i;
-    let at = string_stop(s, start + 1).ok_or(Stop::More)?;
-    match s[at] {
-        b'"' => {
-            let t = std::str::from_utf8(&s[start + 1..at]).map_err(|_| Stop::Unsure)?;
-            *i = at + 1;
-            Ok(Cow::Borrowed(t))
-        }
-        b'\\' => {
-            skip_string(s, i)?;
-            let t: String = serde_json::from_slice(&s[start..*i]).map_err(|_| Stop::Unsure)?;
-            Ok(Cow::Owned(t))
-        }
-        _ => Err(Stop::Unsure),
-    }
-}
-
-/// An object key without escapes (the only kind memcut's keys are) and the
-/// colon after it, checked to be UTF-8 as `serde_json` checks the keys it
-/// matches. Escaped keys are left to `serde_json`, which decodes them
-/// before matching.
-fn key<'s>(s: &'s [u8], i: &mut usize) -> Parsed<&'s [u8]> {
-    if ws(s, i)? != b'"' {
-        return Err(Stop::Unsure);
-    }
-    let start = *i + 1;
-    let at = string_stop(s, start).ok_or(Stop::More)?;
-    if s[at] != b'"' {
-        return Err(Stop::Unsure);
-    }
-    let k = &s[start..at];
-    if !k.is_ascii() && std::str::from_utf8(k).is_err() {
-        return Err(Stop::Unsure);
-    }
-    *i = at + 1;
-    if ws(s, i)? != b':' {
-        return Err(Stop::Unsure);
-    }
-    *i += 1;
-    ws(s, i)?;
-    Ok(k)
-}
-
-/// `true`, `false` or `null` at `*i` (the first letter checked by the caller).
-fn literal(s: &[u8], i: &mut usize, word: &[u8]) -> Parsed<()> {
-    let have = &s[*i..s.len().min(*i + word.len())];
-    if have != &word[..have.len()] {
-        return Err(Stop::Unsure);
-    }
-    if have.len() < word.len() {
-        return Err(Stop::More);
-    }
-    *i += word.len();
-    Ok(())
-}
-
-/// A number's token at `*i`, checked against JSON's grammar; whether it is
-/// an integer (no fraction, no exponent). Needs the byte after it.
-fn number<'s>(s: &'s [u8], i: &mut usize) -> Parsed<(&'s str, bool)> {
-    let start = *i;
-    let mut k = start;
-    let digits = |k: &mut usize| -> Parsed<usize> {
-        let from = *k;
-        while s.get(*k).ok_or(Stop::More)?.is_ascii_digit() {
-            *k += 1;
-        }
-        Ok(*k - from)
-    };
-    if s[k] == b'-' {
-        k += 1;
-    }
-    match *s.get(k).ok_or(Stop::More)? {
-        b'0' => k += 1,
-        b'1'..=b'9' => {
-            digits(&mut k)?;
-        }
-        _ => return Err(Stop::Unsure),
-    }
-    let mut integer = true;
-    if *s.get(k).ok_or(Stop::More)? == b'.' {
-        k += 1;
-        integer = false;
-        if digits(&mut k)? == 0 {
-            return Err(Stop::Unsure);
-        }
-    }
-    if matches!(*s.get(k).ok_or(Stop::More)?, b'e' | b'E') {
-        k += 1;
-        integer = false;
-        if matches!(*s.get(k).ok_or(Stop::More)?, b'+' | b'-') {
-            k += 1;
-        }
-        if digits(&mut k)? == 0 {
-            return Err(Stop::Unsure);
-        }
-    }
-    *i = k;
-    // Only ASCII digits, signs, `.` and `e` were accepted.
-    let t = std::str::from_utf8(&s[start..k]).map_err(|_| Stop::Unsure)?;
-    Ok((t, integer))
-}
-
-/// A number as `serde_json` hands it to the skeleton's visitors; what it
-/// would not hand over the same way (`-0`, integers beyond 64 bits,
-/// floats out of range) is [`Stop::Unsure`].
-fn json_number(s: &[u8], i: &mut usize) -> Parsed<Num> {
-    let (t, integer) = number(s, i)?;
-    if integer {
-        if t == "-0" {
-            return Err(Stop::Unsure);
-        }
-        if let Ok(v) = t.parse::<i64>() {
-            return Ok(Num::I(v));
-        }
-        return match t.parse::<u64>() {
-            Ok(v) => Ok(Num::U(v)),
-            Err(_) => Err(Stop::Unsure),
-        };
-    }
-    match t.parse::<f64>() {
-        Ok(v) if v.is_finite() => Ok(Num::F(v)),
-        _ => Err(Stop::Unsure),
     }
 }
 

@@ -8,7 +8,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use super::super::parse_chrome_trace;
-use super::super::stream::{read_counted, Counts};
+use super::super::stream::{read_counted, Counts, NUMBERS};
 use crate::test_support::corpus_dir;
 
 /// The whole-buffer result, as the plain path gives it for a Chrome trace
@@ -147,6 +147,34 @@ fn unusual_events_read_as_the_whole_read_reads_them() {
     let text = super::obj(&events);
     let counts = same_streamed(text.as_bytes(), &[3, 64, 1 << 16], "unusual").expect("streamed");
     assert!(counts.by_serde >= 4, "{counts:?}");
+}
+
+/// The token paths of `stream/token.rs` end to end: numbers at the
+/// limits of 64 bits and of the fast float path, `-0`, exponents, texts
+/// with and without non-ASCII bytes, short and long, keys of unusual
+/// lengths, indented and tab-separated whitespace.
+#[test]
+fn numbers_texts_and_keys_of_every_shape_read_as_the_whole_read_reads_them() {
+    let mut events = super::basic_events();
+    // The token tests' numbers that are JSON.
+    let numbers = NUMBERS
+        .iter()
+        .filter(|n| serde_json::from_str::<serde_json::Value>(n).is_ok());
+    for (k, n) in numbers.enumerate() {
+        events.push(format!(
+            r#"{{"ph":"i","name":"[memory]","pid":{n},"tid":10,"ts":{n},"args":{{"Bytes":{n},"Addr":{n},"Device Type":1,"Device Id":0,"Total Allocated":{n},"Ev Idx":{k}}}}}"#
+        ));
+        events.push(format!(
+            r#"{{"ph":"X","cat":"cpu_op","name":"aten::op{k}","pid":1,"tid":{n},"ts":{n},"dur":{n}}}"#
+        ));
+    }
+    events.extend([
+        r#"{"ph":"X","cat":"cpu_op","name":"aten::größe_名前","pid":1,"tid":10,"ts":30,"dur":1,"args":{"Call stack":"/home/üser/a long path past sixteen bytes.py(1): f;/b.py(2): g","":1,"a":[],"A key longer than sixteen bytes, with ü":{"x":[1,2.5,-3e2,"y",null,true]}}}"#.to_string(),
+        "{\n\t\"ph\" :\t\"i\" ,\r\n        \"name\":            \"[memory]\",\n                \"pid\": 1, \"tid\": 10, \"ts\": 31,\n  \"args\": {\"Bytes\": 64, \"Device Type\": 1, \"Device Id\": 0, \"Addr\": 12345678901234}\n}".to_string(),
+        r#"{"ph":"X","cat":"cpu_op","name":"é","pid":"ü","tid":"10","ts":"32.5","dur":"1"}"#.to_string(),
+    ]);
+    let text = super::obj(&events);
+    same_streamed(text.as_bytes(), &[3, 64, 4099, 1 << 16], "numbers").expect("streamed");
 }
 
 /// The benchmark shapes of issue 16 (`benches/shapes.rs`,

@@ -1,0 +1,604 @@
+//! The tokens of the streaming reader (`stream.rs`): whitespace, strings,
+//! keys, literals and numbers, each read from a slice at an index and
+//! checked as `serde_json` checks it, or [`Stop`]ped short. Hot: every
+//! byte of a trace passes through here, so the common shapes (an indented
+//! line, a short key, a plain ASCII name, an integer) take word-at-a-time
+//! paths, and only what is rare goes the general way.
+
+use std::borrow::Cow;
+
+use super::{Parsed, Stop};
+use crate::formats::chrome::skeleton::Num;
+
+/// Skips JSON whitespace; the byte after it. Most calls find none, or one
+/// space; pretty-printed traces indent every line, and a run of spaces
+/// is skipped a word at a time.
+#[inline(always)]
+pub(super) fn ws(s: &[u8], i: &mut usize) -> Parsed<u8> {
+    let b = *s.get(*i).ok_or(Stop::More)?;
+    if b > b' ' {
+        return Ok(b);
+    }
+    ws_run(s, i)
+}
+
+/// [`ws`] from a byte that may be whitespace.
+fn ws_run(s: &[u8], i: &mut usize) -> Parsed<u8> {
+    loop {
+        let b = *s.get(*i).ok_or(Stop::More)?;
+        if !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+            return Ok(b);
+        }
+        *i += 1;
+        match s.get(*i) {
+            Some(&next) if next > b' ' => return Ok(next),
+            Some(b' ') => *i += spaces(s, *i),
+            _ => {}
+        }
+    }
+}
+
+/// How many spaces `s` holds from `from` on, eight bytes at a time.
+#[inline]
+fn spaces(s: &[u8], from: usize) -> usize {
+    let mut k = from;
+    while let Some(word) = s.get(k..k + 8) {
+        let other = u64::from_le_bytes(word.try_into().unwrap_or_default()) ^ (ONES * 0x20);
+        if other != 0 {
+            return k - from + other.trailing_zeros() as usize / 8;
+        }
+        k += 8;
+    }
+    k - from
+}
+
+/// `0x0101…01`: a byte broadcast to a word when multiplied.
+const ONES: u64 = u64::MAX / 255;
+
+/// The first quote, backslash or control character (below 0x20) at or
+/// after `i`: the bytes that end a plain run inside a string. The first
+/// 16 bytes (a key, a name) eight at a time (the test `serde_json` uses:
+/// the lowest flagged byte is exact); longer strings (call stacks, file
+/// paths) with `memchr` for the quote and backslash, then a check for
+/// control characters before it.
+#[inline]
+fn string_stop(s: &[u8], i: usize) -> Option<usize> {
+    const HIGH: u64 = ONES << 7;
+    let mut k = i;
+    for _ in 0..2 {
+        let Some(word) = s.get(k..k + 8) else {
+            return (k..s.len()).find(|&k| matches!(s[k], b'"' | b'\\' | 0..=0x1f));
+        };
+        let c = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        let ctrl = c.wrapping_sub(ONES * 0x20) & !c;
+        let q = c ^ (ONES * u64::from(b'"'));
+        let quote = q.wrapping_sub(ONES) & !q;
+        let b = c ^ (ONES * u64::from(b'\\'));
+        let backslash = b.wrapping_sub(ONES) & !b;
+        let hit = (ctrl | quote | backslash) & HIGH;
+        if hit != 0 {
+            return Some(k + hit.trailing_zeros() as usize / 8);
+        }
+        k += 8;
+    }
+    let rest = &s[k..];
+    let end = memchr::memchr2(b'"', b'\\', rest);
+    let run = &rest[..end.unwrap_or(rest.len())];
+    // No early exit: the compiler reads many bytes at a time.
+    if run.iter().fold(0u8, |any, &b| any | u8::from(b < 0x20)) != 0 {
+        return run.iter().position(|&b| b < 0x20).map(|at| k + at);
+    }
+    end.map(|at| k + at)
+}
+
+/// A string whose opening quote is at `*i`, skipped as `serde_json`
+/// ignores one: escapes checked, control characters refused, the bytes
+/// not otherwise validated.
+pub(super) fn skip_string(s: &[u8], i: &mut usize) -> Parsed<()> {
+    let mut k = *i + 1;
+    loop {
+        let at = string_stop(s, k).ok_or(Stop::More)?;
+        match s[at] {
+            b'"' => {
+                *i = at + 1;
+                return Ok(());
+            }
+            b'\\' => match *s.get(at + 1).ok_or(Stop::More)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => k = at + 2,
+                b'u' => {
+                    let hex = s.get(at + 2..at + 6).ok_or(Stop::More)?;
+                    if !hex.iter().all(u8::is_ascii_hexdigit) {
+                        return Err(Stop::Unsure);
+                    }
+                    k = at + 6;
+                }
+                _ => return Err(Stop::Unsure),
+            },
+            _ => return Err(Stop::Unsure),
+        }
+    }
+}
+
+/// A string read as text (quote at `*i`): borrowed when it has no escape,
+/// decoded by `serde_json` when it has one (so both read it alike).
+pub(super) fn text<'s>(s: &'s [u8], i: &mut usize) -> Parsed<Cow<'s, str>> {
+    let start = *i;
+    let at = string_stop(s, start + 1).ok_or(Stop::More)?;
+    match s[at] {
+        b'"' => {
+            let bytes = &s[start + 1..at];
+            let t = match *bytes {
+                // A phase: no UTF-8 check needed.
+                [b] if b.is_ascii() => ascii_char(b),
+                _ => std::str::from_utf8(bytes).map_err(|_| Stop::Unsure)?,
+            };
+            *i = at + 1;
+            Ok(Cow::Borrowed(t))
+        }
+        b'\\' => {
+            skip_string(s, i)?;
+            let t: String = serde_json::from_slice(&s[start..*i]).map_err(|_| Stop::Unsure)?;
+            Ok(Cow::Owned(t))
+        }
+        _ => Err(Stop::Unsure),
+    }
+}
+
+/// An ASCII character as a string.
+fn ascii_char(b: u8) -> &'static str {
+    const ASCII: &str = "\0\x01\x02\x03\x04\x05\x06\x07\x08\t\n\x0b\x0c\r\x0e\x0f\
+        \x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f \
+        !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~\x7f";
+    let at = usize::from(b & 0x7f);
+    &ASCII[at..at + 1]
+}
+
+/// An object key without escapes (the only kind memcut's keys are) and the
+/// colon after it, checked to be UTF-8 as `serde_json` checks the keys it
+/// matches. Escaped keys are left to `serde_json`, which decodes them
+/// before matching.
+pub(super) fn key<'s>(s: &'s [u8], i: &mut usize) -> Parsed<&'s [u8]> {
+    if ws(s, i)? != b'"' {
+        return Err(Stop::Unsure);
+    }
+    let start = *i + 1;
+    let at = string_stop(s, start).ok_or(Stop::More)?;
+    if s[at] != b'"' {
+        return Err(Stop::Unsure);
+    }
+    let k = &s[start..at];
+    if !k.is_ascii() && std::str::from_utf8(k).is_err() {
+        return Err(Stop::Unsure);
+    }
+    *i = at + 1;
+    if ws(s, i)? != b':' {
+        return Err(Stop::Unsure);
+    }
+    *i += 1;
+    ws(s, i)?;
+    Ok(k)
+}
+
+/// `true`, `false` or `null` at `*i` (the first letter checked by the caller).
+pub(super) fn literal(s: &[u8], i: &mut usize, word: &[u8]) -> Parsed<()> {
+    let have = &s[*i..s.len().min(*i + word.len())];
+    if have != &word[..have.len()] {
+        return Err(Stop::Unsure);
+    }
+    if have.len() < word.len() {
+        return Err(Stop::More);
+    }
+    *i += word.len();
+    Ok(())
+}
+
+/// A number's token, checked against JSON's grammar, with its digits read
+/// while they were scanned.
+pub(super) struct Number<'s> {
+    token: &'s [u8],
+    negative: bool,
+    /// No fraction, no exponent.
+    integer: bool,
+    /// The digits without the point, as an integer: exact when `digits`
+    /// is at most 19 (wrapped otherwise).
+    mantissa: u64,
+    digits: u32,
+    /// The value is `mantissa` times ten to this (saturated far beyond
+    /// any `f64`).
+    exp10: i32,
+}
+
+/// Powers of ten exactly representable in an `f64`.
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// A number's token at `*i`, checked against JSON's grammar. Needs the
+/// byte after it.
+#[inline]
+pub(super) fn number<'s>(s: &'s [u8], i: &mut usize) -> Parsed<Number<'s>> {
+    let start = *i;
+    let mut k = start;
+    let negative = s[k] == b'-';
+    k += usize::from(negative);
+    let mut mantissa = 0;
+    let mut digits = match *s.get(k).ok_or(Stop::More)? {
+        b'0' => {
+            k += 1;
+            1
+        }
+        b'1'..=b'9' => read_digits(s, &mut k, &mut mantissa)?,
+        _ => return Err(Stop::Unsure),
+    };
+    let mut integer = true;
+    let mut exp10 = 0i32;
+    if *s.get(k).ok_or(Stop::More)? == b'.' {
+        k += 1;
+        integer = false;
+        let fraction = read_digits(s, &mut k, &mut mantissa)?;
+        if fraction == 0 {
+            return Err(Stop::Unsure);
+        }
+        digits += fraction;
+        exp10 = -(fraction.min(1 << 20) as i32);
+    }
+    if matches!(*s.get(k).ok_or(Stop::More)?, b'e' | b'E') {
+        k += 1;
+        integer = false;
+        let sign = *s.get(k).ok_or(Stop::More)?;
+        k += usize::from(matches!(sign, b'+' | b'-'));
+        let from = k;
+        let mut e = 0i32;
+        loop {
+            let d = s.get(k).ok_or(Stop::More)?.wrapping_sub(b'0');
+            if d > 9 {
+                break;
+            }
+            e = (e * 10 + i32::from(d)).min(1 << 20);
+            k += 1;
+        }
+        if k == from {
+            return Err(Stop::Unsure);
+        }
+        exp10 += if sign == b'-' { -e } else { e };
+    }
+    *i = k;
+    Ok(Number {
+        token: &s[start..k],
+        negative,
+        integer,
+        mantissa,
+        digits,
+        exp10,
+    })
+}
+
+/// ASCII digits from `*k` on, appended to `mantissa` (wrapping); how many.
+/// Eight at a time while there are eight (times, addresses, sizes).
+#[inline]
+fn read_digits(s: &[u8], k: &mut usize, mantissa: &mut u64) -> Parsed<u32> {
+    let from = *k;
+    while let Some(word) = s.get(*k..*k + 8) {
+        let w = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        // Every byte 0x30..=0x39: high nibble 3, and still 3 after adding 6.
+        let nibbles = ONES * 0xf0;
+        if w & nibbles != ONES * 0x30 || w.wrapping_add(ONES * 6) & nibbles != ONES * 0x30 {
+            break;
+        }
+        *mantissa = mantissa
+            .wrapping_mul(100_000_000)
+            .wrapping_add(eight_digits(w));
+        *k += 8;
+    }
+    loop {
+        let d = s.get(*k).ok_or(Stop::More)?.wrapping_sub(b'0');
+        if d > 9 {
+            break;
+        }
+        *mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(d));
+        *k += 1;
+    }
+    Ok((*k - from).min(u32::MAX as usize) as u32)
+}
+
+/// The value of eight ASCII digits read as a little-endian word (the
+/// first digit in the lowest byte): pairs, then fours, then all eight.
+#[inline]
+fn eight_digits(w: u64) -> u64 {
+    let v = w.wrapping_sub(ONES * 0x30);
+    let v = (v.wrapping_mul(10) + (v >> 8)) & 0x00ff_00ff_00ff_00ff;
+    let v = (v.wrapping_mul(100) + (v >> 16)) & 0x0000_ffff_0000_ffff;
+    (v.wrapping_mul(10_000) + (v >> 32)) & 0xffff_ffff
+}
+
+impl Number<'_> {
+    /// The number as `serde_json` hands it to the skeleton's visitors;
+    /// what it would not hand over the same way (`-0`, integers beyond 64
+    /// bits, floats out of range) is [`Stop::Unsure`].
+    fn value(&self) -> Parsed<Num> {
+        let m = self.mantissa;
+        if self.integer && self.digits <= 19 {
+            return match (self.negative, m) {
+                // `serde_json` reads `-0` as a float.
+                (true, 0) => Err(Stop::Unsure),
+                (true, _) => 0i64.checked_sub_unsigned(m).map(Num::I).ok_or(Stop::Unsure),
+                (false, _) => Ok(i64::try_from(m).map_or(Num::U(m), Num::I)),
+            };
+        }
+        // Exact mantissa, exact power of ten: one correctly rounded
+        // operation gives the correctly rounded value `parse` gives
+        // (Clinger's fast path).
+        let exact = self.digits <= 19 && m <= 1 << 53 && self.exp10.unsigned_abs() <= 22;
+        if !self.integer && exact {
+            let power = POW10[self.exp10.unsigned_abs() as usize];
+            let v = if self.exp10 < 0 {
+                m as f64 / power
+            } else {
+                m as f64 * power
+            };
+            return Ok(Num::F(if self.negative { -v } else { v }));
+        }
+        // Only ASCII digits, signs, `.` and `e` were accepted.
+        let t = std::str::from_utf8(self.token).map_err(|_| Stop::Unsure)?;
+        if self.integer {
+            if let Ok(v) = t.parse::<i64>() {
+                return Ok(Num::I(v));
+            }
+            return t.parse::<u64>().map(Num::U).map_err(|_| Stop::Unsure);
+        }
+        match t.parse::<f64>() {
+            Ok(v) if v.is_finite() => Ok(Num::F(v)),
+            _ => Err(Stop::Unsure),
+        }
+    }
+}
+
+/// A number at `*i` as [`Number::value`] gives it.
+pub(super) fn json_number(s: &[u8], i: &mut usize) -> Parsed<Num> {
+    number(s, i)?.value()
+}
+
+/// Number tokens at the edges of [`Number::value`]'s paths (64 bits,
+/// exact floats, `-0`, exponents), and tokens that are not JSON.
+#[cfg(test)]
+pub(in crate::formats::chrome) const NUMBERS: &[&str] = &[
+    "0",
+    "7",
+    "-1",
+    "10",
+    "12345678",
+    "123456789",
+    "1234567890123456",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775808",
+    "-9223372036854775809",
+    "18446744073709551615",
+    "18446744073709551616",
+    "99999999999999999999",
+    "1000000000000000000000",
+    "-0",
+    "0.0",
+    "-0.0",
+    "1.5",
+    "-1.5e3",
+    "1419116234324.666",
+    "5349805725085.384",
+    "0.1",
+    "0.30000000000000004",
+    "1e5",
+    "1E+5",
+    "1e-5",
+    "1e22",
+    "1e23",
+    "1e-22",
+    "1e-23",
+    "9007199254740992.0",
+    "9007199254740993.0",
+    "9007199254740993",
+    "123456789012345678.9",
+    "1234567890123456789.5",
+    "0.0000000000000000000001",
+    "4.9e-324",
+    "5e-324",
+    "2.2250738585072014e-308",
+    "1.7976931348623157e308",
+    "1e999",
+    "-1e999",
+    "1e-999",
+    "1e0000000000000000000000001",
+    "01",
+    "00",
+    "-01",
+    "1.",
+    ".5",
+    "1e",
+    "1e+",
+    "-",
+    "+1",
+    "1.e5",
+    "12345678x",
+    "1234567.8",
+    "0e5",
+    "-0e0",
+    "0.5E-3",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// `token` read by [`json_number`] with a byte after it, as `serde_json`
+    /// hands it to the skeleton's [`Num`] (Debug strings: bit-identical
+    /// floats, `-0.0` included). `Unsure` is checked to be one of the
+    /// cases left to `serde_json` on purpose.
+    fn same_number(token: &str) {
+        let text = format!("{token},");
+        let mut i = 0;
+        let ours = json_number(text.as_bytes(), &mut i);
+        let theirs = serde_json::from_str::<Num>(token);
+        match (ours, theirs) {
+            (Ok(v), Ok(want)) if i == token.len() => {
+                assert_eq!(format!("{v:?}"), format!("{want:?}"), "{token}");
+            }
+            // A token that is not all JSON: the byte where ours stopped is
+            // refused by the caller, as `serde_json` refuses the token.
+            (Ok(_), Err(_)) if i < token.len() => {}
+            (Err(Stop::Unsure), Err(_)) => {}
+            (Err(Stop::Unsure), Ok(want)) => {
+                let negative_zero = token == "-0";
+                let beyond_64_bits = matches!(want, Num::F(_)) && !token.contains(['.', 'e', 'E']);
+                let below_i64 = token.starts_with('-') && token.parse::<i64>().is_err();
+                assert!(
+                    negative_zero || beyond_64_bits || below_i64,
+                    "{token}: {want:?} left to serde_json"
+                );
+            }
+            (ours, theirs) => panic!("{token}: ours {ours:?} at {i}, serde_json {theirs:?}"),
+        }
+        // Without the byte after it, the number may go on.
+        if i == token.len() {
+            let mut i = 0;
+            assert_eq!(
+                json_number(token.as_bytes(), &mut i).err(),
+                Some(Stop::More),
+                "{token}"
+            );
+        }
+    }
+
+    #[test]
+    fn numbers_read_as_serde_json_reads_them() {
+        for token in NUMBERS {
+            same_number(token);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+        #[test]
+        fn random_numbers_read_as_serde_json_reads_them(
+            token in "-?(0|[1-9][0-9]{0,21})(\\.[0-9]{1,20})?([eE][+-]?[0-9]{1,3})?"
+        ) {
+            same_number(&token);
+        }
+    }
+
+    /// The first stop byte, one at a time.
+    fn naive_stop(s: &[u8], from: usize) -> Option<usize> {
+        (from..s.len()).find(|&k| matches!(s[k], b'"' | b'\\' | 0..=0x1f))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+        #[test]
+        fn string_stop_finds_the_first_quote_backslash_or_control(
+            body in proptest::collection::vec(
+                prop_oneof![8 => 0x20u8..0x7f, 1 => 0x80u8..=0xff, 1 => Just(b'"'), 1 => Just(b'\\'), 1 => 0u8..0x20],
+                0..80,
+            ),
+            from in 0usize..20,
+        ) {
+            let from = from.min(body.len());
+            prop_assert_eq!(string_stop(&body, from), naive_stop(&body, from));
+        }
+    }
+
+    #[test]
+    fn whitespace_runs_of_every_shape_are_skipped() {
+        for n in 0..40 {
+            for pattern in [&b" "[..], b"\n ", b"\t", b"\r\n  ", b"  \n        "] {
+                let run: Vec<u8> = pattern.iter().copied().cycle().take(n).collect();
+                let mut text = run.clone();
+                text.push(b'x');
+                let mut i = 0;
+                assert_eq!(ws(&text, &mut i), Ok(b'x'), "{run:?}");
+                assert_eq!(i, n, "{run:?}");
+                let mut i = 0;
+                assert_eq!(ws(&run, &mut i), Err(Stop::More), "{run:?}");
+            }
+        }
+        // Not JSON whitespace: returned, not skipped.
+        for b in [0u8, 0x0b, 0x0c, 0x1f] {
+            let mut i = 0;
+            assert_eq!(ws(&[b' ', b, b' '], &mut i), Ok(b));
+            assert_eq!(i, 1);
+        }
+    }
+
+    #[test]
+    fn one_ascii_character_is_itself() {
+        for b in 0u8..0x80 {
+            assert_eq!(ascii_char(b).as_bytes(), [b]);
+        }
+    }
+
+    #[test]
+    fn keys_of_every_length_and_kind() {
+        for n in 0..40 {
+            let name: String = "abcdefghijklmnopqrstuvwxyz0123456789 ABC"
+                .chars()
+                .take(n)
+                .collect();
+            let text = format!("\"{name}\" :\n 1");
+            let mut i = 0;
+            assert_eq!(key(text.as_bytes(), &mut i), Ok(name.as_bytes()), "{name}");
+            assert_eq!(&text[i..], "1");
+            // Cut anywhere: more bytes wanted.
+            for cut in 0..text.len() - 1 {
+                let mut i = 0;
+                assert_eq!(
+                    key(&text.as_bytes()[..cut], &mut i),
+                    Err(Stop::More),
+                    "{name}, {cut}"
+                );
+            }
+        }
+        let ok = "\"Größe 名前\": 1";
+        let mut i = 0;
+        assert_eq!(key(ok.as_bytes(), &mut i), Ok("Größe 名前".as_bytes()));
+        // Not UTF-8, escaped, a control character, no colon: serde_json decides.
+        for bad in [
+            &b"\"a\xff\": 1"[..],
+            b"\"Device\\u0020Id\": 1",
+            b"\"a\tb\": 1",
+            b"\"a\" 1",
+        ] {
+            let mut i = 0;
+            assert_eq!(key(bad, &mut i), Err(Stop::Unsure), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn texts_borrow_what_they_can_and_decode_the_rest() {
+        let cases: [(&[u8], Option<&str>); 8] = [
+            (b"\"X\",", Some("X")),
+            (b"\"\",", Some("")),
+            (b"\"aten::mm\",", Some("aten::mm")),
+            ("\"é\",".as_bytes(), Some("é")),
+            (
+                "\"a long name with ünïcödé past sixteen bytes\",".as_bytes(),
+                Some("a long name with ünïcödé past sixteen bytes"),
+            ),
+            (b"\"\\u00e9\\n\",", Some("é\n")),
+            (b"\"\xc3\",", None),
+            (
+                b"\"a long name that is not UTF-8 \xff past sixteen bytes\",",
+                None,
+            ),
+        ];
+        for (text_bytes, want) in cases {
+            let mut i = 0;
+            let got = text(text_bytes, &mut i);
+            match want {
+                Some(want) => {
+                    assert_eq!(got.as_deref(), Ok(want));
+                    assert_eq!(text_bytes[i], b',');
+                }
+                None => assert_eq!(got, Err(Stop::Unsure)),
+            }
+        }
+    }
+}
