@@ -61,26 +61,37 @@ const ONES: u64 = u64::MAX / 255;
 /// the lowest flagged byte is exact); longer strings (call stacks, file
 /// paths) with `memchr` for the quote and backslash, then a check for
 /// control characters before it.
-#[inline]
+#[inline(always)]
 fn string_stop(s: &[u8], i: usize) -> Option<usize> {
-    const HIGH: u64 = ONES << 7;
     let mut k = i;
     for _ in 0..2 {
         let Some(word) = s.get(k..k + 8) else {
             return (k..s.len()).find(|&k| matches!(s[k], b'"' | b'\\' | 0..=0x1f));
         };
-        let c = u64::from_le_bytes(word.try_into().unwrap_or_default());
-        let ctrl = c.wrapping_sub(ONES * 0x20) & !c;
-        let q = c ^ (ONES * u64::from(b'"'));
-        let quote = q.wrapping_sub(ONES) & !q;
-        let b = c ^ (ONES * u64::from(b'\\'));
-        let backslash = b.wrapping_sub(ONES) & !b;
-        let hit = (ctrl | quote | backslash) & HIGH;
+        let hit = string_stops(u64::from_le_bytes(word.try_into().unwrap_or_default()));
         if hit != 0 {
             return Some(k + hit.trailing_zeros() as usize / 8);
         }
         k += 8;
     }
+    long_string_stop(s, k)
+}
+
+/// The high bit of each byte of `word` that is a quote, a backslash or a
+/// control character: exact for the lowest one.
+#[inline(always)]
+fn string_stops(c: u64) -> u64 {
+    let ctrl = c.wrapping_sub(ONES * 0x20) & !c;
+    let q = c ^ (ONES * u64::from(b'"'));
+    let quote = q.wrapping_sub(ONES) & !q;
+    let b = c ^ (ONES * u64::from(b'\\'));
+    let backslash = b.wrapping_sub(ONES) & !b;
+    (ctrl | quote | backslash) & (ONES << 7)
+}
+
+/// [`string_stop`] past the first 16 bytes.
+#[inline(never)]
+fn long_string_stop(s: &[u8], k: usize) -> Option<usize> {
     let rest = &s[k..];
     let end = memchr::memchr2(b'"', b'\\', rest);
     let run = &rest[..end.unwrap_or(rest.len())];
@@ -157,6 +168,7 @@ fn ascii_char(b: u8) -> &'static str {
 /// colon after it, checked to be UTF-8 as `serde_json` checks the keys it
 /// matches. Escaped keys are left to `serde_json`, which decodes them
 /// before matching.
+#[inline(always)]
 pub(super) fn key<'s>(s: &'s [u8], i: &mut usize) -> Parsed<&'s [u8]> {
     if ws(s, i)? != b'"' {
         return Err(Stop::Unsure);
@@ -216,7 +228,9 @@ const POW10: [f64; 23] = [
 
 /// A number's token at `*i`, checked against JSON's grammar. Needs the
 /// byte after it.
-#[inline]
+/// Inlined: where the value is not wanted (a skipped number), the
+/// compiler drops the arithmetic.
+#[inline(always)]
 pub(super) fn number<'s>(s: &'s [u8], i: &mut usize) -> Parsed<Number<'s>> {
     let start = *i;
     let mut k = start;
@@ -355,6 +369,7 @@ impl Number<'_> {
 }
 
 /// A number at `*i` as [`Number::value`] gives it.
+#[inline]
 pub(super) fn json_number(s: &[u8], i: &mut usize) -> Parsed<Num> {
     number(s, i)?.value()
 }
