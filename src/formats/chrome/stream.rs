@@ -261,13 +261,8 @@ fn element(s: &[u8], col: &mut Collector, counts: &mut Counts) -> Parsed<(usize,
         Err(Stop::More) => return Err(Stop::More),
         Err(Stop::Unsure) => {
             by_serde = 1;
-            // The skeleton's own visitor on this element's bytes: the same
-            // result as in the whole-buffer parse, or an error (declined).
-            i = start;
-            value_end(s, &mut i)?;
-            let mut de = serde_json::Deserializer::from_slice(&s[start..i]);
-            let parsed = EventSeed.deserialize(&mut de).map_err(|_| Stop::Unsure)?;
-            de.end().map_err(|_| Stop::Unsure)?;
+            let parsed;
+            (parsed, i) = by_serde_json(s, start)?;
             match parsed {
                 Some(parsed) => {
                     ev = parsed;
@@ -284,6 +279,35 @@ fn element(s: &[u8], col: &mut Collector, counts: &mut Counts) -> Parsed<(usize,
     counts.events += 1;
     counts.by_serde += by_serde;
     Ok((i, more))
+}
+
+/// The element at `start` read by the skeleton's own visitor: the same
+/// result as in the whole-buffer parse, or an error (declined); and where
+/// it ends. Read from the rest of the slice first, which needs no scan for
+/// its end; when that fails (perhaps only because the slice ends inside
+/// the element: `serde_json` does not always say so), from its exact
+/// bytes, found by [`value_end`].
+fn by_serde_json(s: &[u8], start: usize) -> Parsed<(Option<RawEvent<'_>>, usize)> {
+    let mut elements = serde_json::Deserializer::from_slice(&s[start..]).into_iter::<Element>();
+    if let Some(Ok(Element(parsed))) = elements.next() {
+        return Ok((parsed, start + elements.byte_offset()));
+    }
+    let mut end = start;
+    value_end(s, &mut end)?;
+    let mut de = serde_json::Deserializer::from_slice(&s[start..end]);
+    let parsed = EventSeed.deserialize(&mut de).map_err(|_| Stop::Unsure)?;
+    de.end().map_err(|_| Stop::Unsure)?;
+    Ok((parsed, end))
+}
+
+/// An element read by [`EventSeed`], as `serde_json`'s stream reader (which
+/// says where a value ends) wants it: a type, not a seed.
+struct Element<'a>(Option<RawEvent<'a>>);
+
+impl<'de> serde::Deserialize<'de> for Element<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        EventSeed.deserialize(d).map(Element)
+    }
 }
 
 /// Whitespace, then `,` (true) or `close` (false).

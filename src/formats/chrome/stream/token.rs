@@ -289,21 +289,30 @@ pub(super) fn number<'s>(s: &'s [u8], i: &mut usize) -> Parsed<Number<'s>> {
 }
 
 /// ASCII digits from `*k` on, appended to `mantissa` (wrapping); how many.
-/// Eight at a time while there are eight (times, addresses, sizes).
-#[inline]
+/// A word at a time while eight bytes are left: eight digits, or the
+/// digits that start the word.
+#[inline(always)]
 fn read_digits(s: &[u8], k: &mut usize, mantissa: &mut u64) -> Parsed<u32> {
     let from = *k;
     while let Some(word) = s.get(*k..*k + 8) {
         let w = u64::from_le_bytes(word.try_into().unwrap_or_default());
-        // Every byte 0x30..=0x39: high nibble 3, and still 3 after adding 6.
-        let nibbles = ONES * 0xf0;
-        if w & nibbles != ONES * 0x30 || w.wrapping_add(ONES * 6) & nibbles != ONES * 0x30 {
-            break;
+        let n = leading_digits(w);
+        if n == 8 {
+            *mantissa = mantissa
+                .wrapping_mul(100_000_000)
+                .wrapping_add(eight_digits(w));
+            *k += 8;
+            continue;
         }
-        *mantissa = mantissa
-            .wrapping_mul(100_000_000)
-            .wrapping_add(eight_digits(w));
-        *k += 8;
+        if n > 0 {
+            // The digits moved to the top of the word, zeros below them.
+            let padded = w << (8 * (8 - n)) | (ONES * u64::from(b'0')) >> (8 * n);
+            *mantissa = mantissa
+                .wrapping_mul([1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000][n])
+                .wrapping_add(eight_digits(padded));
+            *k += n;
+        }
+        return Ok((*k - from).min(u32::MAX as usize) as u32);
     }
     loop {
         let d = s.get(*k).ok_or(Stop::More)?.wrapping_sub(b'0');
@@ -314,6 +323,21 @@ fn read_digits(s: &[u8], k: &mut usize, mantissa: &mut u64) -> Parsed<u32> {
         *k += 1;
     }
     Ok((*k - from).min(u32::MAX as usize) as u32)
+}
+
+/// How many ASCII digits start `w` (a little-endian word), 0 to 8.
+#[inline(always)]
+fn leading_digits(w: u64) -> usize {
+    // A byte is a digit when its high nibble is 3, and still 3 after
+    // adding 6. Adding carries only into later bytes, so the first byte
+    // that is not a digit is found exactly.
+    let nibbles = ONES * 0xf0;
+    let digit = ONES * 0x30;
+    let off = (w & nibbles ^ digit) | (w.wrapping_add(ONES * 6) & nibbles ^ digit);
+    // The high bit of every byte of `off` that is not zero.
+    let low7 = !(ONES << 7);
+    let flags = ((off & low7) + low7 | off) & (ONES << 7);
+    flags.trailing_zeros() as usize / 8
 }
 
 /// The value of eight ASCII digits read as a little-endian word (the
@@ -498,6 +522,24 @@ mod tests {
             token in "-?(0|[1-9][0-9]{0,21})(\\.[0-9]{1,20})?([eE][+-]?[0-9]{1,3})?"
         ) {
             same_number(&token);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+        #[test]
+        fn leading_digits_counts_the_digits_that_start_a_word(word in any::<[u8; 8]>(), digits in 0usize..=8) {
+            // Bytes next to '0'..'9' ('/', ':') and bytes that carry when 6 is added.
+            let mut word = word;
+            for (k, b) in word.iter_mut().enumerate() {
+                if k < digits {
+                    *b = b'0' + *b % 10;
+                } else if *b % 3 == 0 {
+                    *b = [b'/', b':', 0xfa, 0xff, b'0' - 1, b'9' + 1][usize::from(*b) % 6];
+                }
+            }
+            let want = word.iter().take_while(|b| b.is_ascii_digit()).count();
+            prop_assert_eq!(leading_digits(u64::from_le_bytes(word)), want);
         }
     }
 
