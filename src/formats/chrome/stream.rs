@@ -36,7 +36,7 @@ pub(super) use token::NUMBERS;
 use token::{json_number, key, literal, number, skip_string, text, ws};
 
 use super::collect::Collector;
-use super::skeleton::{DeviceProp, EventSeed, Id, LStr, MemArgs, Num, RawEvent};
+use super::skeleton::{DeviceProp, EventSeed, Id, LStr, MemArgs, Num, RawEvent, RawInputs};
 use super::{build, ReadError};
 use crate::model::Trace;
 
@@ -578,11 +578,11 @@ fn event<'s>(s: &'s [u8], i: &mut usize, ev: &mut RawEvent<'s>) -> Parsed<()> {
             b"dur" => ev.dur = num(s, i)?,
             b"args" => {
                 if ev.reads_inputs() {
-                    // `record_shapes` inputs: the skeleton reads them.
-                    return Err(Stop::Unsure);
+                    (ev.args, ev.inputs) = input_args(s, i)?;
+                } else {
+                    ev.args = mem_args(s, i)?;
+                    ev.inputs = None;
                 }
-                ev.args = mem_args(s, i)?;
-                ev.inputs = None;
             }
             _ => skip_value(s, i)?,
         }
@@ -627,4 +627,72 @@ fn mem_args(s: &[u8], i: &mut usize) -> Parsed<MemArgs> {
             return Ok(a);
         }
     }
+}
+
+/// The `args` of an operator call whose `record_shapes` inputs memcut
+/// reads, as the skeleton's `ArgsSeed` reads them: an object's `Input
+/// Dims` and `Input type` (no memory fields); no inputs for other values.
+fn input_args<'s>(s: &'s [u8], i: &mut usize) -> Parsed<(MemArgs, Option<RawInputs<'s>>)> {
+    if s[*i] != b'{' {
+        skip_value(s, i)?;
+        return Ok((MemArgs::default(), None));
+    }
+    let mut inputs = RawInputs::default();
+    *i += 1;
+    if ws(s, i)? == b'}' {
+        *i += 1;
+        return Ok((MemArgs::default(), Some(inputs)));
+    }
+    loop {
+        match key(s, i)? {
+            b"Input Dims" => inputs.dims = list(s, i, dims)?,
+            b"Input type" => inputs.types = list(s, i, lstr)?,
+            _ => skip_value(s, i)?,
+        }
+        if !separator(s, i, b'}')? {
+            return Ok((MemArgs::default(), Some(inputs)));
+        }
+    }
+}
+
+/// A list read item by item, empty for any other value (the skeleton's
+/// `ListOf`).
+fn list<'s, T>(
+    s: &'s [u8],
+    i: &mut usize,
+    mut item: impl FnMut(&'s [u8], &mut usize) -> Parsed<T>,
+) -> Parsed<Vec<T>> {
+    let mut out = Vec::new();
+    if s[*i] != b'[' {
+        skip_value(s, i)?;
+        return Ok(out);
+    }
+    *i += 1;
+    if ws(s, i)? == b']' {
+        *i += 1;
+        return Ok(out);
+    }
+    loop {
+        out.push(item(s, i)?);
+        if !separator(s, i, b']')? {
+            return Ok(out);
+        }
+        ws(s, i)?;
+    }
+}
+
+/// One `Input Dims` entry (the skeleton's `DimsEntry`): the dims of a
+/// tensor; `None` for a list holding anything but sizes, or no list.
+fn dims(s: &[u8], i: &mut usize) -> Parsed<Option<Vec<u64>>> {
+    if s[*i] != b'[' {
+        skip_value(s, i)?;
+        return Ok(None);
+    }
+    let mut tensor = true;
+    let sizes = list(s, i, |s, i| {
+        let d = num(s, i)?.u64();
+        tensor &= d.is_some();
+        Ok(d.unwrap_or(0))
+    })?;
+    Ok(tensor.then_some(sizes))
 }

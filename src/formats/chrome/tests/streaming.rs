@@ -177,6 +177,40 @@ fn numbers_texts_and_keys_of_every_shape_read_as_the_whole_read_reads_them() {
     same_streamed(text.as_bytes(), &[3, 64, 4099, 1 << 16], "numbers").expect("streamed");
 }
 
+/// `record_shapes` inputs of the operator calls memcut reads them for,
+/// in every shape the skeleton's `ArgsSeed` reads: dims of tensors,
+/// nested lists, sizes as strings or floats or negative, `null`s, maps,
+/// types that are not strings, args that are not an object, a key twice.
+#[test]
+fn operator_inputs_read_as_the_whole_read_reads_them() {
+    let mut events = super::basic_events();
+    let args = [
+        r#"{"Input Dims":[[2,3],[4,3],[]],"Input type":["float","c10::BFloat16",""]}"#,
+        r#"{"Input Dims":[[[1,2],[3]],[5,"6",7.0],[-1,2],[1.5],[null],null,{"a":1},"x",[]],"Input type":[null,1.5,true,[],"é"]}"#,
+        r#"{"Input Dims":{"a":[1]},"Input type":"float"}"#,
+        r#"{"Input Dims":7,"Input type":{"a":"b"},"Call stack":"f.py(1): g"}"#,
+        r#"{"Input Dims":[[1]],"Input Dims":[[2,2]],"Input type":["a"],"Input type":["b","c"]}"#,
+        r#"{"Input type":[1,2]}"#,
+        r#"{"Input Dims":[[18446744073709551615, 9223372036854775808, 1e3]]}"#,
+        "{\n  \"Input Dims\": [\n    [\n      64,\n      3\n    ],\n    []\n  ],\n  \"Input type\": [\n    \"float\",\n    \"Scalar\"\n  ]\n}",
+        r#"{}"#,
+        r#"[]"#,
+        r#"null"#,
+        r#""args""#,
+        r#"{"Bytes":64,"Device Type":1}"#,
+    ];
+    for (k, a) in args.iter().enumerate() {
+        let ts = 30 + k;
+        events.push(format!(
+            r#"{{"ph":"X","cat":"cpu_op","name":"aten::linear","pid":1,"tid":10,"ts":{ts},"dur":1,"args":{a}}}"#
+        ));
+    }
+    // `args` before `name`: read as memory fields, as the skeleton does.
+    events.push(r#"{"ph":"X","args":{"Input Dims":[[2]]},"cat":"cpu_op","name":"aten::addmm","pid":1,"tid":10,"ts":50,"dur":1}"#.to_string());
+    let text = super::obj(&events);
+    same_streamed(text.as_bytes(), &[3, 64, 4099, 1 << 16], "inputs").expect("streamed");
+}
+
 /// The benchmark shapes of issue 16 (`benches/shapes.rs`,
 /// `scripts/bench_inputs.sh`): the CPU profiler's (the adamw sample) is
 /// streamed, with nearly every event read by the hand-written reader.
