@@ -87,11 +87,35 @@ pub fn read_trace<R: Read>(reader: R, limits: &Limits) -> Result<Trace> {
 /// repairs only a whole read can make, in which case the file is read a
 /// second time, whole.
 pub fn read_file(path: &std::path::Path, limits: &Limits) -> Result<Trace> {
+    if worth_splitting(path) {
+        match chrome::read_chrome_file_split(path) {
+            Some(Some(read)) => return read,
+            Some(None) => return read_trace_ahead(std::fs::File::open(path)?, limits),
+            None => {}
+        }
+    }
     let file = std::fs::File::open(path)?;
     match read_trace_ahead_in(file, limits, 1 << 20, Text::Streamed)? {
         Some(trace) => Ok(trace),
         None => read_trace_ahead(std::fs::File::open(path)?, limits),
     }
+}
+
+/// Whether the file at `path` is a plain Chrome trace in the object form
+/// big enough to be read on two threads ([`chrome::read_chrome_file_split`]),
+/// and two cores are free for it: not when this is one of many files read
+/// in parallel (`memcut batch`'s rayon workers already fill the cores).
+fn worth_splitting(path: &std::path::Path) -> bool {
+    let big = std::fs::metadata(path).is_ok_and(|m| m.len() >= chrome::MIN_SPLIT_BYTES);
+    let cores = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    if !big || !cores || rayon::current_thread_index().is_some() {
+        return false;
+    }
+    let mut head = [0u8; 4096];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .unwrap_or(0);
+    skip_bom_and_space(&head[..n]).first() == Some(&b'{')
 }
 
 /// Parses a trace from a file (or any reader that can move to a thread),

@@ -22,14 +22,20 @@
 //! sweep per thread), devices are named, and what the file lacks is said in
 //! diagnostics.
 //!
-//! Data flows one way: `skeleton` → `collect` (and `recover`, which feeds
-//! the same collector) → `attribute` → `build`.
+//! A file read from disk or a stream is first streamed (`stream.rs`: the
+//! same result as pass 1 without holding the file, or a decline that sends
+//! it down the passes above); a large plain file is streamed on two threads
+//! from its start and from an element near its middle (`split.rs`).
+//!
+//! Data flows one way: `skeleton` → `collect` (and `stream`/`split` or
+//! `recover`, which feed the same collector) → `attribute` → `build`.
 
 mod attribute;
 mod build;
 mod collect;
 mod recover;
 mod skeleton;
+mod split;
 mod stream;
 #[cfg(test)]
 mod tests;
@@ -84,6 +90,22 @@ pub fn parse_chrome_trace(bytes: &[u8]) -> Result<Trace> {
 /// reads the input again and hands all of it to [`parse_chrome_trace`].
 pub fn read_chrome_stream(reader: &mut dyn BufRead) -> Option<Result<Trace>> {
     stream::read_streamed(reader).map(|r| r.map_err(Error::from))
+}
+
+/// A plain Chrome trace file smaller than this is not read on two threads
+/// ([`read_chrome_file_split`]).
+pub const MIN_SPLIT_BYTES: u64 = split::MIN_SPLIT_BYTES;
+
+/// Reads the plain (not gzipped) Chrome trace file at `path`, which starts
+/// with `{`, on two threads (`split.rs`), with [`read_chrome_stream`]'s
+/// result. `Some(None)`: declined as [`read_chrome_stream`] declines (read
+/// the file whole); `None`: not read at all (read it the usual way).
+pub fn read_chrome_file_split(path: &std::path::Path) -> Option<Option<Result<Trace>>> {
+    match split::read_split(path) {
+        split::Split::Read(trace) => Some(Some((*trace).map_err(Error::from))),
+        split::Split::Declined => Some(None),
+        split::Split::Unsplit => None,
+    }
 }
 
 fn read(bytes: &[u8]) -> std::result::Result<Trace, ReadError> {

@@ -27,6 +27,7 @@
 
 use std::borrow::Cow;
 use std::io::BufRead;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::de::{DeserializeSeed, IgnoredAny};
 
@@ -91,26 +92,89 @@ pub(super) struct Counts {
 /// [`read_streamed`], and how its events were read.
 pub(super) fn read_counted(reader: &mut dyn BufRead) -> Option<(Result<Trace, ReadError>, Counts)> {
     let mut col = Collector::default();
-    let mut feed = Feed {
-        reader,
-        carry: Vec::new(),
-        counts: Counts::default(),
-    };
+    let mut feed = Feed::new(reader, None);
     if !read_top(&mut feed, &mut col)? {
         return None;
     }
     Some((build::build_trace(col.finish(), Vec::new()), feed.counts))
 }
 
+/// Where a read of the start of a file stopped (`split.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Head {
+    /// At the given offset, which is the start of an element of
+    /// `traceEvents` (just after the comma before it).
+    Reached,
+    /// The offset is not where an element starts: the read went on to the
+    /// end of the file instead.
+    Whole,
+}
+
+/// Reads a Chrome trace like [`read_counted`], but stops at `stop` (an
+/// offset in the file) if an element of `traceEvents` starts there: the
+/// elements from there on are [`read_tail`]'s. `cancel` is raised by the
+/// caller to stop a read whose result is no longer wanted (`None` then).
+/// `None`: declined, as [`read_streamed`] declines.
+pub(super) fn read_head(
+    reader: &mut dyn BufRead,
+    stop: u64,
+    cancel: &AtomicBool,
+) -> Option<(Collector, Counts, Head)> {
+    let mut col = Collector::default();
+    let mut feed = Feed::new(reader, Some(cancel));
+    feed.stop = Some(stop);
+    if !read_top(&mut feed, &mut col)? {
+        return None;
+    }
+    let head = if feed.stopped {
+        Head::Reached
+    } else {
+        Head::Whole
+    };
+    Some((col, feed.counts, head))
+}
+
+/// Reads the rest of a Chrome trace from the start of an element of
+/// `traceEvents` (just after a comma) to the end of the file, into a
+/// collector that remembers what [`Collector::append`] needs. Only
+/// meaningful when [`read_head`] confirms that an element starts there.
+/// `None`: declined, or cancelled.
+pub(super) fn read_tail(
+    reader: &mut dyn BufRead,
+    cancel: &AtomicBool,
+) -> Option<(Collector, Counts)> {
+    let mut col = Collector::for_tail();
+    let mut feed = Feed::new(reader, Some(cancel));
+    col.saw_trace_events = true;
+    read_elements(&mut feed, &mut col)?;
+    let more = feed.item(|s| {
+        let mut i = 0;
+        let more = separator(s, &mut i, b'}')?;
+        Ok((i, more))
+    })?;
+    read_keys(&mut feed, &mut col, more)?;
+    Some((col, feed.counts))
+}
+
 /// The top-level object; whether it had a `traceEvents` key.
 fn read_top(feed: &mut Feed<'_>, col: &mut Collector) -> Option<bool> {
+    let more = feed.item(open_top)?;
+    read_keys(feed, col, more)
+}
+
+/// The keys and values of the top-level object from one that follows
+/// (`more`) to the end of the file; whether a `traceEvents` key was among
+/// them (or the read stopped in one, at [`Feed::stop`]).
+fn read_keys(feed: &mut Feed<'_>, col: &mut Collector, mut more: bool) -> Option<bool> {
     let mut saw_trace_events = false;
-    let mut more = feed.item(open_top)?;
     while more {
         let key = feed.item(top_key)?;
         if key == "traceEvents" {
             saw_trace_events = true;
             read_events(feed, col)?;
+            if feed.stopped {
+                return Some(true);
+            }
             more = feed.item(|s| {
                 let mut i = 0;
                 let more = separator(s, &mut i, b'}')?;
@@ -133,7 +197,7 @@ fn read_top(feed: &mut Feed<'_>, col: &mut Collector) -> Option<bool> {
             return None;
         }
         let n = buf.len();
-        feed.reader.consume(n);
+        feed.take(n);
     }
 }
 
@@ -198,7 +262,7 @@ fn top_value(s: &[u8], key: &str, col: &mut Collector) -> Parsed<(usize, bool)> 
 /// `traceEvents`: its `[`, every element, its `]`.
 fn read_events(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
     col.saw_trace_events = true;
-    let mut more = feed.item(|s| {
+    let more = feed.item(|s| {
         let mut i = 0;
         if ws(s, &mut i)? != b'[' {
             return Err(Stop::Unsure);
@@ -209,13 +273,28 @@ fn read_events(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
         }
         Ok((i, true))
     })?;
-    while more {
+    if more {
+        read_elements(feed, col)?;
+    }
+    Some(())
+}
+
+/// The elements of `traceEvents` from the start of one to its `]` (or to
+/// [`Feed::stop`]).
+fn read_elements(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
+    loop {
+        if feed.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+            return None;
+        }
         // As many whole elements as the reader's buffer holds, then one
         // stitched across its end.
         if feed.carry.is_empty() {
             let buf = feed.reader.fill_buf().ok()?;
             let mut pos = 0;
             let counts = &mut feed.counts;
+            // Where the buffer is in the file, and where to stop in it.
+            let base = feed.taken;
+            let stop_in = feed.stop.map(|at| at.saturating_sub(base));
             let stop = loop {
                 match element(&buf[pos..], col, counts) {
                     Ok((n, next)) => {
@@ -223,22 +302,39 @@ fn read_events(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
                         if !next {
                             break None;
                         }
+                        if let Some(at) = stop_in.filter(|&at| pos as u64 >= at) {
+                            break Some(Err(pos as u64 == at));
+                        }
                     }
-                    Err(stop) => break Some(stop),
+                    Err(stop) => break Some(Ok(stop)),
                 }
             };
-            feed.reader.consume(pos);
+            feed.take(pos);
             match stop {
                 None => return Some(()),
-                Some(Stop::Unsure) => return None,
-                Some(Stop::More) => {}
+                Some(Err(reached)) => {
+                    if feed.passed(reached) {
+                        return Some(());
+                    }
+                    continue;
+                }
+                Some(Ok(Stop::Unsure)) => return None,
+                Some(Ok(Stop::More)) => {}
             }
         }
         let mut counts = feed.counts;
-        more = feed.item(|s| element(s, col, &mut counts))?;
+        let more = feed.item(|s| element(s, col, &mut counts))?;
         feed.counts = counts;
+        if !more {
+            return Some(());
+        }
+        if let Some(at) = feed.stop {
+            let pos = feed.position();
+            if pos >= at && feed.passed(pos == at) {
+                return Some(());
+            }
+        }
     }
-    Some(())
 }
 
 /// One element of `traceEvents` and the separator after it: pushed into
@@ -299,9 +395,46 @@ struct Feed<'r> {
     /// The start of an item, already taken from the reader.
     carry: Vec<u8>,
     counts: Counts,
+    /// Bytes taken from the reader so far.
+    taken: u64,
+    /// [`read_head`]'s offset, until the elements reach or pass it.
+    stop: Option<u64>,
+    /// The elements reached [`Feed::stop`] exactly: the read ends there.
+    stopped: bool,
+    cancel: Option<&'r AtomicBool>,
 }
 
-impl Feed<'_> {
+impl<'r> Feed<'r> {
+    fn new(reader: &'r mut dyn BufRead, cancel: Option<&'r AtomicBool>) -> Feed<'r> {
+        Feed {
+            reader,
+            carry: Vec::new(),
+            counts: Counts::default(),
+            taken: 0,
+            stop: None,
+            stopped: false,
+            cancel,
+        }
+    }
+
+    fn take(&mut self, n: usize) {
+        self.reader.consume(n);
+        self.taken += n as u64;
+    }
+
+    /// The offset of the next byte to parse.
+    fn position(&self) -> u64 {
+        self.taken - self.carry.len() as u64
+    }
+
+    /// The elements got to [`Feed::stop`] or past it: whether the read
+    /// ends there (`exactly`), else it reads on without a stop.
+    fn passed(&mut self, exactly: bool) -> bool {
+        self.stop = None;
+        self.stopped = exactly;
+        exactly
+    }
+
     /// Parses one item with `parse`, which reads a slice from its start and
     /// says how many bytes the item took. `None`: declined (not JSON as
     /// the plain path wants it, the input ends inside the item, or a read
@@ -315,14 +448,14 @@ impl Feed<'_> {
             if self.carry.is_empty() {
                 match parse(buf) {
                     Ok((n, v)) => {
-                        self.reader.consume(n);
+                        self.take(n);
                         return Some(v);
                     }
                     Err(Stop::Unsure) => return None,
                     Err(Stop::More) => {
                         self.carry.extend_from_slice(buf);
                         let n = buf.len();
-                        self.reader.consume(n);
+                        self.take(n);
                     }
                 }
             } else {
@@ -334,7 +467,7 @@ impl Feed<'_> {
                 match parse(&self.carry) {
                     Ok((n, v)) => {
                         if n >= old {
-                            self.reader.consume(n - old);
+                            self.take(n - old);
                             self.carry.clear();
                         } else {
                             self.carry.truncate(old);
@@ -343,7 +476,7 @@ impl Feed<'_> {
                         return Some(v);
                     }
                     Err(Stop::Unsure) => return None,
-                    Err(Stop::More) => self.reader.consume(take),
+                    Err(Stop::More) => self.take(take),
                 }
             }
         }
