@@ -92,20 +92,18 @@ pub fn read_chrome_stream(reader: &mut dyn BufRead) -> Option<Result<Trace>> {
     stream::read_streamed(reader).map(|r| r.map_err(Error::from))
 }
 
-/// A plain Chrome trace file smaller than this is not read on two threads
-/// ([`read_chrome_file_split`]).
-pub const MIN_SPLIT_BYTES: u64 = split::MIN_SPLIT_BYTES;
+pub(crate) use split::{read_tail_near, skip_inflated, TailRead, MIN_SPLIT_BYTES};
+pub(crate) use stream::Meeting;
 
-/// Reads the plain (not gzipped) Chrome trace file at `path`, which starts
-/// with `{`, on two threads (`split.rs`), with [`read_chrome_stream`]'s
-/// result. `Some(None)`: declined as [`read_chrome_stream`] declines (read
-/// the file whole); `None`: not read at all (read it the usual way).
-pub fn read_chrome_file_split(path: &std::path::Path) -> Option<Option<Result<Trace>>> {
-    match split::read_split(path) {
-        split::Split::Read(trace) => Some(Some((*trace).map_err(Error::from))),
-        split::Split::Declined => Some(None),
-        split::Split::Unsplit => None,
-    }
+/// Reads a Chrome trace in the object form on two threads (`split.rs`):
+/// `head` from its start on this one, `tail` the rest from an element near
+/// the middle on another ([`read_tail_near`]). The result is
+/// [`read_chrome_stream`]'s, and `None` where it declines.
+pub(crate) fn read_chrome_two(
+    head: &mut dyn BufRead,
+    tail: impl FnOnce(&Meeting) -> Option<TailRead> + Send,
+) -> Option<Result<Trace>> {
+    split::read_two(head, tail).map(|r| r.map_err(Error::from))
 }
 
 fn read(bytes: &[u8]) -> std::result::Result<Trace, ReadError> {

@@ -22,89 +22,128 @@
 //! stream is read from its start); it stays on `stream.rs`'s path, with
 //! the inflate on the read-ahead thread.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::{BufRead, BufReader, Read};
+use std::sync::atomic::Ordering;
 
-use super::stream::{self, Counts, Head};
+use super::collect::Collector;
+use super::stream::{self, Counts, Head, Meeting};
 use super::{build, ReadError};
 use crate::model::Trace;
 
-/// Below this size a second thread costs more than it saves.
+/// Below this size (inflated) a second thread costs more than it saves.
 pub(crate) const MIN_SPLIT_BYTES: u64 = 32 << 20;
 
 /// How many bytes after the middle are searched for an element's start.
 const SEARCH: usize = 1 << 20;
 
-/// Each thread's read buffer.
+/// The second thread's read buffer.
 const BUFFER: usize = 1 << 20;
 
-/// What [`read_split`] did.
-pub(crate) enum Split {
-    /// Read (in two halves, or by the first thread alone).
-    Read(Box<Result<Trace, ReadError>>),
-    /// The streaming reader's decline: the file is to be read whole.
-    Declined,
-    /// No element start was found near the middle: nothing was read.
-    Unsplit,
+/// What the second thread read: the rest of the file from its offset.
+pub(crate) struct TailRead(Collector, Counts);
+
+/// Reads a Chrome trace from `head` (its start) on this thread while
+/// `tail` reads the rest from an offset of its choosing on another (by
+/// [`read_tail_near`] or [`read_tail_at`], which tell the meeting where).
+/// `None`: declined, as the streaming reader declines.
+pub(super) fn read_two(
+    head: &mut dyn BufRead,
+    tail: impl FnOnce(&Meeting) -> Option<TailRead> + Send,
+) -> Option<Result<Trace, ReadError>> {
+    read_parts(head, None, tail).map(|(trace, _, _)| trace)
 }
 
-/// Reads the plain (not gzipped) Chrome trace at `path` on two threads.
-pub(crate) fn read_split(path: &Path) -> Split {
-    let Ok(size) = std::fs::metadata(path).map(|m| m.len()) else {
-        return Split::Unsplit;
-    };
-    let open = |at: u64| -> Option<BufReader<File>> {
-        let mut file = File::open(path).ok()?;
-        file.seek(SeekFrom::Start(at)).ok()?;
-        Some(BufReader::with_capacity(BUFFER, file))
-    };
-    let Some(at) = open(size / 2).and_then(|r| element_start_near(r, size / 2)) else {
-        return Split::Unsplit;
-    };
-    let (Some(mut head), Some(tail)) = (open(0), open(at)) else {
-        return Split::Unsplit;
-    };
-    match read_parts(&mut head, tail, at) {
-        Some((trace, _, _)) => Split::Read(Box::new(trace)),
-        None => Split::Declined,
+/// Skips `n` bytes of `reader` (an inflating one: it cannot seek), or
+/// gives up when the meeting no longer wants the second thread's read.
+pub(crate) fn skip_inflated(reader: &mut dyn Read, n: u64, meeting: &Meeting) -> Option<()> {
+    let mut buf = vec![0u8; BUFFER];
+    let mut left = n;
+    while left > 0 {
+        if meeting.cancel.load(Ordering::Relaxed) {
+            return None;
+        }
+        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        match reader.read(&mut buf[..want]) {
+            Ok(0) | Err(_) => return None,
+            Ok(k) => left -= k as u64,
+        }
     }
+    Some(())
 }
 
-/// The offset just after the first comma at or after `from` that has `}`
-/// before it and `{` after it (whitespace aside), searched in `reader`
-/// (positioned at `from`) for [`SEARCH`] bytes.
-pub(super) fn element_start_near(reader: impl Read, from: u64) -> Option<u64> {
+/// The second thread's read from `reader`, positioned at offset `from`:
+/// the elements from the first guessed element start in the next
+/// [`SEARCH`] bytes ([`element_start_near`]) to the end of the file.
+pub(crate) fn read_tail_near(
+    reader: &mut dyn Read,
+    from: u64,
+    meeting: &Meeting,
+) -> Option<TailRead> {
     let mut window = Vec::with_capacity(SEARCH);
     reader.take(SEARCH as u64).read_to_end(&mut window).ok()?;
+    let k = element_start_near(&window)?;
+    let rest = std::io::Cursor::new(&window[k..]).chain(reader);
+    read_tail_at(
+        &mut BufReader::with_capacity(BUFFER, rest),
+        from + k as u64,
+        meeting,
+    )
+}
+
+/// The second thread's read from `reader`, positioned at offset `at`,
+/// told to the first thread before it starts.
+pub(crate) fn read_tail_at(
+    reader: &mut dyn BufRead,
+    at: u64,
+    meeting: &Meeting,
+) -> Option<TailRead> {
+    meeting.at.store(at, Ordering::Release);
+    stream::read_tail(reader, meeting).map(|(col, counts)| TailRead(col, counts))
+}
+
+/// The position just after the first comma in `window` that has `}` before
+/// it and `{` after it (whitespace aside).
+pub(super) fn element_start_near(window: &[u8]) -> Option<usize> {
     let ws = |b: &u8| matches!(b, b' ' | b'\n' | b'\r' | b'\t');
-    memchr::memchr_iter(b',', &window)
+    memchr::memchr_iter(b',', window)
         .find(|&comma| {
             let before = window[..comma].iter().rev().find(|b| !ws(b));
             let after = window[comma + 1..].iter().find(|b| !ws(b));
             before == Some(&b'}') && after == Some(&b'{')
         })
-        .map(|comma| from + comma as u64 + 1)
+        .map(|comma| comma + 1)
 }
 
-/// Reads `head` (the file from its start) on this thread and `tail` (the
-/// file from offset `at`) on another; see the module doc. `None`: declined.
+/// [`read_two`], with the counts and whether the first thread reached the
+/// second's offset. `known`: the offset the second thread will read from,
+/// told before either starts (tests: else a small input may be read to its
+/// end by the first thread before the second has told it). `None`:
+/// declined.
 pub(super) fn read_parts(
     head: &mut dyn BufRead,
-    tail: impl BufRead + Send,
-    at: u64,
+    known: Option<u64>,
+    tail: impl FnOnce(&Meeting) -> Option<TailRead> + Send,
 ) -> Option<(Result<Trace, ReadError>, Counts, Head)> {
-    let cancel = AtomicBool::new(false);
+    let meeting = Meeting::new();
+    if let Some(at) = known {
+        meeting.at.store(at, Ordering::Release);
+    }
     let (first, second) = std::thread::scope(|scope| {
         let later = scope.spawn(|| {
-            let mut tail = tail;
-            stream::read_tail(&mut tail, &cancel)
+            let read = tail(&meeting);
+            // No offset told: the first thread is not to wait for one.
+            let _ = meeting.at.compare_exchange(
+                Meeting::UNKNOWN,
+                Meeting::NOWHERE,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            read
         });
-        let first = stream::read_head(head, at, &cancel);
+        let first = stream::read_head(head, &meeting);
         if !matches!(first, Some((_, _, Head::Reached))) {
             // Not wanted: the first thread declined or read to the end.
-            cancel.store(true, Ordering::Relaxed);
+            meeting.cancel.store(true, Ordering::Relaxed);
         }
         // A panic on the other thread is passed on as it would have been
         // on this one.
@@ -115,7 +154,7 @@ pub(super) fn read_parts(
     });
     let (mut col, mut counts, head) = first?;
     if head == Head::Reached {
-        let (later, more) = second?;
+        let TailRead(later, more) = second?;
         col.append(later);
         counts.events += more.events;
         counts.by_serde += more.by_serde;
@@ -131,7 +170,9 @@ mod tests {
     /// the second thread starts at `at`; with whether the split was taken.
     fn both(bytes: &[u8], at: usize) -> (String, String, Option<Head>) {
         let whole = stream::read_counted(&mut &bytes[..]);
-        let split = read_parts(&mut &bytes[..], &bytes[at..], at as u64);
+        let split = read_parts(&mut &bytes[..], Some(at as u64), |m| {
+            read_tail_at(&mut &bytes[at..], at as u64, m)
+        });
         let show = |r: Option<(Result<Trace, ReadError>, Counts)>| match r {
             None => "declined".to_string(),
             Some((Ok(t), c)) => format!("{t:?} {c:?}"),
@@ -172,6 +213,26 @@ mod tests {
         assert_eq!(reached, 7);
     }
 
+    /// The second thread tells its offset late (the first one may be past
+    /// it, or done): the result is still the streaming reader's.
+    #[test]
+    fn an_offset_told_late_gives_the_streaming_result() {
+        let bytes = TRACE.as_bytes();
+        let want = both(bytes, 0).0;
+        for at in (0..bytes.len()).step_by(97) {
+            let split = read_parts(&mut &bytes[..], None, |m| {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                read_tail_at(&mut &bytes[at..], at as u64, m)
+            });
+            let got = match split {
+                None => "declined".to_string(),
+                Some((Ok(t), c, _)) => format!("{t:?} {c:?}"),
+                Some((Err(e), c, _)) => format!("error {e} {c:?}"),
+            };
+            assert_eq!(got, want, "offset {at}");
+        }
+    }
+
     #[test]
     fn a_guess_inside_a_string_is_dropped() {
         let bytes = TRACE.as_bytes();
@@ -192,52 +253,12 @@ mod tests {
         assert_eq!(split, "declined");
     }
 
-    /// A file past [`MIN_SPLIT_BYTES`] (the sample's events repeated, pretty
-    /// printed) is read in two halves, as the streaming reader reads it,
-    /// and `read_file` takes that path.
-    #[test]
-    fn a_big_file_is_read_in_two_halves() {
-        let event = |k: usize| {
-            format!(
-                "    {{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"aten::mm\", \"pid\": 1, \"tid\": {}, \"ts\": {}, \"dur\": 1}},\n    \
-                 {{\"ph\": \"i\", \"name\": \"[memory]\", \"pid\": 1, \"tid\": {}, \"ts\": {}, \"args\": {{\"Device Type\": 1, \"Device Id\": 0, \"Addr\": {}, \"Bytes\": {}, \"Total Allocated\": 64, \"Total Reserved\": 128, \"Ev Idx\": {}}}}}",
-                k % 3,
-                2 * k,
-                k % 5,
-                2 * k + 1,
-                4096 + (k / 2) * 64,
-                if k % 2 == 0 { 64 } else { -64 },
-                k
-            )
-        };
-        let n = (MIN_SPLIT_BYTES as usize) / 300 + 1000;
-        let events: Vec<String> = (0..n).map(event).collect();
-        let text = format!("{{\"traceEvents\": [\n{}\n]}}\n", events.join(",\n"));
-        assert!(text.len() as u64 >= MIN_SPLIT_BYTES);
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("big.json");
-        std::fs::write(&path, &text).unwrap();
-        let streamed = stream::read_counted(&mut text.as_bytes())
-            .unwrap()
-            .0
-            .unwrap();
-        let Split::Read(split) = read_split(&path) else {
-            panic!("not split");
-        };
-        assert_eq!(format!("{:?}", (*split).unwrap()), format!("{streamed:?}"));
-        let read = crate::input::read_file(&path, &Default::default()).unwrap();
-        assert_eq!(format!("{read:?}"), format!("{streamed:?}"));
-    }
-
     #[test]
     fn the_search_finds_a_comma_between_objects() {
         let text = br#"x": 1}, "y": [1, 2], {"a": 1}   ,
    {"b": 2}"#;
         let comma = memchr::memmem::find(text, b",\n").unwrap();
-        assert_eq!(
-            element_start_near(&text[..], 100),
-            Some(100 + comma as u64 + 1)
-        );
-        assert_eq!(element_start_near(&b"[1, 2], 3"[..], 0), None);
+        assert_eq!(element_start_near(text), Some(comma + 1));
+        assert_eq!(element_start_near(b"[1, 2], 3"), None);
     }
 }

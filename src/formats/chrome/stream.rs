@@ -27,7 +27,7 @@
 
 use std::borrow::Cow;
 use std::io::BufRead;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde::de::{DeserializeSeed, IgnoredAny};
 
@@ -110,19 +110,38 @@ pub(super) enum Head {
     Whole,
 }
 
-/// Reads a Chrome trace like [`read_counted`], but stops at `stop` (an
-/// offset in the file) if an element of `traceEvents` starts there: the
-/// elements from there on are [`read_tail`]'s. `cancel` is raised by the
-/// caller to stop a read whose result is no longer wanted (`None` then).
-/// `None`: declined, as [`read_streamed`] declines.
+/// What the two threads of a split read (`split.rs`) share.
+pub(crate) struct Meeting {
+    /// Where the second thread reads from, once it knows: [`Meeting::UNKNOWN`]
+    /// until then, [`Meeting::NOWHERE`] if it found no place.
+    pub(super) at: AtomicU64,
+    /// Raised when the second thread's result is no longer wanted.
+    pub(super) cancel: AtomicBool,
+}
+
+impl Meeting {
+    pub(super) const UNKNOWN: u64 = u64::MAX;
+    pub(super) const NOWHERE: u64 = u64::MAX - 1;
+
+    pub(super) fn new() -> Meeting {
+        Meeting {
+            at: AtomicU64::new(Meeting::UNKNOWN),
+            cancel: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Reads a Chrome trace like [`read_counted`], but stops at the offset in
+/// `meeting` (once the other thread has put one there) if an element of
+/// `traceEvents` starts exactly there: the elements from there on are
+/// [`read_tail`]'s. `None`: declined, as [`read_streamed`] declines.
 pub(super) fn read_head(
     reader: &mut dyn BufRead,
-    stop: u64,
-    cancel: &AtomicBool,
+    meeting: &Meeting,
 ) -> Option<(Collector, Counts, Head)> {
     let mut col = Collector::default();
-    let mut feed = Feed::new(reader, Some(cancel));
-    feed.stop = Some(stop);
+    let mut feed = Feed::new(reader, Some(meeting));
+    feed.watching = true;
     if !read_top(&mut feed, &mut col)? {
         return None;
     }
@@ -141,10 +160,10 @@ pub(super) fn read_head(
 /// `None`: declined, or cancelled.
 pub(super) fn read_tail(
     reader: &mut dyn BufRead,
-    cancel: &AtomicBool,
+    meeting: &Meeting,
 ) -> Option<(Collector, Counts)> {
     let mut col = Collector::for_tail();
-    let mut feed = Feed::new(reader, Some(cancel));
+    let mut feed = Feed::new(reader, Some(meeting));
     col.saw_trace_events = true;
     read_elements(&mut feed, &mut col)?;
     let more = feed.item(|s| {
@@ -283,18 +302,21 @@ fn read_events(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
 /// [`Feed::stop`]).
 fn read_elements(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
     loop {
-        if feed.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+        if feed
+            .meeting
+            .is_some_and(|m| m.cancel.load(Ordering::Relaxed))
+        {
             return None;
         }
         // As many whole elements as the reader's buffer holds, then one
         // stitched across its end.
         if feed.carry.is_empty() {
+            // Where the buffer is in the file, and where to stop in it.
+            let base = feed.taken;
+            let stop_in = feed.stop().map(|at| at.saturating_sub(base));
             let buf = feed.reader.fill_buf().ok()?;
             let mut pos = 0;
             let counts = &mut feed.counts;
-            // Where the buffer is in the file, and where to stop in it.
-            let base = feed.taken;
-            let stop_in = feed.stop.map(|at| at.saturating_sub(base));
             let stop = loop {
                 match element(&buf[pos..], col, counts) {
                     Ok((n, next)) => {
@@ -328,7 +350,7 @@ fn read_elements(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
         if !more {
             return Some(());
         }
-        if let Some(at) = feed.stop {
+        if let Some(at) = feed.stop() {
             let pos = feed.position();
             if pos >= at && feed.passed(pos == at) {
                 return Some(());
@@ -399,22 +421,44 @@ struct Feed<'r> {
     taken: u64,
     /// [`read_head`]'s offset, until the elements reach or pass it.
     stop: Option<u64>,
+    /// [`read_head`] has not yet learnt its offset from the meeting.
+    watching: bool,
     /// The elements reached [`Feed::stop`] exactly: the read ends there.
     stopped: bool,
-    cancel: Option<&'r AtomicBool>,
+    meeting: Option<&'r Meeting>,
 }
 
 impl<'r> Feed<'r> {
-    fn new(reader: &'r mut dyn BufRead, cancel: Option<&'r AtomicBool>) -> Feed<'r> {
+    fn new(reader: &'r mut dyn BufRead, meeting: Option<&'r Meeting>) -> Feed<'r> {
         Feed {
             reader,
             carry: Vec::new(),
             counts: Counts::default(),
             taken: 0,
             stop: None,
+            watching: false,
             stopped: false,
-            cancel,
+            meeting,
         }
+    }
+
+    /// Where [`read_head`] is to stop, as far as it knows yet. An offset
+    /// learnt after the read went past it is passed at the next check.
+    fn stop(&mut self) -> Option<u64> {
+        if self.watching {
+            let at = self
+                .meeting
+                .map_or(Meeting::NOWHERE, |m| m.at.load(Ordering::Acquire));
+            match at {
+                Meeting::UNKNOWN => {}
+                Meeting::NOWHERE => self.watching = false,
+                at => {
+                    self.watching = false;
+                    self.stop = Some(at);
+                }
+            }
+        }
+        self.stop
     }
 
     fn take(&mut self, n: usize) {

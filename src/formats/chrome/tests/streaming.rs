@@ -8,7 +8,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use super::super::parse_chrome_trace;
-use super::super::split::{element_start_near, read_parts};
+use super::super::split::{element_start_near, read_parts, read_tail_at, read_tail_near};
 use super::super::stream::{read_counted, Counts, Head};
 use crate::test_support::corpus_dir;
 
@@ -70,23 +70,37 @@ fn same_split(bytes: &[u8], what: &str) -> Option<Head> {
     };
     let want = shown(read_counted(&mut BufReader::with_capacity(1 << 20, bytes)));
     let mid = bytes.len() / 2;
-    let guess = element_start_near(&bytes[mid..], mid as u64);
-    let mut head = None;
-    let offsets = [
-        guess,
-        Some(bytes.len() as u64 / 3),
-        Some(bytes.len() as u64 * 2 / 3),
-    ];
-    for (k, at) in offsets.into_iter().enumerate() {
-        let Some(at) = at else { continue };
-        let split = read_parts(&mut &bytes[..], &bytes[at as usize..], at);
-        if k == 0 {
-            head = split.as_ref().map(|s| s.2);
-        }
+    let check = |split: Option<(
+        Result<crate::model::Trace, super::super::ReadError>,
+        Counts,
+        Head,
+    )>,
+                 at: &str| {
+        let head = split.as_ref().map(|s| s.2);
         let got = shown(split.map(|(t, c, _)| (t, c)));
         assert!(
             got == want,
             "{what}, split at {at}: differs:\n{got:.400?}\nstreamed:\n{want:.400?}"
+        );
+        head
+    };
+    // The middle guess is told before the threads start: else the first
+    // one may read a small input to its end before the second has told it.
+    let guess = element_start_near(&bytes[mid..bytes.len().min(mid + (1 << 20))]).map(|k| mid + k);
+    let head = guess.and_then(|at| {
+        check(
+            read_parts(&mut &bytes[..], Some(at as u64), |m| {
+                read_tail_near(&mut &bytes[mid..], mid as u64, m)
+            }),
+            "the middle",
+        )
+    });
+    for at in [bytes.len() / 3, bytes.len() * 2 / 3] {
+        check(
+            read_parts(&mut &bytes[..], Some(at as u64), |m| {
+                read_tail_at(&mut &bytes[at..], at as u64, m)
+            }),
+            &at.to_string(),
         );
     }
     head
