@@ -34,7 +34,7 @@ mod token;
 
 #[cfg(test)]
 pub(super) use token::NUMBERS;
-use token::{json_number, key, literal, number, skip_string, text, ws};
+use token::{json_number, key, literal, skip_value, text, value_end, ws};
 
 use super::collect::Collector;
 use super::skeleton::{DeviceProp, EventSeed, Id, LStr, MemArgs, Num, RawEvent, RawInputs};
@@ -54,9 +54,6 @@ type Parsed<T> = Result<T, Stop>;
 
 /// Bytes added to a stitch at a time (at least; doubled as it grows).
 const STITCH: usize = 4 << 10;
-
-/// Containers nested deeper than this are left to `serde_json`.
-const MAX_DEPTH: u32 = 100;
 
 /// Reads a Chrome trace in the object form from `reader` (positioned at
 /// its first byte). `None`: not read here (see the module doc); the
@@ -587,149 +584,6 @@ fn id<'s>(s: &'s [u8], i: &mut usize) -> Parsed<Id<'s>> {
         b't' => literal(s, i, b"true").map(|_| Id::Int(1)),
         b'f' => literal(s, i, b"false").map(|_| Id::Int(0)),
         _ => skip_value(s, i).map(|_| Id::None),
-    }
-}
-
-/// Skips one value at `*i` (whitespace already skipped), validating it as
-/// `serde_json` validates a value it ignores.
-fn skip_value(s: &[u8], i: &mut usize) -> Parsed<()> {
-    match s[*i] {
-        b'{' | b'[' => skip_container(s, i),
-        _ => skip_scalar(s, i),
-    }
-}
-
-fn skip_scalar(s: &[u8], i: &mut usize) -> Parsed<()> {
-    match s[*i] {
-        b'"' => skip_string(s, i),
-        b'-' | b'0'..=b'9' => number(s, i).map(|_| ()),
-        b't' => literal(s, i, b"true"),
-        b'f' => literal(s, i, b"false"),
-        b'n' => literal(s, i, b"null"),
-        _ => Err(Stop::Unsure),
-    }
-}
-
-/// An object or array at `*i`, without recursion: `objects` holds one bit
-/// per open container (1: object), `depth` how many are open.
-fn skip_container(s: &[u8], i: &mut usize) -> Parsed<()> {
-    let mut objects: u128 = 0;
-    let mut depth = 0u32;
-    loop {
-        // At the start of a value.
-        let b = s[*i];
-        if b == b'{' || b == b'[' {
-            if depth == MAX_DEPTH {
-                return Err(Stop::Unsure);
-            }
-            depth += 1;
-            objects = objects << 1 | u128::from(b == b'{');
-            *i += 1;
-            let close = if b == b'{' { b'}' } else { b']' };
-            if ws(s, i)? == close {
-                *i += 1;
-                depth -= 1;
-                objects >>= 1;
-            } else {
-                if b == b'{' {
-                    skip_key(s, i)?;
-                }
-                continue;
-            }
-        } else {
-            skip_scalar(s, i)?;
-        }
-        // After a value: close containers until a comma starts the next one.
-        loop {
-            if depth == 0 {
-                return Ok(());
-            }
-            let object = objects & 1 == 1;
-            match ws(s, i)? {
-                b',' => {
-                    *i += 1;
-                    ws(s, i)?;
-                    if object {
-                        skip_key(s, i)?;
-                    }
-                    break;
-                }
-                b'}' if object => {}
-                b']' if !object => {}
-                _ => return Err(Stop::Unsure),
-            }
-            *i += 1;
-            depth -= 1;
-            objects >>= 1;
-        }
-    }
-}
-
-/// A key of an ignored object and its colon (not checked for UTF-8, as
-/// `serde_json` does not check ignored strings); whitespace after.
-fn skip_key(s: &[u8], i: &mut usize) -> Parsed<()> {
-    if ws(s, i)? != b'"' {
-        return Err(Stop::Unsure);
-    }
-    skip_string(s, i)?;
-    if ws(s, i)? != b':' {
-        return Err(Stop::Unsure);
-    }
-    *i += 1;
-    ws(s, i)?;
-    Ok(())
-}
-
-/// The end of the value at `*i`, found by matching brackets outside
-/// strings, without validating it: for the bytes handed to `serde_json`
-/// (which validates them).
-fn value_end(s: &[u8], i: &mut usize) -> Parsed<()> {
-    match *s.get(*i).ok_or(Stop::More)? {
-        b'"' => return string_end(s, i),
-        b'{' | b'[' => {}
-        _ => {
-            // A scalar: up to the byte that ends it.
-            while !matches!(
-                *s.get(*i).ok_or(Stop::More)?,
-                b',' | b']' | b'}' | b' ' | b'\n' | b'\r' | b'\t'
-            ) {
-                *i += 1;
-            }
-            return Ok(());
-        }
-    }
-    let mut depth = 0usize;
-    loop {
-        match *s.get(*i).ok_or(Stop::More)? {
-            b'"' => {
-                string_end(s, i)?;
-                continue;
-            }
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' => {
-                depth -= 1;
-                if depth == 0 {
-                    *i += 1;
-                    return Ok(());
-                }
-            }
-            _ => {}
-        }
-        *i += 1;
-    }
-}
-
-/// Past the string whose quote is at `*i` (escapes skipped, not checked).
-fn string_end(s: &[u8], i: &mut usize) -> Parsed<()> {
-    let mut k = *i + 1;
-    loop {
-        let rest = s.get(k..).ok_or(Stop::More)?;
-        let at = memchr::memchr2(b'"', b'\\', rest).ok_or(Stop::More)?;
-        if rest[at] == b'"' {
-            *i = k + at + 1;
-            return Ok(());
-        }
-        k += at + 2;
     }
 }
 

@@ -1,6 +1,7 @@
 //! The tokens of the streaming reader (`stream.rs`): whitespace, strings,
-//! keys, literals and numbers, each read from a slice at an index and
-//! checked as `serde_json` checks it, or [`Stop`]ped short. Hot: every
+//! keys, literals and numbers, and the values it skips, each read from a
+//! slice at an index and checked as `serde_json` checks it, or
+//! [`Stop`]ped short. Hot: every
 //! byte of a trace passes through here, so the common shapes (an indented
 //! line, a short key, a plain ASCII name, an integer) take word-at-a-time
 //! paths, and only what is rare goes the general way.
@@ -105,7 +106,7 @@ fn long_string_stop(s: &[u8], k: usize) -> Option<usize> {
 /// A string whose opening quote is at `*i`, skipped as `serde_json`
 /// ignores one: escapes checked, control characters refused, the bytes
 /// not otherwise validated.
-pub(super) fn skip_string(s: &[u8], i: &mut usize) -> Parsed<()> {
+fn skip_string(s: &[u8], i: &mut usize) -> Parsed<()> {
     let mut k = *i + 1;
     loop {
         let at = string_stop(s, k).ok_or(Stop::More)?;
@@ -206,7 +207,7 @@ pub(super) fn literal(s: &[u8], i: &mut usize, word: &[u8]) -> Parsed<()> {
 
 /// A number's token, checked against JSON's grammar, with its digits read
 /// while they were scanned.
-pub(super) struct Number<'s> {
+struct Number<'s> {
     token: &'s [u8],
     negative: bool,
     /// No fraction, no exponent.
@@ -231,7 +232,7 @@ const POW10: [f64; 23] = [
 /// Inlined: where the value is not wanted (a skipped number), the
 /// compiler drops the arithmetic.
 #[inline(always)]
-pub(super) fn number<'s>(s: &'s [u8], i: &mut usize) -> Parsed<Number<'s>> {
+fn number<'s>(s: &'s [u8], i: &mut usize) -> Parsed<Number<'s>> {
     let start = *i;
     let mut k = start;
     let negative = s[k] == b'-';
@@ -306,7 +307,7 @@ fn read_digits(s: &[u8], k: &mut usize, mantissa: &mut u64) -> Parsed<u32> {
         }
         if n > 0 {
             // The digits moved to the top of the word, zeros below them.
-            let padded = w << (8 * (8 - n)) | (ONES * u64::from(b'0')) >> (8 * n);
+            let padded = (w << (8 * (8 - n))) | ((ONES * u64::from(b'0')) >> (8 * n));
             *mantissa = mantissa
                 .wrapping_mul([1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000][n])
                 .wrapping_add(eight_digits(padded));
@@ -333,10 +334,10 @@ fn leading_digits(w: u64) -> usize {
     // that is not a digit is found exactly.
     let nibbles = ONES * 0xf0;
     let digit = ONES * 0x30;
-    let off = (w & nibbles ^ digit) | (w.wrapping_add(ONES * 6) & nibbles ^ digit);
+    let off = ((w & nibbles) ^ digit) | ((w.wrapping_add(ONES * 6) & nibbles) ^ digit);
     // The high bit of every byte of `off` that is not zero.
     let low7 = !(ONES << 7);
-    let flags = ((off & low7) + low7 | off) & (ONES << 7);
+    let flags = (((off & low7) + low7) | off) & (ONES << 7);
     flags.trailing_zeros() as usize / 8
 }
 
@@ -400,6 +401,152 @@ pub(super) fn json_number(s: &[u8], i: &mut usize) -> Parsed<Num> {
 
 /// Number tokens at the edges of [`Number::value`]'s paths (64 bits,
 /// exact floats, `-0`, exponents), and tokens that are not JSON.
+/// Containers nested deeper than this are left to `serde_json`.
+const MAX_DEPTH: u32 = 100;
+
+/// Skips one value at `*i` (whitespace already skipped), validating it as
+/// `serde_json` validates a value it ignores.
+pub(super) fn skip_value(s: &[u8], i: &mut usize) -> Parsed<()> {
+    match s[*i] {
+        b'{' | b'[' => skip_container(s, i),
+        _ => skip_scalar(s, i),
+    }
+}
+
+fn skip_scalar(s: &[u8], i: &mut usize) -> Parsed<()> {
+    match s[*i] {
+        b'"' => skip_string(s, i),
+        b'-' | b'0'..=b'9' => number(s, i).map(|_| ()),
+        b't' => literal(s, i, b"true"),
+        b'f' => literal(s, i, b"false"),
+        b'n' => literal(s, i, b"null"),
+        _ => Err(Stop::Unsure),
+    }
+}
+
+/// An object or array at `*i`, without recursion: `objects` holds one bit
+/// per open container (1: object), `depth` how many are open.
+fn skip_container(s: &[u8], i: &mut usize) -> Parsed<()> {
+    let mut objects: u128 = 0;
+    let mut depth = 0u32;
+    loop {
+        // At the start of a value.
+        let b = s[*i];
+        if b == b'{' || b == b'[' {
+            if depth == MAX_DEPTH {
+                return Err(Stop::Unsure);
+            }
+            depth += 1;
+            objects = objects << 1 | u128::from(b == b'{');
+            *i += 1;
+            let close = if b == b'{' { b'}' } else { b']' };
+            if ws(s, i)? == close {
+                *i += 1;
+                depth -= 1;
+                objects >>= 1;
+            } else {
+                if b == b'{' {
+                    skip_key(s, i)?;
+                }
+                continue;
+            }
+        } else {
+            skip_scalar(s, i)?;
+        }
+        // After a value: close containers until a comma starts the next one.
+        loop {
+            if depth == 0 {
+                return Ok(());
+            }
+            let object = objects & 1 == 1;
+            match ws(s, i)? {
+                b',' => {
+                    *i += 1;
+                    ws(s, i)?;
+                    if object {
+                        skip_key(s, i)?;
+                    }
+                    break;
+                }
+                b'}' if object => {}
+                b']' if !object => {}
+                _ => return Err(Stop::Unsure),
+            }
+            *i += 1;
+            depth -= 1;
+            objects >>= 1;
+        }
+    }
+}
+
+/// A key of an ignored object and its colon (not checked for UTF-8, as
+/// `serde_json` does not check ignored strings); whitespace after.
+fn skip_key(s: &[u8], i: &mut usize) -> Parsed<()> {
+    if ws(s, i)? != b'"' {
+        return Err(Stop::Unsure);
+    }
+    skip_string(s, i)?;
+    if ws(s, i)? != b':' {
+        return Err(Stop::Unsure);
+    }
+    *i += 1;
+    ws(s, i)?;
+    Ok(())
+}
+
+/// The end of the value at `*i`, found by matching brackets outside
+/// strings, without validating it: for the bytes handed to `serde_json`
+/// (which validates them).
+pub(super) fn value_end(s: &[u8], i: &mut usize) -> Parsed<()> {
+    match *s.get(*i).ok_or(Stop::More)? {
+        b'"' => return string_end(s, i),
+        b'{' | b'[' => {}
+        _ => {
+            // A scalar: up to the byte that ends it.
+            while !matches!(
+                *s.get(*i).ok_or(Stop::More)?,
+                b',' | b']' | b'}' | b' ' | b'\n' | b'\r' | b'\t'
+            ) {
+                *i += 1;
+            }
+            return Ok(());
+        }
+    }
+    let mut depth = 0usize;
+    loop {
+        match *s.get(*i).ok_or(Stop::More)? {
+            b'"' => {
+                string_end(s, i)?;
+                continue;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    *i += 1;
+                    return Ok(());
+                }
+            }
+            _ => {}
+        }
+        *i += 1;
+    }
+}
+
+/// Past the string whose quote is at `*i` (escapes skipped, not checked).
+fn string_end(s: &[u8], i: &mut usize) -> Parsed<()> {
+    let mut k = *i + 1;
+    loop {
+        let rest = s.get(k..).ok_or(Stop::More)?;
+        let at = memchr::memchr2(b'"', b'\\', rest).ok_or(Stop::More)?;
+        if rest[at] == b'"' {
+            *i = k + at + 1;
+            return Ok(());
+        }
+        k += at + 2;
+    }
+}
+
 #[cfg(test)]
 pub(in crate::formats::chrome) const NUMBERS: &[&str] = &[
     "0",
