@@ -75,9 +75,32 @@ const STITCH: usize = 4 << 10;
 ///
 /// Against `python scripts/trace_peak.py` (`json.load` + the largest
 /// `Total Allocated`) on trace-owlv2.json: 13.1 s vs 1.72 s wall (7.7x),
-/// 1476 MB vs 56 MB. The `.json.gz` is still 1.28x `zcat FILE > /dev/null`
-/// (1.93 s vs 1.50 s wall): this scan, not the inflate on the other
-/// thread, is the slower of the two.
+/// 1476 MB vs 56 MB.
+///
+/// Then the token readers (`stream/token.rs`: integers read while their
+/// digits are scanned, a word at a time; floats by the exact fast path;
+/// whitespace runs and short strings a word at a time, long ones with
+/// `memchr`; operator inputs read here, not by `serde_json`). Instructions
+/// of the whole process (`valgrind --tool=callgrind memcut analyze FILE -f
+/// json -o /dev/null`), main's binary of 16:55 -> this reader:
+/// trace-resnet50.json 6.54 G -> 4.48 G (0.68x), trace-owlv2.json
+/// 9.44 G -> 6.69 G (0.71x). Whole-process, medians of 5 side by side
+/// (A B A B), 2 cores shared with other jobs (2026-12-03; together with
+/// main's two-thread read, `split.rs`, which runs only when two cores are
+/// free; peak RSS is that read's):
+///
+/// | input | CPU | wall |
+/// |---|---|---|
+/// | trace-owlv2.json | 1.38 s -> 1.00 s (0.74x) | 1.40 s -> 0.97 s |
+/// | trace-adamw.json | 1.33 s -> 1.07 s (0.79x) | 1.25 s -> 0.99 s |
+/// | trace-resnet50.json | 0.92 s -> 0.66 s (0.71x) | 0.93 s -> 0.66 s |
+/// | trace-owlv2.json.gz | 1.44 s -> 1.27 s (0.89x) | 1.23 s -> 0.86 s |
+///
+/// The token readers alone (against main with the two-thread read): CPU
+/// 0.75x on trace-owlv2.json, 0.72x on trace-resnet50.json, 0.83x on the
+/// `.json.gz`. The `.json.gz` against `zcat FILE > /dev/null` (medians of
+/// 7 side by side): 0.91 s vs 1.04 s wall (0.86x) when the two-thread read
+/// runs; read on one thread (no free core) it is still about 1.2x zcat.
 pub(super) fn read_streamed(reader: &mut dyn BufRead) -> Option<Result<Trace, ReadError>> {
     read_counted(reader).map(|(trace, _)| trace)
 }
