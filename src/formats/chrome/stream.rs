@@ -7,13 +7,14 @@
 //!   end of a buffer is parsed again from a small stitch of the two
 //!   ([`Feed::item`]). Memory holds a chunk, one stitched item and what the
 //!   collector keeps, not the file.
-//! - **Events.** [`event`] reads the fields the skeleton reads and
-//!   validates everything it skips as `serde_json` would (strings, escapes,
-//!   control characters, number grammar, literals, nesting). Whatever it
-//!   does not model (a number where a name belongs, an escaped key, a
-//!   `record_shapes` operator call, invalid JSON) makes it [`Stop::Unsure`]
-//!   and that one event goes through `serde_json` with the skeleton's own
-//!   [`EventSeed`]. Top-level values other than `traceEvents` (small) go
+//! - **Events.** [`event`] reads the fields the skeleton reads (the
+//!   `record_shapes` inputs of the operator calls memcut reads them for
+//!   included) and validates everything it skips as `serde_json` would
+//!   (strings, escapes, control characters, number grammar, literals,
+//!   nesting); the tokens are `stream/token.rs`'s. Whatever it does not
+//!   model (a number where a name belongs, an escaped key, `-0`, invalid
+//!   JSON) makes it [`Stop::Unsure`] and that one event goes through
+//!   `serde_json` with the skeleton's own [`EventSeed`]. Top-level values other than `traceEvents` (small) go
 //!   through `serde_json` with the skeleton's types too.
 //! - **Declining.** Anything `serde_json` refuses (damage of any kind:
 //!   `NaN`, raw control characters, a cut or truncated file, a trailing
