@@ -44,7 +44,7 @@
 //!   bytes.
 
 use std::cmp::Reverse;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use crate::model::{is_operator_call, Frame, OpCall, SiteId, Sites};
 
@@ -112,7 +112,7 @@ pub(super) struct OpRec {
     pub(super) kind: OpKind,
     /// Interned by the collector: a trace has a few thousand distinct names
     /// in hundreds of thousands of events.
-    pub(super) name: Rc<str>,
+    pub(super) name: Arc<str>,
 }
 
 /// A `B` or `E` event, before pairing. `kind` is `None` for categories
@@ -125,7 +125,7 @@ pub(super) struct BeRec {
     pub(super) order: u32,
     pub(super) begin: bool,
     pub(super) kind: Option<OpKind>,
-    pub(super) name: Rc<str>,
+    pub(super) name: Arc<str>,
 }
 
 /// Turns `B`/`E` pairs into operator intervals appended to `ops` (per

@@ -11,7 +11,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -103,16 +103,122 @@ pub(super) struct Collector {
     last_thread: Option<((Id<'static>, Id<'static>), u32)>,
     dedupe: FxHashSet<DedupeKey>,
     /// Operator names, interned.
-    names: FxHashSet<Rc<str>>,
+    names: FxHashSet<Arc<str>>,
     events_seen: u64,
     /// A `traceEvents` array (or the bare array form) was found.
     pub(super) saw_trace_events: bool,
+    /// A collector of the end of a file (`split.rs`): what
+    /// [`Collector::append`] needs to join it to the start's.
+    tail: Option<Box<Tail>>,
     out: Collected,
+}
+
+/// What a collector of the end of a file keeps for [`Collector::append`].
+#[derive(Default)]
+struct Tail {
+    /// The deduplication key of each of `out.mems` that has one (in this
+    /// collector's thread ids): a memory event may repeat one of the start.
+    mem_keys: Vec<Option<DedupeKey>>,
+    /// The top-level values seen, which override the start's.
+    devices: bool,
+    distributed: bool,
+    base_time: bool,
 }
 
 impl Collector {
     pub(super) fn finish(self) -> Collected {
         self.out
+    }
+
+    /// A collector for the end of a file, to [`Collector::append`] to the
+    /// collector of its start.
+    pub(super) fn for_tail() -> Collector {
+        Collector {
+            tail: Some(Box::default()),
+            ..Collector::default()
+        }
+    }
+
+    /// Joins what `later` collected from the rest of the file (from the
+    /// start of an element of `traceEvents` on) to this collector's: the
+    /// result is what one collector would have collected from the whole
+    /// file. Thread ids are dense in order of first appearance, positions
+    /// count on from this collector's, memory events are deduplicated
+    /// against this collector's, and the later top-level values win.
+    pub(super) fn append(&mut self, later: Collector) {
+        let Collector {
+            threads,
+            names,
+            events_seen,
+            saw_trace_events,
+            tail,
+            out,
+            ..
+        } = later;
+        let tail = tail.map(|t| *t).unwrap_or_default();
+        let mut by_id: Vec<_> = threads.into_iter().collect();
+        by_id.sort_unstable_by_key(|&(_, id)| id);
+        let remap: Vec<u32> = by_id
+            .into_iter()
+            .map(|(key, _)| {
+                let n = self.threads.len() as u32;
+                *self.threads.entry(key).or_insert(n)
+            })
+            .collect();
+        let thread = |t: u32| remap[t as usize];
+        let offset = self.events_seen;
+        let order = |o: u32| (offset + u64::from(o)).min(u32::MAX as u64) as u32;
+        self.events_seen += events_seen;
+        self.saw_trace_events |= saw_trace_events;
+        self.last_thread = None;
+        for name in names {
+            self.names.insert(name);
+        }
+        let mine = &mut self.out;
+        mine.ops.extend(out.ops.into_iter().map(|op| OpRec {
+            thread: thread(op.thread),
+            ..op
+        }));
+        mine.evidence
+            .extend(out.evidence.into_iter().map(|call| OperatorCall {
+                thread: thread(call.thread),
+                ..call
+            }));
+        mine.be.extend(out.be.into_iter().map(|be| BeRec {
+            thread: thread(be.thread),
+            order: order(be.order),
+            ..be
+        }));
+        let mut duplicates = 0;
+        for (mem, key) in out.mems.into_iter().zip(tail.mem_keys) {
+            if let Some((t, ts, addr, bytes, idx, dt, di)) = key {
+                if !self
+                    .dedupe
+                    .insert((thread(t), ts, addr, bytes, idx, dt, di))
+                {
+                    duplicates += 1;
+                    continue;
+                }
+            }
+            mine.mems.push(MemRec {
+                thread: thread(mem.thread),
+                order: order(mem.order),
+                ..mem
+            });
+        }
+        if tail.devices {
+            mine.devices = out.devices;
+        }
+        if tail.distributed {
+            mine.distributed = out.distributed;
+        }
+        if tail.base_time {
+            mine.base_time_ns = out.base_time_ns;
+        }
+        mine.amd_hint |= out.amd_hint;
+        mine.dropped.duplicates += out.dropped.duplicates + duplicates;
+        mine.dropped.without_ts += out.dropped.without_ts;
+        mine.dropped.without_bytes += out.dropped.without_bytes;
     }
 
     /// A dense id per (pid, tid); consecutive events mostly share one.
@@ -130,13 +236,13 @@ impl Collector {
     }
 
     /// The interned copy of an operator name (`""` for none).
-    fn name(&mut self, name: Option<&str>) -> Rc<str> {
+    fn name(&mut self, name: Option<&str>) -> Arc<str> {
         let name = name.unwrap_or_default();
         if let Some(known) = self.names.get(name) {
-            return Rc::clone(known);
+            return Arc::clone(known);
         }
-        let new: Rc<str> = Rc::from(name);
-        self.names.insert(Rc::clone(&new));
+        let new: Arc<str> = Arc::from(name);
+        self.names.insert(Arc::clone(&new));
         new
     }
 
@@ -219,15 +325,21 @@ impl Collector {
                 let thread = self.thread(pid, tid);
                 let device = (args.device_type.i64(), args.device_id.i64());
                 let addr = args.addr.addr();
-                if let Some(idx) = args.ev_idx.i64() {
-                    // Only events that carry `Ev Idx` are deduplicated: without
-                    // it, two equal allocations in the same microsecond are
-                    // legitimate (2021 schema, integer µs timestamps).
-                    let key = (thread, ts_ns, addr, bytes, idx, device.0, device.1);
+                // Only events that carry `Ev Idx` are deduplicated: without
+                // it, two equal allocations in the same microsecond are
+                // legitimate (2021 schema, integer µs timestamps).
+                let key = args
+                    .ev_idx
+                    .i64()
+                    .map(|idx| (thread, ts_ns, addr, bytes, idx, device.0, device.1));
+                if let Some(key) = key {
                     if !self.dedupe.insert(key) {
                         self.out.dropped.duplicates += 1;
                         return;
                     }
+                }
+                if let Some(tail) = &mut self.tail {
+                    tail.mem_keys.push(key);
                 }
                 self.out.mems.push(MemRec {
                     thread,
@@ -246,6 +358,9 @@ impl Collector {
     }
 
     pub(super) fn set_device_props(&mut self, props: Vec<DeviceProp<'_>>) {
+        if let Some(tail) = &mut self.tail {
+            tail.devices = true;
+        }
         self.out.devices = props
             .into_iter()
             .map(|p| DeviceInfo {
@@ -262,6 +377,9 @@ impl Collector {
     }
 
     pub(super) fn set_distributed(&mut self, info: DistributedInfo) {
+        if let Some(tail) = &mut self.tail {
+            tail.distributed = true;
+        }
         let number = |n: Num| n.u64().and_then(|v| u32::try_from(v).ok());
         self.out.distributed = match (number(info.rank), number(info.world_size)) {
             (Some(rank), Some(world_size)) => Distributed::new(rank, world_size),
@@ -270,6 +388,9 @@ impl Collector {
     }
 
     pub(super) fn set_base_time(&mut self, ns: Option<i64>) {
+        if let Some(tail) = &mut self.tail {
+            tail.base_time = true;
+        }
         self.out.base_time_ns = ns;
     }
 

@@ -22,14 +22,20 @@
 //! sweep per thread), devices are named, and what the file lacks is said in
 //! diagnostics.
 //!
-//! Data flows one way: `skeleton` → `collect` (and `recover`, which feeds
-//! the same collector) → `attribute` → `build`.
+//! A file read from disk or a stream is first streamed (`stream.rs`: the
+//! same result as pass 1 without holding the file, or a decline that sends
+//! it down the passes above); a large plain file is streamed on two threads
+//! from its start and from an element near its middle (`split.rs`).
+//!
+//! Data flows one way: `skeleton` → `collect` (and `stream`/`split` or
+//! `recover`, which feed the same collector) → `attribute` → `build`.
 
 mod attribute;
 mod build;
 mod collect;
 mod recover;
 mod skeleton;
+mod split;
 mod stream;
 #[cfg(test)]
 mod tests;
@@ -84,6 +90,20 @@ pub fn parse_chrome_trace(bytes: &[u8]) -> Result<Trace> {
 /// reads the input again and hands all of it to [`parse_chrome_trace`].
 pub fn read_chrome_stream(reader: &mut dyn BufRead) -> Option<Result<Trace>> {
     stream::read_streamed(reader).map(|r| r.map_err(Error::from))
+}
+
+pub(crate) use split::{read_tail_near, skip_inflated, TailRead, MIN_SPLIT_BYTES};
+pub(crate) use stream::Meeting;
+
+/// Reads a Chrome trace in the object form on two threads (`split.rs`):
+/// `head` from its start on this one, `tail` the rest from an element near
+/// the middle on another ([`read_tail_near`]). The result is
+/// [`read_chrome_stream`]'s, and `None` where it declines.
+pub(crate) fn read_chrome_two(
+    head: &mut dyn BufRead,
+    tail: impl FnOnce(&Meeting) -> Option<TailRead> + Send,
+) -> Option<Result<Trace>> {
+    split::read_two(head, tail).map(|r| r.map_err(Error::from))
 }
 
 fn read(bytes: &[u8]) -> std::result::Result<Trace, ReadError> {

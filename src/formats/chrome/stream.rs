@@ -27,6 +27,7 @@
 
 use std::borrow::Cow;
 use std::io::BufRead;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde::de::{DeserializeSeed, IgnoredAny};
 
@@ -91,26 +92,108 @@ pub(super) struct Counts {
 /// [`read_streamed`], and how its events were read.
 pub(super) fn read_counted(reader: &mut dyn BufRead) -> Option<(Result<Trace, ReadError>, Counts)> {
     let mut col = Collector::default();
-    let mut feed = Feed {
-        reader,
-        carry: Vec::new(),
-        counts: Counts::default(),
-    };
+    let mut feed = Feed::new(reader, None);
     if !read_top(&mut feed, &mut col)? {
         return None;
     }
     Some((build::build_trace(col.finish(), Vec::new()), feed.counts))
 }
 
+/// Where a read of the start of a file stopped (`split.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Head {
+    /// At the given offset, which is the start of an element of
+    /// `traceEvents` (just after the comma before it).
+    Reached,
+    /// The offset is not where an element starts: the read went on to the
+    /// end of the file instead.
+    Whole,
+}
+
+/// What the two threads of a split read (`split.rs`) share.
+pub(crate) struct Meeting {
+    /// Where the second thread reads from, once it knows: [`Meeting::UNKNOWN`]
+    /// until then, [`Meeting::NOWHERE`] if it found no place.
+    pub(super) at: AtomicU64,
+    /// Raised when the second thread's result is no longer wanted.
+    pub(super) cancel: AtomicBool,
+}
+
+impl Meeting {
+    pub(super) const UNKNOWN: u64 = u64::MAX;
+    pub(super) const NOWHERE: u64 = u64::MAX - 1;
+
+    pub(super) fn new() -> Meeting {
+        Meeting {
+            at: AtomicU64::new(Meeting::UNKNOWN),
+            cancel: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Reads a Chrome trace like [`read_counted`], but stops at the offset in
+/// `meeting` (once the other thread has put one there) if an element of
+/// `traceEvents` starts exactly there: the elements from there on are
+/// [`read_tail`]'s. `None`: declined, as [`read_streamed`] declines.
+pub(super) fn read_head(
+    reader: &mut dyn BufRead,
+    meeting: &Meeting,
+) -> Option<(Collector, Counts, Head)> {
+    let mut col = Collector::default();
+    let mut feed = Feed::new(reader, Some(meeting));
+    feed.watching = true;
+    if !read_top(&mut feed, &mut col)? {
+        return None;
+    }
+    let head = if feed.stopped {
+        Head::Reached
+    } else {
+        Head::Whole
+    };
+    Some((col, feed.counts, head))
+}
+
+/// Reads the rest of a Chrome trace from the start of an element of
+/// `traceEvents` (just after a comma) to the end of the file, into a
+/// collector that remembers what [`Collector::append`] needs. Only
+/// meaningful when [`read_head`] confirms that an element starts there.
+/// `None`: declined, or cancelled.
+pub(super) fn read_tail(
+    reader: &mut dyn BufRead,
+    meeting: &Meeting,
+) -> Option<(Collector, Counts)> {
+    let mut col = Collector::for_tail();
+    let mut feed = Feed::new(reader, Some(meeting));
+    col.saw_trace_events = true;
+    read_elements(&mut feed, &mut col)?;
+    let more = feed.item(|s| {
+        let mut i = 0;
+        let more = separator(s, &mut i, b'}')?;
+        Ok((i, more))
+    })?;
+    read_keys(&mut feed, &mut col, more)?;
+    Some((col, feed.counts))
+}
+
 /// The top-level object; whether it had a `traceEvents` key.
 fn read_top(feed: &mut Feed<'_>, col: &mut Collector) -> Option<bool> {
+    let more = feed.item(open_top)?;
+    read_keys(feed, col, more)
+}
+
+/// The keys and values of the top-level object from one that follows
+/// (`more`) to the end of the file; whether a `traceEvents` key was among
+/// them (or the read stopped in one, at [`Feed::stop`]).
+fn read_keys(feed: &mut Feed<'_>, col: &mut Collector, mut more: bool) -> Option<bool> {
     let mut saw_trace_events = false;
-    let mut more = feed.item(open_top)?;
     while more {
         let key = feed.item(top_key)?;
         if key == "traceEvents" {
             saw_trace_events = true;
             read_events(feed, col)?;
+            if feed.stopped {
+                return Some(true);
+            }
             more = feed.item(|s| {
                 let mut i = 0;
                 let more = separator(s, &mut i, b'}')?;
@@ -133,7 +216,7 @@ fn read_top(feed: &mut Feed<'_>, col: &mut Collector) -> Option<bool> {
             return None;
         }
         let n = buf.len();
-        feed.reader.consume(n);
+        feed.take(n);
     }
 }
 
@@ -198,7 +281,7 @@ fn top_value(s: &[u8], key: &str, col: &mut Collector) -> Parsed<(usize, bool)> 
 /// `traceEvents`: its `[`, every element, its `]`.
 fn read_events(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
     col.saw_trace_events = true;
-    let mut more = feed.item(|s| {
+    let more = feed.item(|s| {
         let mut i = 0;
         if ws(s, &mut i)? != b'[' {
             return Err(Stop::Unsure);
@@ -209,10 +292,28 @@ fn read_events(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
         }
         Ok((i, true))
     })?;
-    while more {
+    if more {
+        read_elements(feed, col)?;
+    }
+    Some(())
+}
+
+/// The elements of `traceEvents` from the start of one to its `]` (or to
+/// [`Feed::stop`]).
+fn read_elements(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
+    loop {
+        if feed
+            .meeting
+            .is_some_and(|m| m.cancel.load(Ordering::Relaxed))
+        {
+            return None;
+        }
         // As many whole elements as the reader's buffer holds, then one
         // stitched across its end.
         if feed.carry.is_empty() {
+            // Where the buffer is in the file, and where to stop in it.
+            let base = feed.taken;
+            let stop_in = feed.stop().map(|at| at.saturating_sub(base));
             let buf = feed.reader.fill_buf().ok()?;
             let mut pos = 0;
             let counts = &mut feed.counts;
@@ -223,22 +324,39 @@ fn read_events(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
                         if !next {
                             break None;
                         }
+                        if let Some(at) = stop_in.filter(|&at| pos as u64 >= at) {
+                            break Some(Err(pos as u64 == at));
+                        }
                     }
-                    Err(stop) => break Some(stop),
+                    Err(stop) => break Some(Ok(stop)),
                 }
             };
-            feed.reader.consume(pos);
+            feed.take(pos);
             match stop {
                 None => return Some(()),
-                Some(Stop::Unsure) => return None,
-                Some(Stop::More) => {}
+                Some(Err(reached)) => {
+                    if feed.passed(reached) {
+                        return Some(());
+                    }
+                    continue;
+                }
+                Some(Ok(Stop::Unsure)) => return None,
+                Some(Ok(Stop::More)) => {}
             }
         }
         let mut counts = feed.counts;
-        more = feed.item(|s| element(s, col, &mut counts))?;
+        let more = feed.item(|s| element(s, col, &mut counts))?;
         feed.counts = counts;
+        if !more {
+            return Some(());
+        }
+        if let Some(at) = feed.stop() {
+            let pos = feed.position();
+            if pos >= at && feed.passed(pos == at) {
+                return Some(());
+            }
+        }
     }
-    Some(())
 }
 
 /// One element of `traceEvents` and the separator after it: pushed into
@@ -299,9 +417,68 @@ struct Feed<'r> {
     /// The start of an item, already taken from the reader.
     carry: Vec<u8>,
     counts: Counts,
+    /// Bytes taken from the reader so far.
+    taken: u64,
+    /// [`read_head`]'s offset, until the elements reach or pass it.
+    stop: Option<u64>,
+    /// [`read_head`] has not yet learnt its offset from the meeting.
+    watching: bool,
+    /// The elements reached [`Feed::stop`] exactly: the read ends there.
+    stopped: bool,
+    meeting: Option<&'r Meeting>,
 }
 
-impl Feed<'_> {
+impl<'r> Feed<'r> {
+    fn new(reader: &'r mut dyn BufRead, meeting: Option<&'r Meeting>) -> Feed<'r> {
+        Feed {
+            reader,
+            carry: Vec::new(),
+            counts: Counts::default(),
+            taken: 0,
+            stop: None,
+            watching: false,
+            stopped: false,
+            meeting,
+        }
+    }
+
+    /// Where [`read_head`] is to stop, as far as it knows yet. An offset
+    /// learnt after the read went past it is passed at the next check.
+    fn stop(&mut self) -> Option<u64> {
+        if self.watching {
+            let at = self
+                .meeting
+                .map_or(Meeting::NOWHERE, |m| m.at.load(Ordering::Acquire));
+            match at {
+                Meeting::UNKNOWN => {}
+                Meeting::NOWHERE => self.watching = false,
+                at => {
+                    self.watching = false;
+                    self.stop = Some(at);
+                }
+            }
+        }
+        self.stop
+    }
+
+    fn take(&mut self, n: usize) {
+        self.reader.consume(n);
+        self.taken += n as u64;
+    }
+
+    /// The offset of the next byte to parse.
+    fn position(&self) -> u64 {
+        self.taken - self.carry.len() as u64
+    }
+
+    /// The elements got to [`Feed::stop`] or past it: whether the read
+    /// ends there (`exactly`), else it reads on without a stop.
+    fn passed(&mut self, exactly: bool) -> bool {
+        self.stop = None;
+        self.stopped = exactly;
+        exactly
+    }
+
     /// Parses one item with `parse`, which reads a slice from its start and
     /// says how many bytes the item took. `None`: declined (not JSON as
     /// the plain path wants it, the input ends inside the item, or a read
@@ -315,14 +492,14 @@ impl Feed<'_> {
             if self.carry.is_empty() {
                 match parse(buf) {
                     Ok((n, v)) => {
-                        self.reader.consume(n);
+                        self.take(n);
                         return Some(v);
                     }
                     Err(Stop::Unsure) => return None,
                     Err(Stop::More) => {
                         self.carry.extend_from_slice(buf);
                         let n = buf.len();
-                        self.reader.consume(n);
+                        self.take(n);
                     }
                 }
             } else {
@@ -334,7 +511,7 @@ impl Feed<'_> {
                 match parse(&self.carry) {
                     Ok((n, v)) => {
                         if n >= old {
-                            self.reader.consume(n - old);
+                            self.take(n - old);
                             self.carry.clear();
                         } else {
                             self.carry.truncate(old);
@@ -343,7 +520,7 @@ impl Feed<'_> {
                         return Some(v);
                     }
                     Err(Stop::Unsure) => return None,
-                    Err(Stop::More) => self.reader.consume(take),
+                    Err(Stop::More) => self.take(take),
                 }
             }
         }

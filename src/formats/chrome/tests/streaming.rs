@@ -8,7 +8,8 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use super::super::parse_chrome_trace;
-use super::super::stream::{read_counted, Counts};
+use super::super::split::{element_start_near, read_parts, read_tail_at, read_tail_near};
+use super::super::stream::{read_counted, Counts, Head};
 use crate::test_support::corpus_dir;
 
 /// The whole-buffer result, as the plain path gives it for a Chrome trace
@@ -55,6 +56,56 @@ fn same_streamed(bytes: &[u8], sizes: &[usize], what: &str) -> Option<Counts> {
     counts
 }
 
+/// Reads `bytes` on two threads (`split.rs`) with the second one starting
+/// at the element start guessed near the middle, and at offsets a third
+/// and two thirds in (mostly not element starts): each read gives the
+/// streaming reader's result, or declines with it. Whether the middle
+/// guess was an element start (`None`: nothing to guess, or declined).
+fn same_split(bytes: &[u8], what: &str) -> Option<Head> {
+    let shown = |r: Option<(Result<crate::model::Trace, super::super::ReadError>, Counts)>| {
+        r.map(|(r, c)| match r {
+            Ok(trace) => format!("{trace:?} {c:?}"),
+            Err(e) => format!("error: {} {c:?}", crate::error::Error::from(e)),
+        })
+    };
+    let want = shown(read_counted(&mut BufReader::with_capacity(1 << 20, bytes)));
+    let mid = bytes.len() / 2;
+    let check = |split: Option<(
+        Result<crate::model::Trace, super::super::ReadError>,
+        Counts,
+        Head,
+    )>,
+                 at: &str| {
+        let head = split.as_ref().map(|s| s.2);
+        let got = shown(split.map(|(t, c, _)| (t, c)));
+        assert!(
+            got == want,
+            "{what}, split at {at}: differs:\n{got:.400?}\nstreamed:\n{want:.400?}"
+        );
+        head
+    };
+    // The middle guess is told before the threads start: else the first
+    // one may read a small input to its end before the second has told it.
+    let guess = element_start_near(&bytes[mid..bytes.len().min(mid + (1 << 20))]).map(|k| mid + k);
+    let head = guess.and_then(|at| {
+        check(
+            read_parts(&mut &bytes[..], Some(at as u64), |m| {
+                read_tail_near(&mut &bytes[mid..], mid as u64, m)
+            }),
+            "the middle",
+        )
+    });
+    for at in [bytes.len() / 3, bytes.len() * 2 / 3] {
+        check(
+            read_parts(&mut &bytes[..], Some(at as u64), |m| {
+                read_tail_at(&mut &bytes[at..], at as u64, m)
+            }),
+            &at.to_string(),
+        );
+    }
+    head
+}
+
 /// The inflated bytes of a gzip file that inflates, else the file's bytes.
 fn inflated(path: &Path) -> Vec<u8> {
     use std::io::Read;
@@ -79,6 +130,7 @@ fn repo(rel: &str) -> String {
 #[test]
 fn streaming_gives_the_whole_read_on_samples_and_broken_inputs() {
     let mut read = 0;
+    let mut split = 0;
     let paths = [
         files(&repo("sample_traces/*.json.gz")),
         files(&repo("sample_traces/matrix/*.trace.json.gz")),
@@ -90,8 +142,12 @@ fn streaming_gives_the_whole_read_on_samples_and_broken_inputs() {
         if same_streamed(&bytes, &[7, 4099, 1 << 20], &what).is_some() {
             read += 1;
         }
+        if same_split(&bytes, &what) == Some(Head::Reached) {
+            split += 1;
+        }
     }
     assert!(read > 20, "only {read} inputs streamed");
+    assert!(split > 20, "only {split} inputs split at their middle");
 }
 
 /// Damage the whole read repairs or recovers from is declined, never read
@@ -160,12 +216,18 @@ fn the_cpu_profiler_shape_takes_the_streaming_path() {
 }
 
 /// Streams a benchmark shape and checks it stays on the fast path: not
-/// declined, at most 1 event in 10 left to `serde_json`.
+/// declined, read on two threads from the element start guessed near its
+/// middle, at most 1 event in 10 left to `serde_json`.
 fn streamed_shape(path: &Path) -> Counts {
     let bytes = inflated(path);
     let what = path.display().to_string();
     let counts = same_streamed(&bytes, &[1 << 20], &what)
         .unwrap_or_else(|| panic!("{what}: declined (read whole, twice)"));
+    assert_eq!(
+        same_split(&bytes, &what),
+        Some(Head::Reached),
+        "{what}: not split at its middle"
+    );
     assert!(
         counts.by_serde * 10 <= counts.events,
         "{what}: {counts:?}: too many events left to serde_json"
@@ -199,6 +261,7 @@ fn streaming_gives_the_whole_read_on_corpus_traces() {
             if same_streamed(&bytes, &[61, 1 << 20], &what).is_some() {
                 streamed += 1;
             }
+            same_split(&bytes, &what);
         }
     }
     println!("{streamed} of {all} corpus JSON files streamed");
