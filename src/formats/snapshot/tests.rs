@@ -199,10 +199,8 @@ pub(crate) mod record_tests {
         let entry = |b: &mut Vec<u8>, addr: u8| {
             // EMPTY_DICT MARK 'action' 'alloc' 'addr' addr 'size' 32 'frames'
             b.extend([b'}', b'(']);
-            for (k, v) in [("action", "alloc")] {
-                s(b, k);
-                s(b, v);
-            }
+            s(b, "action");
+            s(b, "alloc");
             s(b, "addr");
             b.extend([b'K', addr]);
             s(b, "size");
