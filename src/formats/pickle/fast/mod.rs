@@ -23,7 +23,7 @@
 //! | run hints ([`GetRunFinder`]) | a traceback the read-ahead thread found | even the look at the gets' bytes: the answer for the run's id is reused | 1.14× the CPU time |
 //!
 //! | inline traceback (`TracebackLists::lower_inline`) | a traceback whose frames are spelled out (`EMPTY_DICT MEMOIZE MARK` per frame: `_profile_to_snapshot`, a frame's first use) | the frames' dicts and the record around them, interpreted opcode by opcode | `_profile_to_snapshot` shape: 3.1× the CPU time, 4.9× the peak RSS |
-//! | empty and fetched lists ([`Item::List`]) | `frames: []`, or a frames list fetched from the memo | the record, interpreted opcode by opcode | unshared-frames shape: 1.6× the CPU time, 1.4× the peak RSS |
+//! | empty and fetched lists ([`Item::EmptyList`], never made; [`Item::List`]) | `frames: []`, or a frames list fetched from the memo | the record, interpreted opcode by opcode | unshared-frames shape: 1.6× the CPU time, 1.4× the peak RSS |
 //!
 //! Measured whole-process on `big.pickle` (147 MB, 1M entries; `memcut
 //! analyze big.pickle -f json -o /dev/null`, medians of 5, each way against
