@@ -108,9 +108,9 @@ pub fn read_file(path: &std::path::Path, limits: &Limits) -> Result<Trace> {
 ///
 /// A plain file is read from its start and from its middle through two
 /// handles. A gzip stream can only be inflated from its start, so the
-/// second thread inflates the first half too and skips it (inflating is
-/// ~5x faster than parsing what it gives); the middle is guessed from the
-/// gzip trailer's size (a wrong guess only moves the split).
+/// second thread inflates the first part too and skips it (inflating is
+/// ~4x faster than parsing what it gives); the size is guessed from the
+/// gzip trailer (a wrong guess only moves the split).
 fn read_split(path: &std::path::Path, limits: &Limits) -> Option<Option<Result<Trace>>> {
     use std::fs::File;
     use std::io::Seek;
@@ -134,7 +134,11 @@ fn read_split(path: &std::path::Path, limits: &Limits) -> Option<Option<Result<T
     } else {
         len
     };
-    let middle = size / 2;
+    // Where the second thread starts. With gzip it inflates all it skips,
+    // so it starts later: inflating takes ~1/4 of parsing's time, and the
+    // threads are even when the second thread's whole inflate and its
+    // share of parsing match the first's share of both (5/9 of the way).
+    let middle = if gzip { size / 9 * 5 } else { size / 2 };
     if size < chrome::MIN_SPLIT_BYTES {
         return None;
     }

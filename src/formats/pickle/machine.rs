@@ -225,6 +225,7 @@ impl<'a, R: BufRead> Parser<'a, R> {
                 return Ok(());
             }
             Some(Got::Value(v)) => v,
+            Some(Got::EmptyList) => return self.get_empty_list(idx, pos),
             None => return self.err(format!("{name}: memo index {idx} not found")),
         };
         // One arm per common variant, each pushing a value built in place: a
@@ -258,6 +259,18 @@ impl<'a, R: BufRead> Parser<'a, R> {
                 push!(self, other);
             }
         }
+        Ok(())
+    }
+
+    /// A memo get of a new empty list that only the memo held
+    /// ([`Got::EmptyList`]): the list is made now and stays in its slot.
+    #[cold]
+    fn get_empty_list(&mut self, idx: u32, pos: usize) -> PResult<()> {
+        let Some(list) = self.memo.list_for_get(idx) else {
+            return self.err("a memo slot changed while it was read");
+        };
+        tag_dict(&mut self.memo_tags, pos, idx);
+        push!(self, Value::List(list));
         Ok(())
     }
 

@@ -300,7 +300,10 @@ impl EntryLowering {
 
     /// Interns a frames list as a site, then empties the list and leaves the
     /// site's handle in it, so a later reference (free events share their
-    /// alloc's list) costs nothing and the frames are not held twice.
+    /// alloc's list) costs nothing and the frames are not held twice. An
+    /// empty list is the empty site (0) and stays as it is: the fast paths
+    /// never make the lists of `frames: []` ([`Item::EmptyList`]), so
+    /// neither path may change them.
     pub(super) fn site_of(&mut self, frames: &Value) -> SiteId {
         let list = match frames {
             Value::List(list) => list,
@@ -310,6 +313,9 @@ impl EntryLowering {
             _ => return 0,
         };
         let mut items = list.borrow_mut();
+        if items.is_empty() {
+            return 0;
+        }
         if let [Value::Handle(h)] = items.as_slice() {
             if let Lowered::Site(site) = h.lowered() {
                 return site;
@@ -395,6 +401,7 @@ impl Field for Item<'_> {
         match *self {
             Item::Handle(h) => site_of_handle(h),
             Item::List(l) => lowering.site_of(&Value::List(std::rc::Rc::clone(l))),
+            // An empty list: the empty site, as `site_of` reads it.
             _ => 0,
         }
     }

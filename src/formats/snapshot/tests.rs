@@ -175,6 +175,125 @@ pub(crate) mod record_tests {
         assert_eq!(trace.devices[0].events[0].size, 32);
     }
 
+    /// A hand-assembled pickle (no `pickle.dump` writes one) whose
+    /// memoized empty `frames` list — `frames: []` in the first entry,
+    /// which the fast paths never make — is fetched by a second entry, then
+    /// fetched twice more with a frame appended through each fetch (a
+    /// preformatted line, as `forward_frames` writes them), then
+    /// fetched by a third entry and by a live block. `pickle.loads` gives
+    /// one list object for all of them: each later fetch sees what was
+    /// appended through the earlier ones.
+    fn appended_empty_list() -> Vec<u8> {
+        const MEMOIZE: u8 = 0x94;
+        let mut b = vec![0x80, 4];
+        let mut memo = 0u8;
+        let mut put = |b: &mut Vec<u8>| {
+            b.push(MEMOIZE);
+            memo += 1;
+            memo - 1
+        };
+        let s = |b: &mut Vec<u8>, text: &str| {
+            b.extend([0x8c, text.len() as u8]);
+            b.extend(text.as_bytes());
+        };
+        let entry = |b: &mut Vec<u8>, addr: u8| {
+            // EMPTY_DICT MARK 'action' 'alloc' 'addr' addr 'size' 32 'frames'
+            b.extend([b'}', b'(']);
+            s(b, "action");
+            s(b, "alloc");
+            s(b, "addr");
+            b.extend([b'K', addr]);
+            s(b, "size");
+            b.extend([b'K', 32]);
+            s(b, "frames");
+        };
+        b.extend([b'}']);
+        put(&mut b);
+        b.push(b'(');
+        s(&mut b, "device_traces");
+        b.extend([b']', b'(', b']']);
+        let device = put(&mut b);
+        b.push(b'(');
+        // The first entry's `frames: []` (memoized), then the second's get.
+        entry(&mut b, 16);
+        b.push(b']');
+        let list = put(&mut b);
+        b.push(b'u');
+        entry(&mut b, 48);
+        b.extend([b'h', list, b'u']);
+        b.extend([b'e', b'e']);
+        // Two more gets, a frame appended through each.
+        for (key, line) in [("x", "a.py:1 f"), ("y", "b.py:2 g")] {
+            s(&mut b, key);
+            b.extend([b'h', list]);
+            s(&mut b, line);
+            b.push(b'a');
+        }
+        s(&mut b, "segments");
+        b.extend([b']', b'(', b'}', b'(']);
+        s(&mut b, "device");
+        b.extend([b'K', 0]);
+        s(&mut b, "blocks");
+        b.extend([b']', b'(', b'}', b'(']);
+        s(&mut b, "size");
+        b.extend([b'K', 64]);
+        s(&mut b, "state");
+        s(&mut b, "active_allocated");
+        s(&mut b, "frames");
+        b.extend([b'h', list, b'u', b'e', b'u', b'e']);
+        b.extend([b'u', b'.']);
+        // The third entry, after the appends: put in the trace's list.
+        let at = b.len() - 2;
+        let mut third = vec![b'h', device];
+        entry(&mut third, 80);
+        third.extend([b'h', list, b'u', b'a', b'0']);
+        b.splice(at..at, third);
+        b
+    }
+
+    #[test]
+    fn a_memoized_empty_list_appended_to_through_two_gets_is_one_list() {
+        let bytes = appended_empty_list();
+        let plain = pickle::unpickle_slice(&bytes).unwrap();
+        let mut lowering = EntryLowering::default();
+        let fast = pickle::unpickle(&bytes[..], &Limits::default(), &mut lowering).unwrap();
+        // All three entries took the fast paths, the first making no list.
+        assert_eq!(lowering.in_place, 3);
+        let x = plain.get("x").unwrap();
+        assert_eq!(x.identity(), plain.get("y").unwrap().identity());
+        assert_eq!(x.list_items().unwrap().len(), 2);
+        // (The lowering leaves the site's handle in a frames list it read.)
+        let x = fast.get("x").unwrap();
+        assert_eq!(x.identity(), fast.get("y").unwrap().identity());
+        both_ways(&bytes, "empty list appended to");
+        let trace = parse_pickle(&bytes[..], &Limits::default()).unwrap();
+        let device = &trace.devices[0];
+        let files = |site| -> Vec<&str> {
+            let sites = &trace.sites;
+            sites
+                .frames(site)
+                .iter()
+                .map(|f| sites.str(f.name))
+                .collect()
+        };
+        let sites: Vec<_> = device
+            .events
+            .iter()
+            .map(|e| (e.addr, files(e.site)))
+            .collect();
+        let none: Vec<&str> = Vec::new();
+        assert_eq!(
+            sites,
+            [
+                (16, none.clone()),
+                (48, none),
+                (80, vec!["a.py:1 f", "b.py:2 g"])
+            ]
+        );
+        let block = &device.segments.as_ref().unwrap()[0].blocks[0];
+        assert_eq!(files(block.site), ["a.py:1 f", "b.py:2 g"]);
+    }
+
     /// Every broken fixture (the crash inputs of issue 12 among them) is
     /// refused, or read, alike every way.
     #[test]

@@ -23,7 +23,7 @@
 //! | run hints ([`GetRunFinder`]) | a traceback the read-ahead thread found | even the look at the gets' bytes: the answer for the run's id is reused | 1.14× the CPU time |
 //!
 //! | inline traceback (`TracebackLists::lower_inline`) | a traceback whose frames are spelled out (`EMPTY_DICT MEMOIZE MARK` per frame: `_profile_to_snapshot`, a frame's first use) | the frames' dicts and the record around them, interpreted opcode by opcode | `_profile_to_snapshot` shape: 3.1× the CPU time, 4.9× the peak RSS |
-//! | empty and fetched lists ([`Item::List`]) | `frames: []`, or a frames list fetched from the memo | the record, interpreted opcode by opcode | unshared-frames shape: 1.6× the CPU time, 1.4× the peak RSS |
+//! | empty and fetched lists ([`Item::EmptyList`], never made; [`Item::List`]) | `frames: []`, or a frames list fetched from the memo | the record, interpreted opcode by opcode | unshared-frames shape: 1.6× the CPU time, 1.4× the peak RSS |
 //!
 //! Measured whole-process on `big.pickle` (147 MB, 1M entries; `memcut
 //! analyze big.pickle -f json -o /dev/null`, medians of 5, each way against
@@ -38,9 +38,7 @@
 //! the process runs 5% more instructions than at 7f43711 (`valgrind
 //! --tool=callgrind`, the same command), none of them the 8-byte slots'.
 
-use std::cell::RefCell;
 use std::io::BufRead;
-use std::rc::Rc;
 
 use super::machine::{push, PResult, Parser, NO_MEMO};
 use super::memo::{Got, Memo};
@@ -95,9 +93,13 @@ pub(crate) enum Item<'a> {
     Float(f64),
     Str(&'a str),
     Handle(Handle),
-    /// A list (fetched from the memo, or new and empty): the hook may read
-    /// and change it as it would the list the opcodes build.
+    /// A list fetched from the memo: the hook may read and change it as it
+    /// would the list the opcodes fetch.
     List(&'a ListRc),
+    /// A new empty list (`frames: []`), or one fetched from the memo that
+    /// nothing has fetched before: no list is made for it, so the hook
+    /// reads it as an empty list and cannot change it.
+    EmptyList,
 }
 
 impl From<Scalar> for Item<'_> {
@@ -189,7 +191,6 @@ impl<R: BufRead> Parser<'_, R> {
         // frames' MARKs are one and two deeper.
         let depth = self.marks.len() + 1;
         self.tracebacks.sync(&self.memo);
-        self.scratch.refill_lists();
         self.scratch.puts.clear();
         let mut items = Slots::new();
         let buf = &self.win.rest()[start..];
@@ -199,8 +200,6 @@ impl<R: BufRead> Parser<'_, R> {
             at: self.win.at() + start as u64,
             lists_ok: depth < self.limits.max_depth,
             frames_ok: depth + 1 < self.limits.max_depth,
-            pool: &self.scratch.lists,
-            used: 0,
             lowered: false,
         };
         let scanned = scan_record(
@@ -211,7 +210,7 @@ impl<R: BufRead> Parser<'_, R> {
             &mut items,
             &mut self.scratch.puts,
         );
-        let (used, lowered_lists) = (lists.used, lists.lowered);
+        let lowered_lists = lists.lowered;
         let lowered = scanned.and_then(|consumed| {
             let count = self.memo.count;
             let puts = own_slot + self.scratch.puts.len();
@@ -235,8 +234,6 @@ impl<R: BufRead> Parser<'_, R> {
             Some((consumed, answer?))
         });
         let Some((consumed, lowered)) = lowered else {
-            // Lists handed to the hook may have been changed by it.
-            self.scratch.forget_lists(used);
             return Ok(false);
         };
         // The dict's own slot comes before those of the record's opcodes.
@@ -258,11 +255,9 @@ impl<R: BufRead> Parser<'_, R> {
                 first,
                 &self.win.rest()[start..],
                 &self.scratch.puts,
-                &self.scratch.lists,
                 max,
             )
         });
-        self.scratch.forget_lists(used);
         if let Err(m) = put {
             // Unreachable: the room was checked above.
             return self.err(m);
@@ -310,8 +305,8 @@ enum Put {
         len: usize,
     },
     Handle(Handle),
-    /// An empty list of the pool ([`Scratch::lists`]), by index.
-    List(usize),
+    /// A new empty list ([`Memo::put_empty_list`]).
+    EmptyList,
 }
 
 /// The fast paths' scratch, kept by the parser between records.
@@ -319,33 +314,11 @@ enum Put {
 pub(super) struct Scratch {
     /// The memo puts of the record or traceback being scanned.
     puts: Vec<Put>,
-    /// New empty lists for a record's empty lists (`frames: []`): the
-    /// record's items refer to them while the hook reads them, and the hook
-    /// may change them (as it changes the list the opcodes build).
-    lists: Vec<ListRc>,
-}
-
-impl Scratch {
-    /// Drops the first `used` lists of the pool (handed out).
-    #[inline]
-    fn forget_lists(&mut self, used: usize) {
-        if used > 0 {
-            self.lists.drain(..used);
-        }
-    }
-
-    /// Tops the pool of empty lists up to what a record may use.
-    #[inline]
-    fn refill_lists(&mut self) {
-        while self.lists.len() < MAX_RECORD_ITEMS / 2 {
-            self.lists.push(Rc::new(RefCell::new(Vec::new())));
-        }
-    }
 }
 
 /// What a record's values that are lists need: the hook and the answers
-/// for tracebacks, and the pool of empty lists.
-struct RecordLists<'a, 'x> {
+/// for tracebacks.
+struct RecordLists<'a> {
     hook: &'a mut dyn Hook,
     tracebacks: &'a mut TracebackLists,
     /// Offset of the scanned bytes in the stream.
@@ -354,18 +327,16 @@ struct RecordLists<'a, 'x> {
     /// the depth limit.
     lists_ok: bool,
     frames_ok: bool,
-    pool: &'x [ListRc],
-    /// Lists of the pool used.
-    used: usize,
     /// Whether a traceback was lowered.
     lowered: bool,
 }
 
-impl<'x> RecordLists<'_, 'x> {
+impl RecordLists<'_> {
     /// The list value at `buf[*i..]`, just after its `EMPTY_LIST`: a
     /// traceback (`[MEMOIZE] MARK` … `APPENDS`) lowered to its handle, or
-    /// an empty list (`[MEMOIZE]`, then anything but `MARK`) from the pool.
-    fn list(
+    /// an empty list (`[MEMOIZE]`, then anything but `MARK`), which is
+    /// never made (see [`Item::EmptyList`]).
+    fn list<'x>(
         &mut self,
         buf: &[u8],
         i: &mut usize,
@@ -375,13 +346,10 @@ impl<'x> RecordLists<'_, 'x> {
         let memoized = buf.get(*i) == Some(&op::MEMOIZE);
         *i += usize::from(memoized);
         if buf.get(*i) != Some(&op::MARK) {
-            let pool: &'x [ListRc] = self.pool;
-            let list = pool.get(self.used)?;
             if memoized {
-                puts.push(Put::List(self.used));
+                puts.push(Put::EmptyList);
             }
-            self.used += 1;
-            return Some(Item::List(list));
+            return Some(Item::EmptyList);
         }
         if !self.lists_ok {
             return None;
@@ -421,7 +389,7 @@ fn scan_record<'b: 'x, 'm: 'x, 'x>(
     buf: &'b [u8],
     mut i: usize,
     memo: &'m Memo,
-    mut lists: Option<&mut RecordLists<'_, 'x>>,
+    mut lists: Option<&mut RecordLists<'_>>,
     items: &mut Slots<Item<'x>, MAX_RECORD_ITEMS>,
     puts: &mut Vec<Put>,
 ) -> Option<usize> {
@@ -441,6 +409,8 @@ fn scan_record<'b: 'x, 'm: 'x, 'x>(
                     Got::Str(s) => Item::Str(s),
                     Got::Handle(_) if key => return None,
                     Got::Handle(h) => Item::Handle(h),
+                    Got::EmptyList if lists.is_some() && !key => Item::EmptyList,
+                    Got::EmptyList => return None,
                     Got::Value(v) => match v {
                         Value::Str(s) => Item::Str(s),
                         _ if key => return None,
@@ -480,7 +450,6 @@ fn put_all(
     first: u32,
     buf: &[u8],
     puts: &[Put],
-    lists: &[ListRc],
     max_memo: usize,
 ) -> Result<(), String> {
     for (j, p) in puts.iter().enumerate() {
@@ -488,7 +457,7 @@ fn put_all(
         match *p {
             Put::Str { at, len } => memo.put_str(idx, &buf[at..at + len], max_memo)?,
             Put::Handle(h) => memo.put_handle(idx, h, max_memo)?,
-            Put::List(k) => drop(memo.put(idx, Value::List(Rc::clone(&lists[k])), max_memo)?),
+            Put::EmptyList => memo.put_empty_list(idx, max_memo)?,
         }
     }
     Ok(())

@@ -380,7 +380,6 @@ impl<R: BufRead> Parser<'_, R> {
                 count as u32,
                 self.win.rest(),
                 &self.scratch.puts,
-                &[],
                 self.limits.max_memo,
             );
             if let Err(m) = put {
