@@ -74,7 +74,7 @@ fn main() -> ExitCode {
 /// the next allocates: one arena for every thread (the parser, the
 /// read-ahead thread and the analysis's rayon workers then reuse each
 /// other's freed memory instead of each growing its own), and blocks of
-/// 128 KiB or more mapped and unmapped on their own (by default the
+/// 1 MiB or more mapped and unmapped on their own (by default the
 /// threshold rises to 32 MiB once the parser frees its memo, after which
 /// freed memory stays resident). Not for `batch`, whose many workers
 /// would contend for the one arena. (No-op off glibc.)
@@ -85,7 +85,12 @@ fn main() -> ExitCode {
 /// 96 → 88 MB, snap-pyframes 97 → 93 MB; snap-profile and the Chrome
 /// traces unchanged (±1 MB). CPU time unchanged within noise (whole-process,
 /// medians of 7, A B A B: 0.98× and 0.94× on snap-pyframes and
-/// snap-synthetic).
+/// snap-synthetic). The threshold was 128 KiB at first: the same peak RSS
+/// as 1 MiB (snap-unshared 129.6 vs 129.9 MB, snap-pyframes 92.8 vs
+/// 93.5 MB, single runs), but more system time mapping and unmapping
+/// (snap-profile 0.29 s vs 0.23 s) and ~1.06x the CPU of no setting on
+/// snap-profile (medians of 9, noisy: 0.86-1.22); 1 MiB vs no setting
+/// there: 1.03x (0.84-1.25).
 fn malloc_returns_what_a_stage_frees() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
@@ -99,7 +104,7 @@ fn malloc_returns_what_a_stage_frees() {
         // before any thread is started; a refused setting changes nothing.
         unsafe {
             mallopt(M_ARENA_MAX, 1);
-            mallopt(M_MMAP_THRESHOLD, 128 << 10);
+            mallopt(M_MMAP_THRESHOLD, 1 << 20);
         }
     }
 }
