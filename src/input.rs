@@ -112,37 +112,31 @@ pub fn read_file(path: &std::path::Path, limits: &Limits) -> Result<Trace> {
 /// ~4x faster than parsing what it gives); the size is guessed from the
 /// gzip trailer (a wrong guess only moves the split).
 fn read_split(path: &std::path::Path, limits: &Limits) -> Option<Option<Result<Trace>>> {
-    use std::fs::File;
-    use std::io::Seek;
+    use std::io::{Seek, SeekFrom};
     let cores = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
     if !cores || rayon::current_thread_index().is_some() {
         return None;
     }
-    let len = std::fs::metadata(path).ok()?.len();
-    let open = || {
-        File::open(path)
-            .ok()
-            .map(|f| BufReader::with_capacity(1 << 20, f))
-    };
-    let mut start = [0u8; 4096];
-    let gzip = {
-        let n = File::open(path).ok()?.read(&mut start).ok()?;
-        start[..n].starts_with(&[0x1f, 0x8b])
-    };
+    // One handle for the checks and the first thread's read.
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let mut magic = [0u8; 2];
+    let gzip = file.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
     let size = if gzip {
-        gzip_size_hint(path, len)?
+        gzip_size_hint(&mut file, len)?
     } else {
         len
     };
+    if size < chrome::MIN_SPLIT_BYTES {
+        return None;
+    }
+    file.seek(SeekFrom::Start(0)).ok()?;
     // Where the second thread starts. With gzip it inflates all it skips,
     // so it starts later: inflating takes ~1/4 of parsing's time, and the
     // threads are even when the second thread's whole inflate and its
     // share of parsing match the first's share of both (5/9 of the way).
     let middle = if gzip { size / 9 * 5 } else { size / 2 };
-    if size < chrome::MIN_SPLIT_BYTES {
-        return None;
-    }
-    let mut compressed = open()?;
+    let mut compressed = BufReader::with_capacity(1 << 20, file);
     let mut head: Box<dyn BufRead> = if gzip {
         let inflated = LimitedReader::new(&mut compressed, limits, Rc::default());
         Box::new(BufReader::with_capacity(1 << 20, inflated))
@@ -153,23 +147,24 @@ fn read_split(path: &std::path::Path, limits: &Limits) -> Option<Option<Result<T
         return None;
     }
     Some(chrome::read_chrome_two(&mut head, |meeting| {
-        let mut compressed = open()?;
+        let mut file = std::fs::File::open(path).ok()?;
         if gzip {
+            let mut compressed = BufReader::with_capacity(1 << 20, file);
             let mut inflated = LimitedReader::new(&mut compressed, limits, Rc::default());
             chrome::skip_inflated(&mut inflated, middle, meeting)?;
             chrome::read_tail_near(&mut inflated, middle, meeting)
         } else {
-            compressed.seek(std::io::SeekFrom::Start(middle)).ok()?;
-            chrome::read_tail_near(&mut compressed, middle, meeting)
+            file.seek(SeekFrom::Start(middle)).ok()?;
+            chrome::read_tail_near(&mut file, middle, meeting)
         }
     }))
 }
 
-/// The inflated size a gzip file's trailer gives (its last member's, modulo
-/// 4 GiB): a guess, good for single-member files under 4 GiB.
-fn gzip_size_hint(path: &std::path::Path, len: u64) -> Option<u64> {
+/// The inflated size the trailer of the gzip `file` (`len` bytes) gives
+/// (its last member's, modulo 4 GiB): a guess, good for single-member
+/// files under 4 GiB.
+fn gzip_size_hint(file: &mut std::fs::File, len: u64) -> Option<u64> {
     use std::io::Seek;
-    let mut file = std::fs::File::open(path).ok()?;
     file.seek(std::io::SeekFrom::Start(len.checked_sub(4)?))
         .ok()?;
     let mut isize = [0u8; 4];

@@ -651,17 +651,8 @@ fn event<'s>(s: &'s [u8], i: &mut usize, ev: &mut RawEvent<'s>) -> Parsed<()> {
 /// object, defaults for any other value.
 fn mem_args(s: &[u8], i: &mut usize) -> Parsed<MemArgs> {
     let mut a = MemArgs::default();
-    if s[*i] != b'{' {
-        skip_value(s, i)?;
-        return Ok(a);
-    }
-    *i += 1;
-    if ws(s, i)? == b'}' {
-        *i += 1;
-        return Ok(a);
-    }
-    loop {
-        let slot = match key(s, i)? {
+    entries(s, i, |k, i| {
+        let slot = match k {
             b"Device Type" => &mut a.device_type,
             b"Device Id" => &mut a.device_id,
             b"Bytes" => &mut a.bytes,
@@ -669,43 +660,53 @@ fn mem_args(s: &[u8], i: &mut usize) -> Parsed<MemArgs> {
             b"Total Allocated" => &mut a.total_allocated,
             b"Total Reserved" => &mut a.total_reserved,
             b"Ev Idx" => &mut a.ev_idx,
-            _ => {
-                skip_value(s, i)?;
-                if !separator(s, i, b'}')? {
-                    return Ok(a);
-                }
-                continue;
-            }
+            _ => return skip_value(s, i),
         };
         *slot = num(s, i)?;
-        if !separator(s, i, b'}')? {
-            return Ok(a);
-        }
-    }
+        Ok(())
+    })?;
+    Ok(a)
 }
 
 /// The `args` of an operator call whose `record_shapes` inputs memcut
 /// reads, as the skeleton's `ArgsSeed` reads them: an object's `Input
 /// Dims` and `Input type` (no memory fields); no inputs for other values.
 fn input_args<'s>(s: &'s [u8], i: &mut usize) -> Parsed<(MemArgs, Option<RawInputs<'s>>)> {
-    if s[*i] != b'{' {
-        skip_value(s, i)?;
-        return Ok((MemArgs::default(), None));
-    }
     let mut inputs = RawInputs::default();
-    *i += 1;
-    if ws(s, i)? == b'}' {
-        *i += 1;
-        return Ok((MemArgs::default(), Some(inputs)));
-    }
-    loop {
-        match key(s, i)? {
+    let object = entries(s, i, |k, i| {
+        match k {
             b"Input Dims" => inputs.dims = list(s, i, dims)?,
             b"Input type" => inputs.types = list(s, i, lstr)?,
             _ => skip_value(s, i)?,
         }
+        Ok(())
+    })?;
+    Ok((MemArgs::default(), object.then_some(inputs)))
+}
+
+/// The entries of the object at `*i`: each key is handed to `entry` with
+/// `*i` at its value, which `entry` reads past. `false` (the value
+/// skipped) when the value is not an object.
+#[inline]
+fn entries<'s>(
+    s: &'s [u8],
+    i: &mut usize,
+    mut entry: impl FnMut(&'s [u8], &mut usize) -> Parsed<()>,
+) -> Parsed<bool> {
+    if s[*i] != b'{' {
+        skip_value(s, i)?;
+        return Ok(false);
+    }
+    *i += 1;
+    if ws(s, i)? == b'}' {
+        *i += 1;
+        return Ok(true);
+    }
+    loop {
+        let k = key(s, i)?;
+        entry(k, i)?;
         if !separator(s, i, b'}')? {
-            return Ok((MemArgs::default(), Some(inputs)));
+            return Ok(true);
         }
     }
 }
