@@ -1,37 +1,41 @@
 //! Bytes by category over time: each interval's start and end as a change
-//! of its category's bytes, sorted by position, and a [`Walk`] that applies
-//! them position by position. The plots and the planner both read them, so
-//! they are built once per device.
+//! of its category's bytes, in order of position, and a [`Walk`] that
+//! applies them position by position. The plots and the planner both read
+//! them, so they are built once per device.
+//!
+//! The changes are kept as interval indices in order (4 bytes each), not as
+//! `(position, category, delta)` (16): the position and delta are the
+//! interval's own, the category one byte per interval. And the starts need
+//! no list at all when the intervals are already in order of start (as a
+//! replay lists them). On `snap-unshared.pickle` (`scripts/bench_inputs.sh`,
+//! 333K intervals): 11 MB of `analyze`'s peak RSS.
 
 use crate::model::Category;
 
-use super::Replay;
-
-/// A change of a category's bytes at a position: `(position, category, delta)`.
-pub type Change = (u32, Category, i64);
+use super::{Interval, Replay};
 
 /// One replayed device and the changes of its categories' bytes; the input
 /// of the per-category plots and of the planner.
 pub struct DeviceTimeline {
     pub replay: Replay,
-    /// Per-category changes where intervals start, `(position, category,
-    /// +bytes)`, sorted by position; with [`DeviceTimeline::ends`], replaying
-    /// them ([`Walk`]) gives bytes by category over time.
-    pub starts: Vec<Change>,
-    /// Per-category changes where intervals end, `(position, category,
-    /// −bytes)`, sorted by position.
-    pub ends: Vec<Change>,
+    /// `category(i)` of each interval.
+    categories: Vec<Category>,
+    /// The intervals by start position, when they are not listed in that
+    /// order already (hand-built timelines in tests).
+    starts: Option<Vec<u32>>,
+    /// The intervals that end before the last position, by end position.
+    ends: Vec<u32>,
 }
 
 impl DeviceTimeline {
     /// `category(i)` is the category of `replay.intervals[i]`.
     pub fn new(replay: Replay, category: impl Fn(usize) -> Category + Sync) -> DeviceTimeline {
-        let (starts, ends) = rayon::join(
-            || starts_by_position(&replay, &category),
-            || ends_by_position(&replay, &category),
-        );
+        let categories = (0..replay.intervals.len()).map(category).collect();
+        let starts = starts_by_position(&replay.intervals);
+        let ends = ends_by_position(&replay);
         DeviceTimeline {
             replay,
+            categories,
             starts,
             ends,
         }
@@ -44,6 +48,15 @@ impl DeviceTimeline {
         for p in 0..self.replay.positions() as usize {
             walk.advance(self, p);
             visit(p, &walk.current);
+        }
+    }
+
+    /// The interval `k`-th in order of start.
+    #[inline]
+    fn start(&self, k: usize) -> Option<usize> {
+        match &self.starts {
+            None => (k < self.replay.intervals.len()).then_some(k),
+            Some(order) => order.get(k).map(|&i| i as usize),
         }
     }
 }
@@ -62,48 +75,42 @@ impl Walk {
     /// order, none skipped.
     #[inline]
     pub fn advance(&mut self, tl: &DeviceTimeline, position: usize) {
-        for (changes, next) in [
-            (&tl.starts, &mut self.next_start),
-            (&tl.ends, &mut self.next_end),
-        ] {
-            while let Some(&(at, c, d)) = changes.get(*next) {
-                if at as usize != position {
-                    break;
-                }
-                self.current[c.index()] += d;
-                *next += 1;
+        let intervals = &tl.replay.intervals;
+        while let Some(k) = tl.start(self.next_start) {
+            let i = &intervals[k];
+            if i.start as usize != position {
+                break;
             }
+            self.current[tl.categories[k].index()] += i.size as i64;
+            self.next_start += 1;
+        }
+        while let Some(&k) = tl.ends.get(self.next_end) {
+            let i = &intervals[k as usize];
+            if i.end as usize != position {
+                break;
+            }
+            self.current[tl.categories[k as usize].index()] -= i.size as i64;
+            self.next_end += 1;
         }
     }
 }
 
-/// The starts of every interval, sorted by position. They need no sort:
-/// intervals are listed in order of allocation, except the baseline ones,
-/// which all start at 0.
-fn starts_by_position(replay: &Replay, category: &impl Fn(usize) -> Category) -> Vec<Change> {
-    let intervals = || replay.intervals.iter().enumerate();
-    let mut starts = Vec::with_capacity(replay.intervals.len());
-    starts.extend(
-        intervals()
-            .filter(|(_, i)| i.start == 0)
-            .map(|(k, i)| (0, category(k), i.size as i64)),
-    );
-    starts.extend(
-        intervals()
-            .filter(|(_, i)| i.start > 0)
-            .map(|(k, i)| (i.start, category(k), i.size as i64)),
-    );
-    if !starts.is_sorted_by_key(|s| s.0) {
-        // Not from `replay` (hand-built timelines in tests).
-        starts.sort_by_key(|s| s.0);
+/// The intervals by start position: `None` when they are listed in that
+/// order already, as a replay lists them (in order of allocation, the
+/// baseline ones, which all start at 0, first).
+fn starts_by_position(intervals: &[Interval]) -> Option<Vec<u32>> {
+    if intervals.is_sorted_by_key(|i| i.start) {
+        return None;
     }
-    starts
+    let mut order: Vec<u32> = (0..intervals.len() as u32).collect();
+    order.sort_by_key(|&k| intervals[k as usize].start);
+    Some(order)
 }
 
-/// The ends of intervals that end before the last position, sorted by
-/// position: a counting sort (one count per position), several times
-/// faster than sorting a few hundred thousand ends by comparison.
-fn ends_by_position(replay: &Replay, category: &impl Fn(usize) -> Category) -> Vec<Change> {
+/// The intervals that end before the last position, by end position: a
+/// counting sort (one count per position), several times faster than
+/// sorting a few hundred thousand ends by comparison.
+fn ends_by_position(replay: &Replay) -> Vec<u32> {
     let positions = replay.positions() as usize;
     let ending = || {
         replay
@@ -123,10 +130,10 @@ fn ends_by_position(replay: &Replay, category: &impl Fn(usize) -> Category) -> V
         *slot = total;
         total += count;
     }
-    let mut ends = vec![(0, Category::Unknown, 0); total as usize];
+    let mut ends = vec![0u32; total as usize];
     for (k, i) in ending() {
         let slot = &mut next[i.end as usize];
-        ends[*slot as usize] = (i.end, category(k), -(i.size as i64));
+        ends[*slot as usize] = k as u32;
         *slot += 1;
     }
     ends

@@ -328,6 +328,22 @@ impl<'a, R: BufRead> Parser<'a, R> {
         }
     }
 
+    /// Offers `stack[from..]`, about to be appended to the list `l`, to
+    /// [`Hook::on_appended_items`]; if the hook lowers them, appends its
+    /// value instead (the list keeps its memo slot), discards the items and
+    /// returns `true`.
+    fn lower_appended(&mut self, list: &ListRc, from: usize) -> PResult<bool> {
+        match self.hook.on_appended_items(&self.stack[from..]) {
+            Ok(None) => Ok(false),
+            Ok(Some(v)) => {
+                dismantle_all(self.stack.drain(from..), &mut self.work);
+                list.borrow_mut().push(v);
+                Ok(true)
+            }
+            Err(m) => self.err(m),
+        }
+    }
+
     /// Stores the hook's value `v` for the (empty) list `list` at stack
     /// position `pos`, and `v` in place of the list in the memo slot the list
     /// was stored to or fetched from, so that the list is freed as soon as
@@ -573,6 +589,9 @@ impl<'a, R: BufRead> Parser<'a, R> {
                         }
                     } else {
                         self.unlower(&list);
+                    }
+                    if self.stack.len() > k && self.lower_appended(&list, k)? {
+                        continue;
                     }
                     let mut l = list.borrow_mut();
                     l.reserve(self.stack.len() - k);

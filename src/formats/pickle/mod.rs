@@ -88,6 +88,18 @@ pub(crate) trait Hook {
         Ok(None)
     }
 
+    /// Called when APPENDS adds `items` to a list, after
+    /// [`Hook::on_list_dict`] has run on them and [`Hook::on_list_items`]
+    /// has declined them. Return `Ok(Some(v))` to append the single value
+    /// `v` instead of the items — e.g. one handle for a batch of a trace's
+    /// events — the list keeping its identity and its memo slot (later gets
+    /// see the list, and may append to it); `Ok(None)` (the default) appends
+    /// the items.
+    fn on_appended_items(&mut self, items: &[Value]) -> Result<Option<Value>, String> {
+        let _ = items;
+        Ok(None)
+    }
+
     /// Called when SETITEMS adds `items` (key0, value0, key1, value1, …) to
     /// a dict that is still empty. Return `Ok(Some(pair))` to store that one
     /// pair instead (the dict keeps its identity and memo slot; later

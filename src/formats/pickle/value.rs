@@ -54,6 +54,15 @@ pub(crate) enum Lowered {
     Frame(u32),
     /// A traceback: its site.
     Site(u32),
+    /// A list's run of consecutive trace entries (its items' event
+    /// handles, in order): its index among the lowering's event runs.
+    Events(u32),
+    /// A block of a segment: its index among the lowered blocks.
+    Block(u32),
+    /// A list's run of consecutive blocks: its index among the block runs.
+    Blocks(u32),
+    /// A segment at dump time: its index among the lowered segments.
+    Segment(u32),
 }
 
 impl Handle {
@@ -76,6 +85,22 @@ impl Handle {
 
     pub(crate) fn site(site: u32) -> Handle {
         Handle(Lowered::Site(site))
+    }
+
+    pub(crate) fn events(run: usize) -> Result<Handle, String> {
+        Ok(Handle(Lowered::Events(fits(run, "runs of trace entries")?)))
+    }
+
+    pub(crate) fn block(index: usize) -> Result<Handle, String> {
+        Ok(Handle(Lowered::Block(fits(index, "blocks")?)))
+    }
+
+    pub(crate) fn blocks(run: usize) -> Result<Handle, String> {
+        Ok(Handle(Lowered::Blocks(fits(run, "runs of blocks")?)))
+    }
+
+    pub(crate) fn segment(index: usize) -> Result<Handle, String> {
+        Ok(Handle(Lowered::Segment(fits(index, "segments")?)))
     }
 
     pub(crate) fn lowered(self) -> Lowered {

@@ -18,7 +18,7 @@
 use arbitrary::{Result, Unstructured};
 
 use super::super::pickle::writer::{dumps, Py};
-use super::super::pickle::{self, Limits};
+use super::super::pickle::{self, Hook, Limits};
 use super::{build_trace, parse_pickle, Plain};
 
 /// A snapshot-shaped pickle made from `u`'s bytes.
@@ -46,11 +46,13 @@ pub(crate) fn all_ways(bytes: &[u8]) -> std::result::Result<String, String> {
     };
     let limits = Limits::default();
     let mut plain_hook = Plain::default();
-    let plain = show(
-        pickle::unpickle(bytes, &limits, &mut plain_hook)
-            .map_err(crate::error::Error::from)
-            .and_then(|root| build_trace(&root, plain_hook.0)),
-    );
+    let plain_trace = pickle::unpickle(bytes, &limits, &mut plain_hook)
+        .map_err(crate::error::Error::from)
+        .and_then(|root| build_trace(&root, plain_hook.0));
+    let plain = match &plain_trace {
+        Ok(trace) => Ok(format!("{trace:?}")),
+        Err(e) => Err(e.to_string()),
+    };
     let fast = show(parse_pickle(bytes, &limits));
     let trickled = show(parse_pickle(
         std::io::BufReader::with_capacity(1, Trickle(bytes)),
@@ -59,7 +61,95 @@ pub(crate) fn all_ways(bytes: &[u8]) -> std::result::Result<String, String> {
     for (name, other) in [("fast", &fast), ("trickled", &trickled)] {
         agree(("plain", &plain), (name, other));
     }
+    // The allocator's state read from its dicts after the parse, and trace
+    // lists holding one handle per entry (the lowering before they were
+    // read as they stream, `allocator_state.rs`). Blocks' sites may be
+    // numbered in another order, so both are compared with each site
+    // spelled out.
+    let mut unlowered = Unlowered::default();
+    let read_after = pickle::unpickle(bytes, &limits, &mut unlowered)
+        .map_err(crate::error::Error::from)
+        .and_then(|root| build_trace(&root, unlowered.0));
+    agree(
+        ("plain", &sites_spelled_out(plain_trace)),
+        (
+            "allocator state read after the parse",
+            &sites_spelled_out(read_after),
+        ),
+    );
     plain
+}
+
+/// [`Plain`] that leaves block and segment dicts as dicts and a trace
+/// list's entries one handle each: the oracle of `allocator_state.rs` and
+/// of the runs of events.
+#[derive(Default)]
+struct Unlowered(super::EntryLowering);
+
+impl Hook for Unlowered {
+    fn on_list_dict(
+        &mut self,
+        dict: &[(pickle::Value, pickle::Value)],
+    ) -> std::result::Result<Option<pickle::Value>, String> {
+        if super::allocator_state::is_block(dict) || super::allocator_state::is_segment(dict) {
+            return Ok(None);
+        }
+        self.0.on_list_dict(dict)
+    }
+    fn on_list_items(
+        &mut self,
+        items: &[pickle::Value],
+    ) -> std::result::Result<Option<pickle::Value>, String> {
+        self.0.on_list_items(items)
+    }
+    fn on_dict_items(
+        &mut self,
+        items: &[pickle::Value],
+    ) -> std::result::Result<Option<(pickle::Value, pickle::Value)>, String> {
+        self.0.on_dict_items(items)
+    }
+    fn on_handle_items(
+        &mut self,
+        handle: pickle::Handle,
+        items: &[pickle::Value],
+    ) -> std::result::Result<bool, String> {
+        self.0.on_handle_items(handle, items)
+    }
+}
+
+/// A trace's `Debug` with each site id replaced by its frames, or its error.
+fn sites_spelled_out(
+    trace: crate::error::Result<crate::model::Trace>,
+) -> std::result::Result<String, String> {
+    let mut trace = trace.map_err(|e| e.to_string())?;
+    let spelled = |sites: &crate::model::Sites, site: u32| -> String {
+        let frame = |f: &crate::model::Frame| {
+            format!("{}:{}:{}", sites.str(f.filename), f.line, sites.str(f.name))
+        };
+        sites
+            .frames(site)
+            .iter()
+            .map(frame)
+            .collect::<Vec<_>>()
+            .join("|")
+    };
+    let mut out = String::new();
+    let sites = std::mem::take(&mut trace.sites);
+    for device in &mut trace.devices {
+        for e in &mut device.events {
+            out.push_str(&spelled(&sites, e.site));
+            out.push('\n');
+            e.site = 0;
+        }
+        for segment in device.segments.iter_mut().flatten() {
+            for b in &mut segment.blocks {
+                out.push_str(&spelled(&sites, b.site));
+                out.push('\n');
+                b.site = 0;
+            }
+        }
+    }
+    Ok(format!("{trace:?}\n{out}"))
 }
 
 /// Panics unless the two results are equal, showing where they part.

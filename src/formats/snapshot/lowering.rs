@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use rustc_hash::FxHashMap;
 
 use super::super::pickle::{Handle, Hook, Item, Lowered, Records, Value};
+use super::allocator_state::{self, BlockFields, SegmentFields};
 use crate::model::{Action, Category, Event, Frame, SiteId, Sites};
 
 /// Lowers dicts to compact records while the unpickler streams:
@@ -43,6 +44,15 @@ pub(super) struct EntryLowering {
     /// Entries lowered by the fast paths ([`Records`]) straight from the
     /// pickle's bytes: the benchmark shapes' tests require all of them.
     pub(super) in_place: u64,
+    /// Runs of consecutive events that trace lists hold
+    /// ([`Lowered::Events`]): `(first, count)`.
+    event_runs: Vec<(u32, u32)>,
+    /// Blocks read as their dicts were appended to a list ([`Lowered::Block`]).
+    blocks: Vec<BlockFields>,
+    /// Runs of consecutive blocks that lists hold ([`Lowered::Blocks`]).
+    block_runs: Vec<(u32, u32)>,
+    /// Segments read as their dicts were appended to a list ([`Lowered::Segment`]).
+    pub(super) segments: Vec<SegmentFields>,
 }
 
 impl Hook for EntryLowering {
@@ -57,6 +67,18 @@ impl Hook for EntryLowering {
             let frame = frame_of(&mut self.sites, dict.iter().map(|(k, v)| (k, v)));
             let handle = Handle::frame(self.frames.len())?;
             self.frames.push(frame);
+            return Ok(Some(Value::Handle(handle)));
+        }
+        if allocator_state::is_block(dict) {
+            let block = allocator_state::block_of(dict, self);
+            let handle = Handle::block(self.blocks.len())?;
+            self.blocks.push(block);
+            return Ok(Some(Value::Handle(handle)));
+        }
+        if allocator_state::is_segment(dict) {
+            let segment = allocator_state::segment_of(dict, self).map_err(|e| e.to_string())?;
+            let handle = Handle::segment(self.segments.len())?;
+            self.segments.push(segment);
             return Ok(Some(Value::Handle(handle)));
         }
         Ok(None)
@@ -103,6 +125,25 @@ impl Hook for EntryLowering {
         let site = self.site_of_handles(&handles);
         self.handles = handles;
         Ok(site.map(|site| Value::Handle(Handle::site(site))))
+    }
+
+    /// A batch of a trace's entries (or of a segment's blocks) becomes one
+    /// handle for the run.
+    fn on_appended_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
+        let mut handles = std::mem::take(&mut self.handles);
+        handles.clear();
+        for item in items {
+            match item {
+                Value::Handle(h) => handles.push(*h),
+                _ => {
+                    self.handles = handles;
+                    return Ok(None);
+                }
+            }
+        }
+        let lowered = self.run_of(&handles)?;
+        self.handles = handles;
+        Ok(lowered.map(Value::Handle))
     }
 
     /// The fast paths are open to every snapshot.
@@ -162,6 +203,58 @@ impl Records for EntryLowering {
 }
 
 impl EntryLowering {
+    /// One handle for `handles` if they are two or more consecutive events
+    /// (a batch of a trace list: 16 bytes a list instead of 16 an entry,
+    /// 16 MB of a 1M-entry snapshot's peak) or consecutive blocks.
+    fn run_of(&mut self, handles: &[Handle]) -> std::result::Result<Option<Handle>, String> {
+        let (Some(first), true) = (handles.first(), handles.len() >= 2) else {
+            return Ok(None);
+        };
+        let count = handles.len() as u32;
+        let consecutive = |make: fn(u32) -> Lowered, start: u32| {
+            start.checked_add(count).is_some()
+                && handles
+                    .iter()
+                    .zip(start..)
+                    .all(|(h, i)| h.lowered() == make(i))
+        };
+        match first.lowered() {
+            Lowered::Event(start) if consecutive(Lowered::Event, start) => {
+                let handle = Handle::events(self.event_runs.len())?;
+                self.event_runs.push((start, count));
+                Ok(Some(handle))
+            }
+            Lowered::Block(start) if consecutive(Lowered::Block, start) => {
+                let handle = Handle::blocks(self.block_runs.len())?;
+                self.block_runs.push((start, count));
+                Ok(Some(handle))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The events a handle in a trace list stands for: one, or a run.
+    pub(super) fn events_of_handle(&self, h: Handle) -> Option<std::ops::Range<u32>> {
+        match h.lowered() {
+            Lowered::Event(i) => Some(i..i + 1),
+            Lowered::Events(r) => {
+                let (first, count) = self.event_runs[r as usize];
+                Some(first..first + count)
+            }
+            _ => None,
+        }
+    }
+
+    /// The blocks a handle in a `blocks` list stands for: one, or a run.
+    pub(super) fn blocks_of_handle(&self, h: Handle) -> Option<Vec<BlockFields>> {
+        let (first, count) = match h.lowered() {
+            Lowered::Block(i) => (i, 1),
+            Lowered::Blocks(r) => self.block_runs[r as usize],
+            _ => return None,
+        };
+        Some(self.blocks[first as usize..(first + count) as usize].to_vec())
+    }
+
     /// The site of a traceback given as its frames' handles (a traceback
     /// seen before is found by its handles, without resolving its frames);
     /// `None` unless every handle is a frame's.
@@ -328,7 +421,16 @@ impl EntryLowering {
                     Lowered::Frame(i) => resolved.push(self.frames[i as usize]),
                     // The lowered first batch of a list appended to more than once.
                     Lowered::Site(site) => resolved.extend_from_slice(self.sites.frames(site)),
-                    Lowered::Event(_) | Lowered::Skipped => self.entries_in_frames += 1,
+                    Lowered::Event(_) | Lowered::Events(_) | Lowered::Skipped => {
+                        self.entries_in_frames += 1
+                    }
+                    // A block or segment dict read as a frame: the empty
+                    // frame (they have no `filename`, `name` or `line`).
+                    Lowered::Block(_) | Lowered::Segment(_) => resolved.push(BLANK_FRAME),
+                    Lowered::Blocks(r) => {
+                        let count = self.block_runs[r as usize].1 as usize;
+                        resolved.extend(std::iter::repeat_n(BLANK_FRAME, count));
+                    }
                     // Only the lowering holds markers (in dicts, never in lists).
                     Lowered::Marker(_) => {}
                 },
@@ -350,6 +452,13 @@ impl EntryLowering {
         site
     }
 }
+
+/// What [`frame_of`] reads of a dict without `filename`, `line` or `name`.
+const BLANK_FRAME: Frame = Frame {
+    filename: 0,
+    line: 0,
+    name: 0,
+};
 
 /// A field value of a trace entry: a [`Value`], or an [`Item`] of a record
 /// the parser decoded in place (read exactly as the `Value` it stands for).
@@ -474,6 +583,9 @@ impl Hook for Plain {
     }
     fn on_list_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
         self.0.on_list_items(items)
+    }
+    fn on_appended_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
+        self.0.on_appended_items(items)
     }
     fn on_dict_items(
         &mut self,

@@ -5,8 +5,11 @@
 //! `Event` by `EntryLowering` (`lowering.rs`) — most of them straight
 //! from the pickle's bytes, without a dict ever being built — so a 1M-entry
 //! snapshot never holds 1M generic dicts. A memoized frames list is turned
-//! into a site once and recognised afterwards by its identity. This file
-//! assembles the `Trace` from what is left (`build_trace`).
+//! into a site once and recognised afterwards by its identity; segment and
+//! block dicts are read as they stream too (`allocator_state.rs`), and a
+//! trace list keeps one handle per batch of consecutive entries rather than
+//! one per entry (`EntryLowering::run_of`: 16 MB of a 1M-entry snapshot's
+//! peak). This file assembles the `Trace` from what is left (`build_trace`).
 //!
 //! `generate.rs` (tests and fuzzing only) builds snapshot-shaped pickles and
 //! holds the oracle of the differential tests: the plain path and the fast
@@ -18,12 +21,11 @@
 use std::collections::BTreeMap;
 use std::io::BufRead;
 
-use super::pickle::{self, Limits, Lowered, Value};
+use super::pickle::{self, Limits, Value};
 use crate::error::{Error, Result};
-use crate::model::{
-    Annotation, Block, BlockState, DeviceTrace, Diagnostic, Event, Format, Segment, Trace,
-};
+use crate::model::{Annotation, DeviceTrace, Diagnostic, Event, Format, Segment, Trace};
 
+mod allocator_state;
 mod lowering;
 
 use lowering::EntryLowering;
@@ -109,7 +111,7 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
         for list in lists.iter() {
             // (Only for a single list: another could refer to the same events.)
             let taken = match lists.len() {
-                1 => take_in_order(&mut lowering.events, list),
+                1 => take_in_order(&mut lowering, list),
                 _ => None,
             };
             if let Some(events) = taken {
@@ -132,7 +134,7 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
                         }
                         _ => continue,
                     };
-                    if let Lowered::Event(index) = handle.lowered() {
+                    for index in lowering.events_of_handle(handle).unwrap_or_default() {
                         let event = lowering.events[index as usize];
                         profile_derived |= event.given.is_some();
                         entries_without_frames += u64::from(!lowering.is_framed(index as usize));
@@ -148,21 +150,20 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
     // Segments at dump time, grouped by device ordinal.
     let mut segs_by_device: BTreeMap<i64, Vec<Segment>> = BTreeMap::new();
     let mut blocks_without_frames = 0u64;
-    // Every segment lacks the allocator's own fields (see `parse_segment`).
+    // Every segment lacks the allocator's own fields (see `segment_of`).
     let mut synthetic_segments = true;
     if let Some(segments) = &segments {
         let items = segments
             .list_items()
             .ok_or_else(|| Error::Schema("`segments` is not a list".into()))?;
         for seg in items.iter() {
-            let device = seg.get("device").and_then(|v| v.as_i64()).unwrap_or(0);
-            let segment = parse_segment(
-                seg,
-                &mut lowering,
-                &mut blocks_without_frames,
-                &mut synthetic_segments,
-            )?;
-            segs_by_device.entry(device).or_default().push(segment);
+            let fields = allocator_state::segment_item(seg, &mut lowering)?;
+            blocks_without_frames += fields.blocks_without_frames;
+            synthetic_segments &= fields.synthetic;
+            segs_by_device
+                .entry(fields.device)
+                .or_default()
+                .push(fields.segment);
         }
     }
     if lowering.entries_in_frames > 0 {
@@ -239,98 +240,26 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
     Ok(trace)
 }
 
-/// All of `events` when `list` holds exactly their handles in order (one
-/// device whose entries were all lowered: the common case), without copying.
-fn take_in_order(events: &mut Vec<Event>, list: &Value) -> Option<Vec<Event>> {
+/// All of the lowering's events when `list` holds exactly their handles
+/// in order, one by one or in runs (one device whose entries were all
+/// lowered: the common case), without copying.
+fn take_in_order(lowering: &mut EntryLowering, list: &Value) -> Option<Vec<Event>> {
     let items = list.list_items()?;
-    if events.is_empty() || items.len() != events.len() {
+    if lowering.events.is_empty() {
         return None;
     }
-    let in_order = items.iter().enumerate().all(
-        |(i, item)| matches!(item, Value::Handle(h) if h.lowered() == Lowered::Event(i as u32)),
-    );
-    in_order.then(|| std::mem::take(events))
-}
-
-fn parse_segment(
-    seg: &Value,
-    lowering: &mut EntryLowering,
-    blocks_without_frames: &mut u64,
-    synthetic: &mut bool,
-) -> Result<Segment> {
-    let addr = seg.get("address").and_then(|v| v.as_u64()).unwrap_or(0);
-    // The caching allocator's segments say what kind of pool they are and
-    // how much of them is allocated, and their blocks have addresses;
-    // `_profile_to_snapshot` lays out one synthetic segment per device from
-    // the tensors' own addresses (CPU heap addresses span terabytes) and
-    // says none of it.
-    let blocks_have_addresses = seg.get("blocks").is_some_and(|b| {
-        b.list_items()
-            .is_some_and(|blocks| blocks.iter().any(|b| b.get("address").is_some()))
-    });
-    *synthetic &= seg.get("segment_type").is_none()
-        && seg.get("allocated_size").is_none()
-        && !blocks_have_addresses;
-    let mut segment = Segment {
-        addr,
-        total_size: seg.get("total_size").and_then(|v| v.as_u64()).unwrap_or(0),
-        is_expandable: seg
-            .get("is_expandable")
-            .and_then(|v| v.as_bool())
-            .unwrap_or(false),
-        blocks: Vec::new(),
-    };
-    let Some(blocks) = seg.get("blocks") else {
-        return Ok(segment);
-    };
-    let blocks = blocks
-        .list_items()
-        .ok_or_else(|| Error::Schema("segment `blocks` is not a list".into()))?;
-    let mut next_addr = addr;
-    for block in blocks.iter() {
-        let size = block.get("size").and_then(|v| v.as_u64()).unwrap_or(0);
-        // Old files have no block address: blocks are contiguous (MemoryViz does the same).
-        let block_addr = block
-            .get("address")
-            .and_then(|v| v.as_u64())
-            .unwrap_or(next_addr);
-        next_addr = block_addr.saturating_add(size);
-        let state = match block.get("state").as_ref().and_then(|v| v.as_str()) {
-            Some("active_allocated") => BlockState::ActiveAllocated,
-            Some("active_pending_free") | Some("active_awaiting_free") => {
-                BlockState::ActivePendingFree
-            }
-            _ => BlockState::Inactive,
+    let mut next = 0u32;
+    for item in items.iter() {
+        let Value::Handle(h) = item else {
+            return None;
         };
-        // torch 1.13 era: `history: [{addr, real_size, frames}]`.
-        let history_first = block
-            .get("history")
-            .and_then(|h| h.list_items().and_then(|items| items.first().cloned()));
-        let requested_size = block
-            .get("requested_size")
-            .and_then(|v| v.as_u64())
-            .or_else(|| {
-                history_first
-                    .as_ref()
-                    .and_then(|h| h.get("real_size")?.as_u64())
-            })
-            .unwrap_or(size);
-        let frames = block
-            .get("frames")
-            .or_else(|| history_first.as_ref().and_then(|h| h.get("frames")));
-        let site = frames.map_or(0, |f| lowering.site_of(&f));
-        if site == 0 && state != BlockState::Inactive {
-            *blocks_without_frames += 1;
+        let run = lowering.events_of_handle(*h)?;
+        if run.start != next {
+            return None;
         }
-        segment.blocks.push(Block {
-            addr: block_addr,
-            size,
-            requested_size,
-            state,
-            site,
-        });
+        next = run.end;
     }
-    Ok(segment)
+    (next as usize == lowering.events.len()).then(|| std::mem::take(&mut lowering.events))
 }
 
 /// `external_annotations` START/END marks → time ranges, paired per (name, device).

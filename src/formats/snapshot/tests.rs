@@ -433,13 +433,23 @@ mod fast_path_shapes {
     use crate::formats::pickle::writer::{dumps, Py};
     use crate::test_support::{corpus_dir, read_maybe_gz};
 
-    /// (share of the trace entries lowered in place, traceback runs
-    /// answered from hints).
-    fn share(bytes: &[u8]) -> (f64, u64) {
+    /// How a file took the fast paths.
+    struct Share {
+        /// Share of the trace entries lowered in place.
+        in_place: f64,
+        /// Traceback runs answered from hints.
+        hinted: u64,
+        /// Share of the segments read as they streamed (`allocator_state.rs`).
+        segments_lowered: f64,
+        /// Items the trace lists hold per entry (runs of events: ~1/1000).
+        items_per_entry: f64,
+    }
+
+    fn share(bytes: &[u8]) -> Share {
         let hints = std::rc::Rc::new(pickle::GetRunHints::default());
         hints.add(pickle::GetRunFinder::default().find(bytes));
         let mut lowering = EntryLowering::default();
-        pickle::unpickle_hinted(
+        let root = pickle::unpickle_hinted(
             bytes,
             &Limits::default(),
             &mut lowering,
@@ -447,21 +457,51 @@ mod fast_path_shapes {
         )
         .unwrap();
         let events = lowering.events.len().max(1) as f64;
-        (lowering.in_place as f64 / events, hints.taken())
+        let segments = root.get("segments").map_or(Vec::new(), |s| {
+            s.list_items().map_or(Vec::new(), |items| items.to_vec())
+        });
+        let lowered = segments
+            .iter()
+            .filter(|s| matches!(s, Value::Handle(h) if matches!(h.lowered(), pickle::Lowered::Segment(_))))
+            .count();
+        let items: usize = root.get("device_traces").map_or(0, |t| {
+            t.list_items().map_or(0, |lists| {
+                lists
+                    .iter()
+                    .map(|l| l.list_items().map_or(0, |i| i.len()))
+                    .sum()
+            })
+        });
+        Share {
+            in_place: lowering.in_place as f64 / events,
+            hinted: hints.taken(),
+            segments_lowered: lowered as f64 / segments.len().max(1) as f64,
+            items_per_entry: items as f64 / events,
+        }
     }
 
     fn check(path: &std::path::Path, min_in_place: f64, min_hinted: u64) {
-        let (in_place, hinted) = share(&read_maybe_gz(path));
+        let share = share(&read_maybe_gz(path));
         let what = path.display();
         assert!(
-            in_place >= min_in_place,
+            share.in_place >= min_in_place,
             "{what}: {:.1}% of the entries lowered in place, below {:.1}%",
-            100.0 * in_place,
+            100.0 * share.in_place,
             100.0 * min_in_place
         );
         assert!(
-            hinted >= min_hinted,
-            "{what}: {hinted} traceback runs answered from hints, below {min_hinted}"
+            share.hinted >= min_hinted,
+            "{what}: {} traceback runs answered from hints, below {min_hinted}",
+            share.hinted
+        );
+        assert_eq!(
+            share.segments_lowered, 1.0,
+            "{what}: segments left as dicts through the parse"
+        );
+        assert!(
+            share.items_per_entry < 0.01,
+            "{what}: trace lists hold {:.3} items per entry, not runs of entries",
+            share.items_per_entry
         );
     }
 
@@ -527,7 +567,7 @@ mod fast_path_shapes {
         for protocol in [4, 5] {
             let bytes = dumps(&root, protocol);
             generate::all_ways(&bytes).unwrap();
-            let (in_place, _) = share(&bytes);
+            let in_place = share(&bytes).in_place;
             // All but the first, which fetches the shared frame from a
             // slot its own traceback fills.
             assert!(in_place > 0.99, "protocol {protocol}: {in_place}");
