@@ -4,6 +4,7 @@
 mod site_names;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use crate::classify::{self, site_facts, Builtin, Classification, Phase, Rule, UserRule};
 use crate::instant::At;
@@ -74,7 +75,7 @@ impl ClassifiedDevice {
             .collect();
         (
             replay.allocated[position as usize],
-            replay.reserved.as_ref().map(|r| r[position as usize]),
+            replay.reserved.as_ref().map(|r| r.get(position)),
             live,
         )
     }
@@ -302,7 +303,7 @@ fn device_report(
             allocations,
         },
         reserved_peak_bytes: reserved_peak_position
-            .and_then(|p| replay.reserved.as_ref().map(|r| r[p as usize])),
+            .and_then(|p| replay.reserved.as_ref().map(|r| r.get(p))),
         reserved_peak_event_index: reserved_peak_position.map(|p| p.saturating_sub(1) as u64),
         ooms: oom_findings(device, cd, segments.as_ref()),
         plan: None,
@@ -348,8 +349,11 @@ fn live_allocations(
         let k = position as usize - 1;
         EventRef(k as u64, t0.map(|t0| device.events[k].ts_us - t0))
     };
-    // Live allocations share sites: describe each site once.
-    let mut described = HashMap::new();
+    // Live allocations share sites and rules: describe each once, and the
+    // rows share the text.
+    let mut described: HashMap<_, Arc<str>> = HashMap::new();
+    let mut rule_names: HashMap<Rule, Arc<str>> = HashMap::new();
+    let untracked: Arc<str> = "(allocated before recording; no event)".into();
     let mut rows: Vec<(LiveAllocation, crate::model::SiteId)> = live
         .iter()
         .map(|(i, c)| {
@@ -359,14 +363,17 @@ fn live_allocations(
                 category: c.category,
                 site: if i.origin == timeline::Origin::Untracked {
                     // No event names it: the allocator's total says it is there.
-                    "(allocated before recording; no event)".to_owned()
+                    untracked.clone()
                 } else {
                     described
                         .entry(i.site)
-                        .or_insert_with(|| describe_site(&trace.sites, i.site))
+                        .or_insert_with(|| describe_site(&trace.sites, i.site).into())
                         .clone()
                 },
-                rule: c.rule.name(&options.user_rules),
+                rule: rule_names
+                    .entry(c.rule)
+                    .or_insert_with(|| c.rule.name(&options.user_rules).into())
+                    .clone(),
                 stack: None,
                 alloc: (!i.origin.is_baseline() && i.start > 0).then(|| event(i.start)),
                 free: (i.end < replay.positions()).then(|| event(i.end)),
@@ -506,7 +513,7 @@ fn top_sites(allocations: &[LiveAllocation], top: usize) -> Vec<TopSite> {
     type Group = (u64, u64, BTreeMap<Option<u32>, u64>);
     let mut groups: HashMap<(&str, Category), Group> = HashMap::new();
     for a in allocations {
-        let g = groups.entry((a.site.as_str(), a.category)).or_default();
+        let g = groups.entry((&*a.site, a.category)).or_default();
         g.0 = g.0.saturating_add(a.size);
         g.1 += 1;
         let s = g.2.entry(a.stack).or_default();
@@ -726,7 +733,9 @@ fn timeline_series(
                     series[c].push((*v).max(0) as u64);
                 }
                 if let Some(r) = &tl.replay.reserved {
-                    out.reserved.get_or_insert_with(Vec::new).push(r[bp]);
+                    out.reserved
+                        .get_or_insert_with(Vec::new)
+                        .push(r.get(bp as u32));
                 }
             }
         });

@@ -189,7 +189,7 @@ impl SiteTotal {
 fn site_totals(d: &DeviceReport) -> BTreeMap<&str, SiteTotal> {
     let mut out: BTreeMap<&str, SiteTotal> = BTreeMap::new();
     for a in &d.peak.allocations {
-        let t = out.entry(a.site.as_str()).or_default();
+        let t = out.entry(&*a.site).or_default();
         t.bytes = t.bytes.saturating_add(a.size);
         t.count += 1;
         *t.by_category.entry(a.category).or_default() += a.size;
@@ -358,7 +358,7 @@ mod tests {
         assert_eq!(sites.len(), 2);
         assert_eq!(
             (sites[0].site.as_str(), sites[0].status),
-            (gone.as_str(), SiteStatus::Disappeared)
+            (&*gone, SiteStatus::Disappeared)
         );
         assert_eq!(sites[0].change_bytes, -(gone_bytes as i64));
         assert_eq!(

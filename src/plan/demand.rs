@@ -4,7 +4,7 @@
 
 use super::pools::{Overlay, OverlayWalk, Part, NPOOL};
 use crate::model::Category;
-use crate::timeline::{DeviceTimeline, Walk};
+use crate::timeline::{DeviceTimeline, Steps, Walk};
 
 /// Bytes by pool at one position.
 pub type Row = [u64; NPOOL];
@@ -275,8 +275,8 @@ pub fn allocator_overhead(tl: &DeviceTimeline) -> u64 {
     let reserved = tl
         .replay
         .reserved
-        .as_deref()
-        .and_then(|r| r.iter().copied().max())
+        .as_ref()
+        .and_then(Steps::max)
         .unwrap_or(0);
     reserved.saturating_sub(allocated)
 }

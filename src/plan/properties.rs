@@ -14,7 +14,7 @@ use super::search::{plan_timeline_cuts, Eligibility, Order, Search};
 use super::{min_step, plan_device, Budget, Headroom, PlanInput, PlanOptions};
 use crate::model::Category;
 use crate::schema::Verdict;
-use crate::timeline::{curve, DeviceTimeline, Interval, Origin, Replay};
+use crate::timeline::{curve, DeviceTimeline, Interval, Origin, Replay, Steps};
 
 const NCAT: usize = Category::ALL.len();
 
@@ -93,7 +93,7 @@ fn timeline(case: &Case) -> DeviceTimeline {
             .iter()
             .zip(extra)
             .map(|(a, e)| a + e)
-            .collect::<Vec<u64>>()
+            .collect::<Steps>()
     });
     DeviceTimeline::new(
         Replay {

@@ -4,9 +4,11 @@
 //! the planner both read.
 
 mod replay;
+mod steps;
 mod walk;
 
 #[cfg(test)]
 pub use replay::curve;
 pub use replay::{replay, Interval, Origin, Replay};
+pub use steps::Steps;
 pub use walk::{DeviceTimeline, Walk};

@@ -12,6 +12,7 @@
 
 use rustc_hash::FxHashMap as HashMap;
 
+use super::Steps;
 use crate::model::{Action, BlockState, Category, DeviceTrace, Diagnostic, SiteId};
 
 /// Largest allocation replay believes (256 TiB); larger sizes are clamped.
@@ -73,7 +74,7 @@ pub struct Replay {
     /// Allocated bytes at each position (`events + 1` values).
     pub allocated: Vec<u64>,
     /// Reserved bytes at each position, when the file lets us know.
-    pub reserved: Option<Vec<u64>>,
+    pub reserved: Option<Steps>,
     pub baseline_bytes: u64,
     pub diagnostics: Vec<Diagnostic>,
     /// Event indices of the `oom` entries, in order.
@@ -96,7 +97,7 @@ impl Replay {
     }
 
     pub fn reserved_peak_position(&self) -> Option<u32> {
-        self.reserved.as_deref().map(argmax)
+        self.reserved.as_ref().map(Steps::argmax)
     }
 }
 
@@ -144,9 +145,9 @@ fn drop_impossible_reserved(replay: &mut Replay) {
         return;
     };
     let Some(p) = reserved
-        .iter()
+        .values()
         .zip(&replay.allocated)
-        .position(|(r, a)| r < a)
+        .position(|(r, &a)| r < a)
     else {
         return;
     };
@@ -156,7 +157,8 @@ fn drop_impossible_reserved(replay: &mut Replay) {
     };
     replay.diagnostics.push(Diagnostic::warning(format!(
         "reserved memory is unknown: the file's reserved bytes ({}) are below the allocated bytes ({}) at {at}, which no allocator reports",
-        reserved[p], replay.allocated[p]
+        reserved.get(p as u32),
+        replay.allocated[p]
     )));
     replay.reserved = None;
 }
@@ -491,7 +493,7 @@ fn reconcile_with_reported(
 
 /// Reserved bytes per position: from the Chrome trace's `Total Reserved`, or
 /// from the dump's segments walked backwards through segment events.
-fn reserved_curve(device: &DeviceTrace, diagnostics: &mut Vec<Diagnostic>) -> Option<Vec<u64>> {
+fn reserved_curve(device: &DeviceTrace, diagnostics: &mut Vec<Diagnostic>) -> Option<Steps> {
     let n = device.events.len();
     // The CPU allocator reports `Total Reserved: 0` throughout: no cache to speak of.
     if device.reported.len() == n
@@ -500,7 +502,7 @@ fn reserved_curve(device: &DeviceTrace, diagnostics: &mut Vec<Diagnostic>) -> Op
             .iter()
             .any(|r| r.reserved.is_some_and(|v| v > 0))
     {
-        let mut out = Vec::with_capacity(n + 1);
+        let mut out = Steps::default();
         let first = device.reported.iter().find_map(|r| r.reserved).unwrap_or(0);
         out.push(first);
         let mut last = first;
@@ -515,25 +517,31 @@ fn reserved_curve(device: &DeviceTrace, diagnostics: &mut Vec<Diagnostic>) -> Op
         .as_ref()
         .filter(|_| device.segments_show_reserved)?;
     let final_reserved: i128 = segments.iter().map(|s| s.total_size as i128).sum();
-    let mut out = vec![0u64; n + 1];
+    // Walked back from the dump: the value at position `k` is the value
+    // after it, undone by event `k` when that maps or frees a segment.
+    // `marks`: `(k, value at k)` at each segment event, and the end.
+    let clamp = |v: i128| v.clamp(0, u64::MAX as i128) as u64;
+    let mut marks = vec![(n as u32, clamp(final_reserved))];
     let mut value = final_reserved;
     let mut went_negative = false;
-    let mut segment_events = false;
-    out[n] = value.clamp(0, u64::MAX as i128) as u64;
     for k in (0..n).rev() {
         let e = &device.events[k];
         let delta = match e.action {
             Action::SegmentAlloc | Action::SegmentMap => -(e.size as i128),
             Action::SegmentFree | Action::SegmentUnmap => e.size as i128,
-            _ => {
-                out[k] = out[k + 1];
-                continue;
-            }
+            _ => continue,
         };
-        segment_events = true;
         value += delta;
         went_negative |= value < 0;
-        out[k] = value.clamp(0, u64::MAX as i128) as u64;
+        marks.push((k as u32, clamp(value)));
+    }
+    let segment_events = marks.len() > 1;
+    // Positions after the previous mark up to a mark hold its value.
+    let mut out = Steps::default();
+    let mut filled = 0;
+    for &(k, v) in marks.iter().rev() {
+        out.push_run(v, k + 1 - filled);
+        filled = k + 1;
     }
     if went_negative {
         diagnostics.push(Diagnostic::warning(
@@ -628,7 +636,7 @@ mod tests {
         let r = replay(&d);
         assert_eq!(r.allocated, vec![1000, 1010]);
         assert_eq!(r.baseline_bytes, 1000);
-        assert_eq!(r.reserved, Some(vec![2048, 2048]));
+        assert_eq!(r.reserved.map(|s| s.to_vec()), Some(vec![2048, 2048]));
     }
 
     #[test]
@@ -665,7 +673,10 @@ mod tests {
             },
         ]);
         let r = replay(&d);
-        assert_eq!(r.reserved, Some(vec![0, 4096, 4096, 12288]));
+        assert_eq!(
+            r.reserved.map(|s| s.to_vec()),
+            Some(vec![0, 4096, 4096, 12288])
+        );
     }
 
     #[test]
@@ -688,7 +699,7 @@ mod tests {
         assert_eq!(r.allocated, vec![1000, 1100, 1000]);
         assert_eq!(r.baseline_bytes, 1000);
         assert_eq!(r.peak_position(), 1);
-        assert_eq!(r.reserved, Some(vec![2000, 2000, 2000]));
+        assert_eq!(r.reserved.map(|s| s.to_vec()), Some(vec![2000, 2000, 2000]));
     }
 
     #[test]

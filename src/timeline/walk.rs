@@ -6,9 +6,11 @@
 //! The changes are kept as interval indices in order (4 bytes each), not as
 //! `(position, category, delta)` (16): the position and delta are the
 //! interval's own, the category one byte per interval. And the starts need
-//! no list at all when the intervals are already in order of start (as a
-//! replay lists them). On `snap-unshared.pickle` (`scripts/bench_inputs.sh`,
-//! 333K intervals): 11 MB of `analyze`'s peak RSS.
+//! no list beyond the intervals that start at 0 when the others are listed
+//! in order of start (as a replay lists them: in order of allocation, and
+//! the baseline ones, which start at 0, wherever they were found). On
+//! `snap-unshared.pickle` (`scripts/bench_inputs.sh`, 333K intervals):
+//! 11 MB of `analyze`'s peak RSS.
 
 use crate::model::Category;
 
@@ -20,9 +22,8 @@ pub struct DeviceTimeline {
     pub replay: Replay,
     /// `category(i)` of each interval.
     categories: Vec<Category>,
-    /// The intervals by start position, when they are not listed in that
-    /// order already (hand-built timelines in tests).
-    starts: Option<Vec<u32>>,
+    /// Where the intervals start.
+    starts: Starts,
     /// The intervals that end before the last position, by end position.
     ends: Vec<u32>,
 }
@@ -50,15 +51,15 @@ impl DeviceTimeline {
             visit(p, &walk.current);
         }
     }
+}
 
-    /// The interval `k`-th in order of start.
-    #[inline]
-    fn start(&self, k: usize) -> Option<usize> {
-        match &self.starts {
-            None => (k < self.replay.intervals.len()).then_some(k),
-            Some(order) => order.get(k).map(|&i| i as usize),
-        }
-    }
+/// The order in which a [`Walk`] meets the intervals' starts.
+enum Starts {
+    /// Those that start at 0 (`at_zero`), then the others as listed: they
+    /// are listed in order of start.
+    Listed { at_zero: Vec<u32> },
+    /// Every interval by start position (hand-built timelines in tests).
+    Sorted(Vec<u32>),
 }
 
 /// A walk over a timeline's positions: bytes by category at the position
@@ -76,13 +77,35 @@ impl Walk {
     #[inline]
     pub fn advance(&mut self, tl: &DeviceTimeline, position: usize) {
         let intervals = &tl.replay.intervals;
-        while let Some(k) = tl.start(self.next_start) {
-            let i = &intervals[k];
-            if i.start as usize != position {
-                break;
+        let mut start =
+            |k: usize| self.current[tl.categories[k].index()] += intervals[k].size as i64;
+        match &tl.starts {
+            Starts::Listed { at_zero } => {
+                if position == 0 {
+                    at_zero.iter().for_each(|&k| start(k as usize));
+                }
+                // `next_start`: the next interval listed that starts after 0.
+                while let Some(i) = intervals.get(self.next_start) {
+                    if i.start == 0 {
+                        self.next_start += 1;
+                        continue;
+                    }
+                    if i.start as usize != position {
+                        break;
+                    }
+                    start(self.next_start);
+                    self.next_start += 1;
+                }
             }
-            self.current[tl.categories[k].index()] += i.size as i64;
-            self.next_start += 1;
+            Starts::Sorted(order) => {
+                while let Some(&k) = order.get(self.next_start) {
+                    if intervals[k as usize].start as usize != position {
+                        break;
+                    }
+                    start(k as usize);
+                    self.next_start += 1;
+                }
+            }
         }
         while let Some(&k) = tl.ends.get(self.next_end) {
             let i = &intervals[k as usize];
@@ -95,16 +118,20 @@ impl Walk {
     }
 }
 
-/// The intervals by start position: `None` when they are listed in that
-/// order already, as a replay lists them (in order of allocation, the
-/// baseline ones, which all start at 0, first).
-fn starts_by_position(intervals: &[Interval]) -> Option<Vec<u32>> {
-    if intervals.is_sorted_by_key(|i| i.start) {
-        return None;
+/// The order of the intervals' starts: as listed, but for those that
+/// start at 0, when the others are listed in order of start (as a replay
+/// lists them); else sorted.
+fn starts_by_position(intervals: &[Interval]) -> Starts {
+    let after_zero = || intervals.iter().filter(|i| i.start > 0);
+    if after_zero().is_sorted_by_key(|i| i.start) {
+        let at_zero = (0..intervals.len() as u32)
+            .filter(|&k| intervals[k as usize].start == 0)
+            .collect();
+        return Starts::Listed { at_zero };
     }
     let mut order: Vec<u32> = (0..intervals.len() as u32).collect();
     order.sort_by_key(|&k| intervals[k as usize].start);
-    Some(order)
+    Starts::Sorted(order)
 }
 
 /// The intervals that end before the last position, by end position: a
@@ -148,11 +175,27 @@ mod tests {
     proptest! {
         /// Walking the changes gives, at every position, the bytes of the
         /// intervals live there by category (intervals in any order, some
-        /// starting at 0 or never ending).
+        /// starting at 0 or never ending; `listed`: as a replay lists them,
+        /// in order of start but for those at 0, which are anywhere).
         #[test]
         fn walk_equals_summing_live_intervals(
-            spans in proptest::collection::vec((0u32..40, 1u32..45, 1u64..100, 0usize..10), 0..60)
+            mut spans in proptest::collection::vec((0u32..40, 1u32..45, 1u64..100, 0usize..10), 0..60),
+            listed: bool,
         ) {
+            if listed {
+                let mut zero = 0;
+                spans.sort_by_key(|s| (s.0, s.2));
+                // Each start at 0 moved to a place of its own (by size).
+                while let Some(k) = spans.iter().skip(zero).position(|s| s.0 == 0) {
+                    let s = spans.remove(zero + k);
+                    let to = (s.2 as usize) % (spans.len() + 1);
+                    spans.insert(to, s);
+                    zero += 1;
+                    if zero >= spans.len() {
+                        break;
+                    }
+                }
+            }
             let positions = 41u32;
             let intervals: Vec<Interval> = spans
                 .iter()
@@ -178,6 +221,11 @@ mod tests {
                 timestamped: false,
             };
             let tl = DeviceTimeline::new(replay, |i| categories[i]);
+            let after_zero = tl.replay.intervals.iter().filter(|i| i.start > 0);
+            prop_assert_eq!(
+                matches!(tl.starts, Starts::Listed { .. }),
+                after_zero.is_sorted_by_key(|i| i.start)
+            );
             let mut seen = 0;
             tl.for_each_position(|p, current| {
                 let mut want = [0i64; Category::ALL.len()];
