@@ -604,3 +604,166 @@ mod fast_path_shapes {
         check(&dir.join("cs336-magma27/memory_snapshot.pickle"), 0.98, 900);
     }
 }
+
+/// The allocator's state read as it streams (`allocator_state.rs`) and the
+/// runs of events in trace lists, on shapes real dumps have and some they
+/// do not: each checked against the reading after the parse
+/// (`generate::all_ways`), and for what it must say.
+mod allocator_state_shapes {
+    use super::*;
+    use crate::formats::pickle::writer::{dumps, Py};
+    use crate::model::BlockState;
+
+    fn block(address: i128, size: i128, state: &str, frames: Py) -> Py {
+        Py::dict([
+            ("address", Py::Int(address)),
+            ("size", Py::Int(size)),
+            ("requested_size", Py::Int(size)),
+            ("state", Py::str(state)),
+            ("frames", frames),
+        ])
+    }
+
+    fn segment(address: i128, blocks: Vec<Py>) -> Py {
+        let total: i128 = 4096 * blocks.len() as i128;
+        Py::dict([
+            ("device", Py::Int(0)),
+            ("address", Py::Int(address)),
+            ("total_size", Py::Int(total)),
+            ("segment_type", Py::str("large")),
+            ("is_expandable", Py::Bool(false)),
+            ("frames", Py::List(vec![])),
+            ("blocks", Py::List(blocks)),
+        ])
+    }
+
+    fn frame(line: i128) -> Py {
+        Py::dict([
+            ("filename", Py::str("train.py")),
+            ("line", Py::Int(line)),
+            ("name", Py::str("step")),
+        ])
+    }
+
+    fn alloc(addr: i128) -> Py {
+        Py::dict([
+            ("action", Py::str("alloc")),
+            ("addr", Py::Int(addr)),
+            ("size", Py::Int(4096)),
+            ("stream", Py::Int(0)),
+            ("frames", Py::List(vec![frame(7)])),
+        ])
+    }
+
+    fn snapshot(segments: Vec<Py>, entries: Vec<Py>) -> Py {
+        Py::dict([
+            ("segments", Py::List(segments)),
+            ("device_traces", Py::List(vec![Py::List(entries)])),
+        ])
+    }
+
+    /// A segment of 2500 blocks and a trace of 2500 entries arrive in
+    /// batches of 1000: each batch is a run, and all of them are read back.
+    #[test]
+    fn lists_longer_than_a_batch_are_read_whole() {
+        let blocks: Vec<Py> = (0..2500)
+            .map(|k| {
+                let state = if k % 2 == 0 {
+                    "active_allocated"
+                } else {
+                    "inactive"
+                };
+                block(1 << 20 | k * 4096, 4096, state, Py::List(vec![frame(k)]))
+            })
+            .collect();
+        let entries: Vec<Py> = (0..2500).map(|k| alloc(1 << 20 | k * 4096)).collect();
+        for protocol in [2, 4, 5] {
+            let bytes = dumps(
+                &snapshot(vec![segment(1 << 20, blocks.clone())], entries.clone()),
+                protocol,
+            );
+            generate::all_ways(&bytes).unwrap();
+            let trace = parse_pickle(&bytes[..], &Limits::default()).unwrap();
+            let device = &trace.devices[0];
+            assert_eq!(device.events.len(), 2500);
+            let segments = device.segments.as_ref().unwrap();
+            assert_eq!(segments.len(), 1);
+            let blocks = &segments[0].blocks;
+            assert_eq!(blocks.len(), 2500);
+            assert_eq!(blocks[2499].addr, 1 << 20 | 2499 * 4096);
+            assert_eq!(blocks[2498].state, BlockState::ActiveAllocated);
+            let line = trace.sites.frames(blocks[1234].site)[0].line;
+            assert_eq!(line, 1234);
+        }
+    }
+
+    /// A segment fetched from the memo twice is two segments, as it was
+    /// read from its dict; blocks without an address are laid out one
+    /// after the other from the segment's start.
+    #[test]
+    fn a_segment_listed_twice_and_blocks_without_addresses() {
+        let no_address = |size| {
+            Py::dict([
+                ("size", Py::Int(size)),
+                ("state", Py::str("active_allocated")),
+            ])
+        };
+        let shared = Py::Shared(std::rc::Rc::new(segment(
+            1 << 30,
+            vec![no_address(4096), no_address(8192)],
+        )));
+        let bytes = dumps(
+            &snapshot(vec![shared.clone(), shared], vec![alloc(1 << 30)]),
+            4,
+        );
+        generate::all_ways(&bytes).unwrap();
+        let trace = parse_pickle(&bytes[..], &Limits::default()).unwrap();
+        let segments = trace.devices[0].segments.as_ref().unwrap();
+        assert_eq!(segments.len(), 2);
+        let addrs: Vec<u64> = segments[1].blocks.iter().map(|b| b.addr).collect();
+        assert_eq!(addrs, [1 << 30, (1 << 30) + 4096]);
+        assert!(trace.diagnostics.iter().any(|d| d
+            .message
+            .contains("4 live blocks at dump time have no frames")));
+    }
+
+    /// `blocks` that is no list is refused as before, naming it; block
+    /// dicts inside a traceback read as the empty frames they were.
+    #[test]
+    fn odd_segments_and_blocks_read_as_their_dicts_did() {
+        let mut bad = segment(4096, vec![]);
+        if let Py::Dict(pairs) = &mut bad {
+            pairs.retain(|(k, _)| !matches!(k, Py::Str(s) if s == "blocks"));
+            pairs.push((Py::str("blocks"), Py::Int(3)));
+        }
+        let bytes = dumps(&snapshot(vec![bad], vec![alloc(4096)]), 4);
+        assert_eq!(
+            generate::all_ways(&bytes).unwrap_err(),
+            "not a PyTorch memory snapshot: segment `blocks` is not a list"
+        );
+        let odd_frames = Py::List(vec![
+            frame(1),
+            block(0, 16, "inactive", Py::List(vec![])),
+            block(16, 16, "inactive", Py::List(vec![])),
+        ]);
+        let mut entry = alloc(4096);
+        if let Py::Dict(pairs) = &mut entry {
+            pairs.retain(|(k, _)| !matches!(k, Py::Str(s) if s == "frames"));
+            pairs.push((Py::str("frames"), odd_frames));
+        }
+        for protocol in [2, 4] {
+            let bytes = dumps(
+                &snapshot(vec![], vec![entry.clone(), alloc(8192)]),
+                protocol,
+            );
+            generate::all_ways(&bytes).unwrap();
+            let trace = parse_pickle(&bytes[..], &Limits::default()).unwrap();
+            let frames = trace.sites.frames(trace.devices[0].events[0].site);
+            assert_eq!(frames.len(), 3);
+            assert_eq!(
+                (frames[1].filename, frames[1].line, frames[1].name),
+                (0, 0, 0)
+            );
+        }
+    }
+}
