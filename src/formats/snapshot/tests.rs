@@ -673,10 +673,10 @@ mod allocator_state_shapes {
                 } else {
                     "inactive"
                 };
-                block(1 << 20 | k * 4096, 4096, state, Py::List(vec![frame(k)]))
+                block((1 << 20) + k * 4096, 4096, state, Py::List(vec![frame(k)]))
             })
             .collect();
-        let entries: Vec<Py> = (0..2500).map(|k| alloc(1 << 20 | k * 4096)).collect();
+        let entries: Vec<Py> = (0..2500).map(|k| alloc((1 << 20) + k * 4096)).collect();
         for protocol in [2, 4, 5] {
             let bytes = dumps(
                 &snapshot(vec![segment(1 << 20, blocks.clone())], entries.clone()),
@@ -690,7 +690,7 @@ mod allocator_state_shapes {
             assert_eq!(segments.len(), 1);
             let blocks = &segments[0].blocks;
             assert_eq!(blocks.len(), 2500);
-            assert_eq!(blocks[2499].addr, 1 << 20 | 2499 * 4096);
+            assert_eq!(blocks[2499].addr, (1 << 20) + 2499 * 4096);
             assert_eq!(blocks[2498].state, BlockState::ActiveAllocated);
             let line = trace.sites.frames(blocks[1234].site)[0].line;
             assert_eq!(line, 1234);
