@@ -114,36 +114,15 @@ impl Hook for EntryLowering {
     /// A traceback whose frames are all frame handles becomes a one-item
     /// list holding its site's handle, so no frames list is ever built.
     fn on_list_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
-        let mut handles = std::mem::take(&mut self.handles);
-        handles.clear();
-        for item in items {
-            match item {
-                Value::Handle(h) => handles.push(*h),
-                _ => return Ok(None),
-            }
-        }
-        let site = self.site_of_handles(&handles);
-        self.handles = handles;
-        Ok(site.map(|site| Value::Handle(Handle::site(site))))
+        let site = self.with_handles(items, |s, handles| s.site_of_handles(handles));
+        Ok(site.flatten().map(|site| Value::Handle(Handle::site(site))))
     }
 
     /// A batch of a trace's entries (or of a segment's blocks) becomes one
     /// handle for the run.
     fn on_appended_items(&mut self, items: &[Value]) -> std::result::Result<Option<Value>, String> {
-        let mut handles = std::mem::take(&mut self.handles);
-        handles.clear();
-        for item in items {
-            match item {
-                Value::Handle(h) => handles.push(*h),
-                _ => {
-                    self.handles = handles;
-                    return Ok(None);
-                }
-            }
-        }
-        let lowered = self.run_of(&handles)?;
-        self.handles = handles;
-        Ok(lowered.map(Value::Handle))
+        let run = self.with_handles(items, |s, handles| s.run_of(handles));
+        Ok(run.transpose()?.flatten().map(Value::Handle))
     }
 
     /// The fast paths are open to every snapshot.
@@ -203,6 +182,27 @@ impl Records for EntryLowering {
 }
 
 impl EntryLowering {
+    /// `f` of the handles of `items` (gathered in the lowering's scratch
+    /// list), or `None` unless every item is a handle.
+    fn with_handles<T>(
+        &mut self,
+        items: &[Value],
+        f: impl FnOnce(&mut Self, &[Handle]) -> T,
+    ) -> Option<T> {
+        let mut handles = std::mem::take(&mut self.handles);
+        handles.clear();
+        let all = items.iter().all(|item| match item {
+            Value::Handle(h) => {
+                handles.push(*h);
+                true
+            }
+            _ => false,
+        });
+        let answer = all.then(|| f(self, &handles));
+        self.handles = handles;
+        answer
+    }
+
     /// One handle for `handles` if they are two or more consecutive events
     /// (a batch of a trace list: 16 bytes a list instead of 16 an entry,
     /// 16 MB of a 1M-entry snapshot's peak) or consecutive blocks.
