@@ -48,10 +48,10 @@ impl Steps {
         self.len
     }
 
-    /// The value at `position` (`position < len`; past the end, the last value).
+    /// The value at `position` (past the end, the last value; 0 without positions).
     pub fn get(&self, position: u32) -> u64 {
         let i = self.steps.partition_point(|&(p, _)| p <= position);
-        self.steps[i.saturating_sub(1)].1
+        self.steps.get(i.saturating_sub(1)).map_or(0, |s| s.1)
     }
 
     /// The values position by position.
