@@ -71,6 +71,17 @@ impl Sink {
 
     /// Writes one report.
     pub fn write(&mut self, report: &Report) -> Result<(), WriteError> {
+        if self.layout == Layout::Each(OutputFormat::Json) {
+            // Streamed: a big report's JSON is never held whole.
+            self.written += 1;
+            let path = self.path.clone();
+            let out = self.out()?;
+            // Each report reaches the output whole before the next one
+            // starts (stdout is buffered here, not by lines).
+            return memcut::write_json(report, &mut *out)
+                .and_then(|()| out.flush())
+                .map_err(|error| WriteError { path, error });
+        }
         let text = match self.layout {
             Layout::Each(format) => {
                 let text = memcut::render(report, format);
@@ -115,20 +126,31 @@ impl Sink {
 
     fn put(&mut self, text: &str) -> Result<(), WriteError> {
         let path = self.path.clone();
-        let fail = |error| WriteError {
-            path: path.clone(),
-            error,
-        };
+        let out = self.out()?;
+        out.write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .map_err(|error| WriteError { path, error })
+    }
+
+    /// The output, opened at the first write.
+    fn out(&mut self) -> Result<&mut Box<dyn Write>, WriteError> {
         if self.out.is_none() {
             self.out = Some(match &self.path {
-                Some(p) => Box::new(std::io::BufWriter::new(
-                    std::fs::File::create(p).map_err(fail)?,
+                Some(p) => Box::new(std::io::BufWriter::new(std::fs::File::create(p).map_err(
+                    |error| WriteError {
+                        path: self.path.clone(),
+                        error,
+                    },
+                )?)),
+                // Not `stdout`'s own line buffer: a streamed report of
+                // millions of lines would be millions of writes.
+                None => Box::new(std::io::BufWriter::with_capacity(
+                    1 << 16,
+                    std::io::stdout().lock(),
                 )),
-                None => Box::new(std::io::stdout().lock()),
             });
         }
-        let out = self.out.as_mut().expect("opened above");
-        out.write_all(text.as_bytes()).map_err(fail)
+        Ok(self.out.as_mut().expect("opened above"))
     }
 }
 

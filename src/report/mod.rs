@@ -46,6 +46,12 @@ pub fn render_diff(report: &crate::schema::DiffReport, format: OutputFormat) -> 
     diff::render(report, format)
 }
 
+/// Writes a report as [`render`] renders it in JSON, without holding the
+/// text whole (an I/O error of `out` is returned).
+pub fn write_json(report: &Report, out: impl std::io::Write) -> std::io::Result<()> {
+    json::write_json(report, out)
+}
+
 /// Renders a report in the given format.
 pub fn render(report: &Report, format: OutputFormat) -> String {
     match format {
