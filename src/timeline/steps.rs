@@ -17,15 +17,6 @@ pub struct Steps {
 }
 
 impl Steps {
-    /// The curve whose value at each position `values` gives, in order.
-    pub fn from_values(values: impl IntoIterator<Item = u64>) -> Steps {
-        let mut curve = Steps::default();
-        for v in values {
-            curve.push(v);
-        }
-        curve
-    }
-
     /// Appends the value at the next position.
     pub fn push(&mut self, value: u64) {
         if self.steps.last().is_none_or(|&(_, last)| last != value) {
@@ -84,9 +75,14 @@ impl Steps {
     }
 }
 
+/// The curve whose value at each position the iterator gives, in order.
 impl FromIterator<u64> for Steps {
     fn from_iter<I: IntoIterator<Item = u64>>(values: I) -> Steps {
-        Steps::from_values(values)
+        let mut curve = Steps::default();
+        for v in values {
+            curve.push(v);
+        }
+        curve
     }
 }
 
@@ -100,7 +96,7 @@ mod tests {
         /// values they were made from.
         #[test]
         fn steps_read_as_their_values(values in proptest::collection::vec(0u64..4, 0..60)) {
-            let steps = Steps::from_values(values.iter().copied());
+            let steps: Steps = values.iter().copied().collect();
             prop_assert_eq!(steps.len() as usize, values.len());
             prop_assert_eq!(steps.to_vec(), values.clone());
             for (p, &v) in values.iter().enumerate() {

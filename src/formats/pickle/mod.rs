@@ -61,7 +61,7 @@ pub(crate) mod writer;
 mod tests;
 
 pub(crate) use fast::{GetRun, GetRunFinder, GetRunHints, Item, Records};
-pub(crate) use value::{Handle, Lowered, Value};
+pub(crate) use value::{dict_value, Handle, Lowered, Value};
 
 /// Lets the caller replace containers with compact records as the pickle
 /// completes them, so a 1M-entry snapshot never holds 1M generic dicts at

@@ -113,17 +113,22 @@ fn fits(index: usize, what: &str) -> Result<u32, String> {
     u32::try_from(index).map_err(|_| format!("more than 2^32 {what}"))
 }
 
+/// The value of `key` among a dict's pairs: the last pair wins if a key
+/// repeats (as [`Value::get`] reads a dict).
+pub(crate) fn dict_value<'a>(pairs: &'a [(Value, Value)], key: &str) -> Option<&'a Value> {
+    pairs
+        .iter()
+        .rev()
+        .find(|(k, _)| matches!(k, Value::Str(s) if &***s == key))
+        .map(|(_, v)| v)
+}
+
 impl Value {
     /// Dict lookup by string key (the last pair wins if a key repeats). `None`
     /// if `self` is not a dict or the key is missing.
     pub(crate) fn get(&self, key: &str) -> Option<Value> {
         match self {
-            Value::Dict(d) => d
-                .borrow()
-                .iter()
-                .rev()
-                .find(|(k, _)| matches!(k, Value::Str(s) if &***s == key))
-                .map(|(_, v)| v.clone()),
+            Value::Dict(d) => dict_value(&d.borrow(), key).cloned(),
             _ => None,
         }
     }

@@ -11,7 +11,7 @@
 //! the 126 MiB peak RSS.
 
 use super::lowering::EntryLowering;
-use super::pickle::{Lowered, Value};
+use super::pickle::{dict_value as field, Lowered, Value};
 use crate::error::{Error, Result};
 use crate::model::{Block, BlockState, Segment, SiteId};
 
@@ -39,17 +39,8 @@ pub(super) struct SegmentFields {
     pub(super) blocks_without_frames: u64,
 }
 
-/// The value of `key` in a dict's pairs (the last pair wins if a key
-/// repeats, as [`Value::get`] reads it).
-fn field<'a>(pairs: &'a [(Value, Value)], key: &str) -> Option<&'a Value> {
-    pairs
-        .iter()
-        .rev()
-        .find(|(k, _)| k.as_str() == Some(key))
-        .map(|(_, v)| v)
-}
-
-fn has(pairs: &[(Value, Value)], key: &str) -> bool {
+/// Whether a dict's pairs have `key`.
+pub(super) fn has(pairs: &[(Value, Value)], key: &str) -> bool {
     field(pairs, key).is_some()
 }
 
@@ -180,7 +171,7 @@ fn blocks_in(list: &Value, lowering: &mut EntryLowering) -> Result<Vec<BlockFiel
     for item in items.iter() {
         match item {
             Value::Handle(h) => match lowering.blocks_of_handle(*h) {
-                Some(lowered) => blocks.extend(lowered),
+                Some(lowered) => blocks.extend_from_slice(lowered),
                 // Any other handle read as a dict would be: as `&[]`.
                 None => blocks.push(block_of(&[], lowering)),
             },

@@ -63,7 +63,7 @@ impl Hook for EntryLowering {
         if let Some(handle) = self.entry_of_dict(dict)? {
             return Ok(Some(Value::Handle(handle)));
         }
-        if has_key(dict, "filename") && has_key(dict, "name") {
+        if allocator_state::has(dict, "filename") && allocator_state::has(dict, "name") {
             let frame = frame_of(&mut self.sites, dict.iter().map(|(k, v)| (k, v)));
             let handle = Handle::frame(self.frames.len())?;
             self.frames.push(frame);
@@ -246,13 +246,13 @@ impl EntryLowering {
     }
 
     /// The blocks a handle in a `blocks` list stands for: one, or a run.
-    pub(super) fn blocks_of_handle(&self, h: Handle) -> Option<Vec<BlockFields>> {
+    pub(super) fn blocks_of_handle(&self, h: Handle) -> Option<&[BlockFields]> {
         let (first, count) = match h.lowered() {
             Lowered::Block(i) => (i, 1),
             Lowered::Blocks(r) => self.block_runs[r as usize],
             _ => return None,
         };
-        Some(self.blocks[first as usize..(first + count) as usize].to_vec())
+        Some(&self.blocks[first as usize..(first + count) as usize])
     }
 
     /// The site of a traceback given as its frames' handles (a traceback
@@ -539,10 +539,6 @@ fn first_value<'a>(
     key: &str,
 ) -> Option<&'a Value> {
     pairs.find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v)
-}
-
-fn has_key(dict: &[(Value, Value)], key: &str) -> bool {
-    dict.iter().any(|(k, _)| k.as_str() == Some(key))
 }
 
 /// `{"filename", "line", "name"}` → frame, from a dict's pairs (the last
