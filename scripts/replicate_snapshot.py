@@ -169,6 +169,10 @@ def shifts(snap):
     return time_shift, addr_shift
 
 
+# An output size no benchmark wants (about; the output is near copies x the input).
+MAX_OUTPUT_BYTES = 4 << 30
+
+
 def replicate(snap, copies):
     shape = Shape(snap)
     time_shift, addr_shift = shifts(snap)
@@ -227,6 +231,13 @@ def main():
     else:
         copies = math.ceil(args.target_mb * 1e6 / len(data))
     copies = max(1, copies)
+    # Copies repeat the segments too: a snapshot with few entries (allocator state only, as
+    # verl's or FlexGen's) would need millions of copies for an entry target.
+    if copies * len(data) > MAX_OUTPUT_BYTES:
+        sys.exit(
+            f"{args.snapshot}: {copies} copies of a {len(data)}-byte input ({entries} trace entries) "
+            f"would be over {MAX_OUTPUT_BYTES >> 30} GiB; pass --target-mb (or --copies) instead"
+        )
 
     out, time_shift, addr_shift = replicate(snap, copies)
     buf = io.BytesIO()
