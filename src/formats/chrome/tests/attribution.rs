@@ -176,3 +176,142 @@ fn sweep_hands_out_open_calls_innermost_first() {
     assert_eq!(seen[1], Some((vec![], false)));
     assert!(seen[3].as_ref().unwrap().1);
 }
+
+/// [`attribute`]'s per-position entries against the reading they replaced,
+/// kept here as the oracle: every event's open operators read frame by
+/// frame (consecutive equal frames once, at most `MAX_FRAMES`), its
+/// outermost call found by a scan, strings and sites interned event by
+/// event. Random intervals on a few threads, nested and not (buried
+/// intervals that end before the ones above them, as Kineto's float times
+/// give), deep enough to pass the cap, with names that repeat; the two
+/// must agree on every site id, call and count, and on the interned
+/// strings and sites in their order.
+mod prefixes_against_frames {
+    use std::sync::Arc;
+
+    use proptest::prelude::*;
+
+    use crate::formats::chrome::attribute::{
+        attribute, sweep, Attributed, Instant, OpKind, OpRec, Operators, MAX_FRAMES,
+    };
+    use crate::model::{is_operator_call, Frame, OpCall, Sites};
+
+    fn by_frames(ops: &Operators, instants: &[Instant], sites: &mut Sites) -> Attributed {
+        let kinds = [
+            OpKind::CpuOp,
+            OpKind::PythonFunction,
+            OpKind::UserAnnotation,
+        ]
+        .map(|k| sites.intern_str(k.name()));
+        let mut out = Attributed {
+            sites: vec![0; instants.len()],
+            calls: vec![None; instants.len()],
+            unattributed: Default::default(),
+        };
+        sweep(
+            ops,
+            instants,
+            |i| *i,
+            |i, open| {
+                let open_ids: Vec<usize> = open.innermost_first().collect();
+                out.calls[i] = open
+                    .outermost_first()
+                    .find(|&k| {
+                        let op = ops.get(k);
+                        op.kind == OpKind::CpuOp && is_operator_call(&op.name)
+                    })
+                    .and_then(OpCall::new);
+                if open_ids.is_empty() {
+                    out.unattributed.outside += 1;
+                    if !open.thread_has_ops {
+                        out.unattributed.on_threads_without_ops += 1;
+                    }
+                    return;
+                }
+                let mut frames: Vec<Frame> = Vec::new();
+                for &k in &open_ids {
+                    if frames.len() == MAX_FRAMES {
+                        break;
+                    }
+                    let op = ops.get(k);
+                    let f = Frame {
+                        filename: kinds[op.kind as usize],
+                        line: 0,
+                        name: sites.intern_str(&op.name),
+                    };
+                    if frames.last() != Some(&f) {
+                        frames.push(f);
+                    }
+                }
+                out.sites[i] = sites.intern_site(&frames);
+            },
+        );
+        out
+    }
+
+    const NAMES: [&str; 6] = ["aten::mm", "aten::add", "f", "g", "MulBackward0", "h"];
+    const KINDS: [OpKind; 3] = [
+        OpKind::CpuOp,
+        OpKind::PythonFunction,
+        OpKind::UserAnnotation,
+    ];
+
+    /// (thread, start, length, kind, name).
+    type Op = (u32, i64, i64, usize, usize);
+    /// (thread, ts).
+    type Event = (u32, i64);
+
+    fn inputs() -> impl Strategy<Value = (Vec<Op>, Vec<Event>)> {
+        let op = (0u32..3, 0i64..400, 0i64..300, 0usize..3, 0usize..6);
+        let nested = (0usize..90).prop_map(|depth| {
+            // A deep stack on thread 0, past the frame cap, some names
+            // repeated in a row.
+            (0..depth)
+                .map(|d| (0, d as i64, 1000 - 2 * d as i64, d % 2, (d / 3) % 6))
+                .collect::<Vec<_>>()
+        });
+        (
+            prop::collection::vec(op, 0..120),
+            nested,
+            prop::collection::vec((0u32..4, 0i64..1100), 0..150),
+        )
+            .prop_map(|(mut ops, deep, events)| {
+                ops.extend(deep);
+                (ops, events)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn same_sites_calls_and_interning((ops, events) in inputs()) {
+            // As the collector gives them: mostly one allocation per name,
+            // sometimes two (the two halves of a split read).
+            let shared: Vec<Arc<str>> = NAMES.iter().map(|&n| n.into()).collect();
+            let recs: Vec<OpRec> = ops
+                .iter()
+                .enumerate()
+                .map(|(k, &(thread, start, len, kind, name))| OpRec {
+                    thread,
+                    start,
+                    end: start + len,
+                    kind: KINDS[kind],
+                    name: if k % 5 == 4 { NAMES[name].into() } else { Arc::clone(&shared[name]) },
+                })
+                .collect();
+            let ops = Operators::new(recs);
+            let instants: Vec<Instant> = events
+                .iter()
+                .enumerate()
+                .map(|(k, &(thread, ts))| Instant { thread, ts, order: k as u32 })
+                .collect();
+            let (mut a, mut b) = (Sites::default(), Sites::default());
+            let got = attribute(&ops, &instants, |i| *i, &mut a);
+            let want = by_frames(&ops, &instants, &mut b);
+            prop_assert_eq!(&got.sites, &want.sites);
+            prop_assert_eq!(&got.calls, &want.calls);
+            prop_assert_eq!(got.unattributed, want.unattributed);
+            prop_assert_eq!(a, b);
+        }
+    }
+}
