@@ -726,6 +726,14 @@ impl Sites {
         self.strings.iter().map(|s| &**s)
     }
 
+    /// Per string id, whether `pred` holds of that string: a table that
+    /// lets a scan over every frame of every site (hundreds of thousands
+    /// in a trace with Python stacks) test a string by its id instead of
+    /// searching its text each time it is met.
+    pub fn strings_where(&self, pred: impl Fn(&str) -> bool) -> Vec<bool> {
+        self.strings.iter().map(|s| pred(s)).collect()
+    }
+
     /// The frames of a site, innermost first.
     pub fn frames(&self, site: SiteId) -> &[Frame] {
         &self.sites[site as usize]

@@ -30,14 +30,16 @@ const BUFFERS_FILE: &str = "param_and_grad_buffer.py";
 
 /// The classification the framework rules give each site, if any.
 pub(super) fn by_site(sites: &Sites) -> Vec<Option<Classification>> {
+    // Every frame of every site comes here: its strings are tested by id.
+    let buffers_file = sites.strings_where(|s| s.contains(BUFFERS_FILE));
+    let workspace = sites
+        .strings_where(|s| s.contains("getNewWorkspace") || s.contains("getCUDABlasLtWorkspace"));
     let megatron_line = |site: SiteId| {
         sites.frames(site).iter().find_map(|f| {
-            let (file, name) = (sites.str(f.filename), sites.str(f.name));
-            // Checked before `python_location` allocates: every frame of
-            // every site comes here.
-            if !file.contains(BUFFERS_FILE) && !name.contains(BUFFERS_FILE) {
+            if !buffers_file[f.filename as usize] && !buffers_file[f.name as usize] {
                 return None;
             }
+            let (file, name) = (sites.str(f.filename), sites.str(f.name));
             let (file, line, func) = python_location(file, f.line, name)?;
             (file.ends_with(MEGATRON_BUFFERS) && func == "__init__").then_some(line)
         })
@@ -56,10 +58,10 @@ pub(super) fn by_site(sites: &Sites) -> Vec<Option<Classification>> {
                     class(Category::Gradient, Builtin::MegatronGradBuffer)
                 });
             }
-            let cublas = sites.frames(site).iter().any(|f| {
-                let name = sites.str(f.name);
-                name.contains("getNewWorkspace") || name.contains("getCUDABlasLtWorkspace")
-            });
+            let cublas = sites
+                .frames(site)
+                .iter()
+                .any(|f| workspace[f.name as usize]);
             cublas.then(|| class(Category::Temporary, Builtin::CublasWorkspace))
         })
         .collect()

@@ -413,7 +413,13 @@ fn optimizer(ctx: &Context<'_>) -> Option<Optimizer> {
     let sites = ctx.sites;
     let mut frames = (0..sites.len() as u32).flat_map(|s| sites.frames(s).iter());
     if name.is_none() {
+        // The strings that can name one (`class_of_step`, `class_of_file`).
+        let may_name =
+            sites.strings_where(|s| s.starts_with("Optimizer.step#") || s.contains("optim"));
         name = frames.find_map(|f| {
+            if !may_name[f.filename as usize] && !may_name[f.name as usize] {
+                return None;
+            }
             let (file, fname) = (sites.str(f.filename), sites.str(f.name));
             class_of_step(fname)
                 .or_else(|| class_of_file(file))
@@ -429,16 +435,19 @@ fn optimizer(ctx: &Context<'_>) -> Option<Optimizer> {
                 && steps
                     .iter()
                     .any(|&(s, e)| s <= c.start_us && c.start_us <= e)
-        }) || (0..sites.len() as u32).any(|s| {
-            let fr = sites.frames(s);
-            fr.iter().any(|f| sites.str(f.name).contains(needle))
-                && fr.iter().any(|f| {
-                    let (file, name) = (sites.str(f.filename), sites.str(f.name));
-                    file.contains("torch/optim/")
-                        || name.contains("torch/optim/")
-                        || name.contains("Optimizer.step")
-                })
-        })
+        }) || {
+            let has_needle = sites.strings_where(|s| s.contains(needle));
+            let optim_file = sites.strings_where(|s| s.contains("torch/optim/"));
+            let optim_name =
+                sites.strings_where(|s| s.contains("torch/optim/") || s.contains("Optimizer.step"));
+            (0..sites.len() as u32).any(|s| {
+                let fr = sites.frames(s);
+                fr.iter().any(|f| has_needle[f.name as usize])
+                    && fr
+                        .iter()
+                        .any(|f| optim_file[f.filename as usize] || optim_name[f.name as usize])
+            })
+        }
     };
     let (n, because) = match name.as_str() {
         "Adam" | "AdamW" | "FusedAdam" | "FusedAdamW" => {
