@@ -199,7 +199,7 @@ pub(super) struct Operators {
 
 impl Operators {
     pub(super) fn new(mut ops: Vec<OpRec>) -> Operators {
-        ops.sort_by_key(|o| (o.thread, o.start, Reverse(o.end)));
+        sort_for_sweep(&mut ops);
         Operators { ops }
     }
 
@@ -210,6 +210,16 @@ impl Operators {
     pub(super) fn len(&self) -> usize {
         self.ops.len()
     }
+}
+
+/// Sorts intervals as [`Operators`] holds them: by (thread, start, −end),
+/// equal ones in the order given (a stable sort). Sorting parts first
+/// changes nothing but the time: the two halves of a split read are
+/// sorted on their own threads, and the sort of the joined list then
+/// merges a few runs (trace-owlv2.json, 540K intervals: 15 ms after the
+/// join -> 6 ms there and 7 ms on each thread before it, side by side).
+pub(super) fn sort_for_sweep(ops: &mut [OpRec]) {
+    ops.sort_by_key(|o| (o.thread, o.start, Reverse(o.end)));
 }
 
 /// The operators open at one instant on its thread.

@@ -17,7 +17,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::attribute::{BeRec, Instant, OpKind, OpRec};
+use super::attribute::{sort_for_sweep, BeRec, Instant, OpKind, OpRec};
 use super::skeleton::{
     drain_map, DeviceProp, DistributedInfo, EventSeed, Id, Num, RawEvent, RawInputs, TopKey,
     TopKeySeen,
@@ -130,6 +130,13 @@ impl Collector {
         self.out
     }
 
+    /// Sorts the operator intervals collected so far for the sweep
+    /// ([`sort_for_sweep`]): what a thread of a split read does with its
+    /// half before the join, so that the sort after it only merges.
+    pub(super) fn sort_ops(&mut self) {
+        sort_for_sweep(&mut self.out.ops);
+    }
+
     /// A collector for the end of a file, to [`Collector::append`] to the
     /// collector of its start.
     pub(super) fn for_tail() -> Collector {
@@ -171,9 +178,11 @@ impl Collector {
         self.events_seen += events_seen;
         self.saw_trace_events |= saw_trace_events;
         self.last_thread = None;
-        for name in names {
-            self.names.insert(name);
-        }
+        // The tail's operators keep their own names; a name met again
+        // would find the tail's copy here, but nothing is collected after
+        // a join, so the names are not merged (the hashing was a tenth of
+        // the join on trace-adamw.json).
+        drop(names);
         let mine = &mut self.out;
         mine.ops.extend(out.ops.into_iter().map(|op| OpRec {
             thread: thread(op.thread),
@@ -190,6 +199,8 @@ impl Collector {
             ..be
         }));
         let mut duplicates = 0;
+        self.dedupe.reserve(tail.mem_keys.len());
+        mine.mems.reserve(out.mems.len());
         for (mem, key) in out.mems.into_iter().zip(tail.mem_keys) {
             if let Some((t, ts, addr, bytes, idx, dt, di)) = key {
                 if !self

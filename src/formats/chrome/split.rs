@@ -141,7 +141,10 @@ pub(super) fn read_parts(
     }
     let (first, second) = std::thread::scope(|scope| {
         let later = scope.spawn(|| {
-            let read = tail(&meeting);
+            let mut read = tail(&meeting);
+            if let Some(TailRead(col, _)) = &mut read {
+                col.sort_ops();
+            }
             // No offset told: the first thread is not to wait for one.
             let _ = meeting.at.compare_exchange(
                 Meeting::UNKNOWN,
@@ -151,10 +154,11 @@ pub(super) fn read_parts(
             );
             read
         });
-        let first = stream::read_head(head, &meeting);
-        if !matches!(first, Some((_, _, Head::Reached))) {
+        let mut first = stream::read_head(head, &meeting);
+        match &mut first {
+            Some((col, _, Head::Reached)) => col.sort_ops(),
             // Not wanted: the first thread declined or read to the end.
-            meeting.cancel.store(true, Ordering::Relaxed);
+            _ => meeting.cancel.store(true, Ordering::Relaxed),
         }
         // A panic on the other thread is passed on as it would have been
         // on this one.
