@@ -178,10 +178,10 @@ impl Collector {
         self.events_seen += events_seen;
         self.saw_trace_events |= saw_trace_events;
         self.last_thread = None;
-        // The tail's operators keep their own names; a name met again
-        // would find the tail's copy here, but nothing is collected after
-        // a join, so the names are not merged (the hashing was a tenth of
-        // the join on trace-adamw.json).
+        // The tail's operators keep their own name allocations, and its
+        // names are not added to this collector's set: nothing is
+        // collected after a join, so the set would only be hashed into
+        // (a tenth of the join on trace-adamw.json).
         drop(names);
         let mine = &mut self.out;
         mine.ops.extend(out.ops.into_iter().map(|op| OpRec {
