@@ -472,6 +472,32 @@ fn fuzz_chrome_size_over_i64_is_clamped_not_overflowed() {
 }
 
 #[test]
+fn fuzz_chrome_html_ticks_end() {
+    // Found by `cargo fuzz run chrome`: three memory events whose active
+    // stretches of the time axis have no length gave the HTML chart the
+    // smallest step there is, and its tick loop never ended (a hang in
+    // release builds, an overflow panic in debug ones). Every format ends
+    // now, within `memcut()`'s timeout.
+    let file = "fuzz_chrome_html_ticks_hang.json";
+    for format in ["html", "md", "text", "json"] {
+        let out = memcut()
+            .args(["analyze", "--format", format, file])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{format}");
+    }
+    let out = memcut()
+        .args(["analyze", "--format", "html", file])
+        .output()
+        .unwrap();
+    let html = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        html.contains("<svg") && html.trim_end().ends_with("</html>"),
+        "{html}"
+    );
+}
+
+#[test]
 fn chrome_events_that_never_balance_do_not_cost_quadratic_time() {
     // 600 000 events like `{"a":[}`: each scan for an event's end used to run
     // to the end of the file (minutes for 5 MB). Recovery now bounds its

@@ -133,16 +133,31 @@ impl XAxis {
 
     /// Tick values (`x_min + k·step`) inside the active stretches, at
     /// least [`MIN_TICK_GAP`] apart on the page.
+    ///
+    /// Bounded for any step: a piece holds at most one kept tick per
+    /// [`MIN_TICK_GAP`] of its width, so where the step would put far more
+    /// candidates in it (a degenerate axis whose active stretches have no
+    /// length gets the smallest step there is) only every so many are
+    /// tried, and a piece whose first index does not fit a `u64` has none.
     fn ticks(&self, x_min: f64, step: f64) -> Vec<f64> {
         let mut out: Vec<f64> = Vec::new();
+        if !(step > 0.0 && step.is_finite()) {
+            return out;
+        }
         let mut last_px = f64::NEG_INFINITY;
         let eps = step * 1e-9;
-        for &(a, b, _, _, idle) in &self.pieces {
+        for &(a, b, pa, pb, idle) in &self.pieces {
             if idle {
                 continue;
             }
-            let first = ((a - x_min) / step - 1e-9).ceil().max(0.0) as u64;
-            let mut k = first;
+            let first = ((a - x_min) / step - 1e-9).ceil().max(0.0);
+            let candidates = ((b + eps - x_min) / step).floor() - first + 1.0;
+            if !(first < u64::MAX as f64 && candidates.is_finite()) {
+                continue;
+            }
+            let room = ((pb - pa) / MIN_TICK_GAP).floor().max(0.0) + 1.0;
+            let stride = (candidates / (4.0 * room)).ceil().max(1.0) as u64;
+            let mut k = first as u64;
             loop {
                 let v = k as f64 * step;
                 if x_min + v > b + eps {
@@ -153,7 +168,10 @@ impl XAxis {
                     out.push(v);
                     last_px = px;
                 }
-                k += 1;
+                let Some(next) = k.checked_add(stride) else {
+                    break;
+                };
+                k = next;
             }
         }
         out
@@ -629,6 +647,40 @@ mod tests {
         assert!(ticks.iter().all(|t| *t <= xs[100]), "{ticks:?}");
         let px: Vec<f64> = ticks.iter().map(|t| axis.px(*t)).collect();
         assert!(px.windows(2).all(|w| w[1] - w[0] >= 56.0), "{px:?}");
+    }
+
+    /// Found by the `chrome` fuzz target: a trace whose active stretches
+    /// have no length (points only at the ends of idle stretches) gets the
+    /// smallest step there is, and the tick loop counted up from an index
+    /// it could never reach an end from (a hang in release builds, an
+    /// overflow panic in debug ones). Ticks now end whatever the step.
+    #[test]
+    fn ticks_end_for_any_step() {
+        let xs = [0.0, 0.0, 0.0, 5.0e9, 5.0e9, 5.0e9, 5.0e9 + 1.0];
+        let axis = XAxis::new(&xs, true);
+        assert!(axis.gaps().count() >= 1);
+        for step in [
+            f64::MIN_POSITIVE,
+            1e-300,
+            1e-9,
+            0.0,
+            -1.0,
+            f64::NAN,
+            f64::INFINITY,
+        ] {
+            let ticks = axis.ticks(0.0, step);
+            assert!(ticks.len() <= 100, "{step}: {} ticks", ticks.len());
+        }
+        // A piece far from `x_min` at a tiny step: the first index does not
+        // fit a u64.
+        let far = XAxis {
+            pieces: vec![(1e300, 2e300, LEFT, W - RIGHT, false)],
+        };
+        assert!(far.ticks(0.0, 1e-300).len() <= 100);
+        // An ordinary axis keeps its ticks.
+        let even: Vec<f64> = (0..50).map(|k| k as f64 * 10.0).collect();
+        let ticks = XAxis::new(&even, true).ticks(0.0, 100.0);
+        assert_eq!(ticks, [0.0, 100.0, 200.0, 300.0, 400.0]);
     }
 
     #[test]
