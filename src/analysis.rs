@@ -224,15 +224,17 @@ fn user_rule_notes(
 }
 
 fn unknown_share(devices: &[DeviceReport]) -> Option<f64> {
-    let (unknown, total) = devices.iter().fold((0u64, 0u64), |(u, t), d| {
+    // Summed wide: a damaged file's peaks may each be near `u64::MAX`.
+    let (unknown, total) = devices.iter().fold((0u128, 0u128), |(u, t), d| {
         (
-            u + d
-                .peak
-                .by_category
-                .get(&Category::Unknown)
-                .copied()
-                .unwrap_or(0),
-            t + d.peak.allocated_bytes,
+            u + u128::from(
+                d.peak
+                    .by_category
+                    .get(&Category::Unknown)
+                    .copied()
+                    .unwrap_or(0),
+            ),
+            t + u128::from(d.peak.allocated_bytes),
         )
     });
     let share = unknown as f64 * 100.0 / total.max(1) as f64;

@@ -472,6 +472,26 @@ fn fuzz_chrome_size_over_i64_is_clamped_not_overflowed() {
 }
 
 #[test]
+fn chrome_totals_over_256tib_are_clamped_with_a_warning() {
+    // The shape `cargo fuzz run chrome` found: totals no allocator reports
+    // were taken as they were (a 16 EiB peak), and summing the devices'
+    // peaks overflowed (a panic in debug builds).
+    let file = "chrome_totals_over_256tib.json";
+    let r = report(file);
+    for (d, device) in ["cuda:0", "cuda:1"].iter().enumerate() {
+        assert_eq!(r["devices"][d]["device"], *device);
+        assert_eq!(peak(&r, d), 1 << 48);
+        for what in ["Total Allocated", "Total Reserved"] {
+            has(
+                &r,
+                "warning",
+                &format!("{device}: 1 memory events report a `{what}` above 281474976710656 bytes (256 TiB): the file is damaged; counted as 281474976710656 bytes"),
+            );
+        }
+    }
+}
+
+#[test]
 fn fuzz_chrome_html_ticks_end() {
     // Found by `cargo fuzz run chrome`: three memory events whose active
     // stretches of the time axis have no length gave the HTML chart the

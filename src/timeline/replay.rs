@@ -13,7 +13,7 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use super::Steps;
-use crate::model::{Action, BlockState, Category, DeviceTrace, Diagnostic, SiteId};
+use crate::model::{Action, BlockState, Category, DeviceTrace, Diagnostic, ReportedTotals, SiteId};
 
 /// Largest allocation replay believes (256 TiB); larger sizes are clamped.
 pub const MAX_BYTES: u64 = 1 << 48;
@@ -464,31 +464,44 @@ fn reconcile_with_reported(
     if device.reported.len() != device.events.len() || device.reported.is_empty() {
         return None;
     }
-    let first = device
-        .reported
-        .iter()
-        .enumerate()
-        .find_map(|(k, r)| r.allocated.map(|a| (k, a)))?;
-    let untracked = first
-        .1
-        .saturating_sub(allocated[first.0 + 1])
-        .min(MAX_BYTES);
+    // As no allocation is believed larger than 256 TiB, no total is: a
+    // bigger one is a damaged file (and would overflow sums of the peaks).
+    let total = |k: usize| device.reported[k].allocated.map(|a| a.min(MAX_BYTES));
+    let first = (0..device.reported.len()).find_map(|k| total(k).map(|a| (k, a)))?;
+    let untracked = first.1.saturating_sub(allocated[first.0 + 1]);
     let mut worst = 0u64;
     for (p, slot) in allocated.iter_mut().enumerate() {
         let replayed = slot.saturating_add(untracked);
-        let reported = p
-            .checked_sub(1)
-            .and_then(|k| device.reported[k].allocated)
-            .unwrap_or(replayed);
+        let reported = p.checked_sub(1).and_then(total).unwrap_or(replayed);
         worst = worst.max(reported.abs_diff(replayed));
         *slot = reported;
     }
+    warn_implausible_totals(
+        device.reported.iter().map(|r| r.allocated),
+        "Total Allocated",
+        diagnostics,
+    );
     if worst > 0 {
         diagnostics.push(Diagnostic::info(format!(
             "the allocator's Total Allocated differs from the replayed events by up to {worst} bytes; the allocator's totals are used"
         )));
     }
     (untracked > 0).then_some(untracked)
+}
+
+/// Warns of the reported totals (`Total Allocated` or `Total Reserved`)
+/// above [`MAX_BYTES`], which the curves count as `MAX_BYTES`.
+fn warn_implausible_totals(
+    totals: impl Iterator<Item = Option<u64>>,
+    what: &str,
+    diagnostics: &mut Vec<Diagnostic>,
+) {
+    let over = totals.filter(|t| t.is_some_and(|v| v > MAX_BYTES)).count();
+    if over > 0 {
+        diagnostics.push(Diagnostic::warning(format!(
+            "{over} memory events report a `{what}` above {MAX_BYTES} bytes (256 TiB): the file is damaged; counted as {MAX_BYTES} bytes"
+        )));
+    }
 }
 
 /// Reserved bytes per position: from the Chrome trace's `Total Reserved`, or
@@ -502,14 +515,20 @@ fn reserved_curve(device: &DeviceTrace, diagnostics: &mut Vec<Diagnostic>) -> Op
             .iter()
             .any(|r| r.reserved.is_some_and(|v| v > 0))
     {
+        let reserved = |r: &ReportedTotals| r.reserved.map(|v| v.min(MAX_BYTES));
         let mut out = Steps::default();
-        let first = device.reported.iter().find_map(|r| r.reserved).unwrap_or(0);
+        let first = device.reported.iter().find_map(reserved).unwrap_or(0);
         out.push(first);
         let mut last = first;
         for r in &device.reported {
-            last = r.reserved.unwrap_or(last);
+            last = reserved(r).unwrap_or(last);
             out.push(last);
         }
+        warn_implausible_totals(
+            device.reported.iter().map(|r| r.reserved),
+            "Total Reserved",
+            diagnostics,
+        );
         return Some(out);
     }
     let segments = device

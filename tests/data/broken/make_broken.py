@@ -192,3 +192,11 @@ write("snapshot_entry_in_frames_after_a_frame.pkl", snap_pickle(
     {"segments": [], "device_traces": [[
         {"action": "alloc", "addr": 16, "size": 100,
          "frames": [{"filename": "a.py", "line": 1, "name": "f"}, {"action": "bogus"}]}]]}))
+
+# 27. Totals no allocator reports (the shape `cargo fuzz run chrome` found):
+#     `Total Allocated` of 2**64 - 1 and `Total Reserved` of 2**62 on two
+#     devices. They were taken as they were (a 16 EiB peak, and the sum of
+#     the peaks overflowed); they are counted as 256 TiB with a warning.
+huge = [dict(mem(1, 4096, 512, 2**64 - 1, reserved=2**62, device=d)) for d in (0, 1)]
+huge += [mem(2, 8192, 512, 1024, device=0), mem(2, 8192, 512, 1024, device=1)]
+write("chrome_totals_over_256tib.json", chrome(huge))
