@@ -464,9 +464,7 @@ fn reconcile_with_reported(
     if device.reported.len() != device.events.len() || device.reported.is_empty() {
         return None;
     }
-    // As no allocation is believed larger than 256 TiB, no total is: a
-    // bigger one is a damaged file (and would overflow sums of the peaks).
-    let total = |k: usize| device.reported[k].allocated.map(|a| a.min(MAX_BYTES));
+    let total = |k: usize| believed(device.reported[k].allocated);
     let first = (0..device.reported.len()).find_map(|k| total(k).map(|a| (k, a)))?;
     let untracked = first.1.saturating_sub(allocated[first.0 + 1]);
     let mut worst = 0u64;
@@ -489,8 +487,14 @@ fn reconcile_with_reported(
     (untracked > 0).then_some(untracked)
 }
 
-/// Warns of the reported totals (`Total Allocated` or `Total Reserved`)
-/// above [`MAX_BYTES`], which the curves count as `MAX_BYTES`.
+/// A reported total (`Total Allocated` or `Total Reserved`) as the curves
+/// count it: as no allocation is believed larger than 256 TiB, no total
+/// is; a bigger one is a damaged file (and would overflow sums of peaks).
+fn believed(total: Option<u64>) -> Option<u64> {
+    total.map(|v| v.min(MAX_BYTES))
+}
+
+/// Warns of the reported totals above [`MAX_BYTES`] ([`believed`]).
 fn warn_implausible_totals(
     totals: impl Iterator<Item = Option<u64>>,
     what: &str,
@@ -515,7 +519,7 @@ fn reserved_curve(device: &DeviceTrace, diagnostics: &mut Vec<Diagnostic>) -> Op
             .iter()
             .any(|r| r.reserved.is_some_and(|v| v > 0))
     {
-        let reserved = |r: &ReportedTotals| r.reserved.map(|v| v.min(MAX_BYTES));
+        let reserved = |r: &ReportedTotals| believed(r.reserved);
         let mut out = Steps::default();
         let first = device.reported.iter().find_map(reserved).unwrap_or(0);
         out.push(first);

@@ -360,7 +360,7 @@ pub(super) fn attribute<M>(
     sweep(ops, events, instant, |i, open| {
         open_ids.clear();
         open_ids.extend(open.outermost_first());
-        match prefixes.top(&open_ids, ops, &mut state) {
+        match prefixes.top(&open_ids, &mut state) {
             Some(top) => state.by_prefixes(i, &open_ids, top, &mut prefixes),
             None => state.outside(i, &open),
         }
@@ -501,12 +501,8 @@ struct Prefixes {
 impl Prefixes {
     /// The entry of the stack's top, made (with those missing below it)
     /// if need be; `None` for an empty stack.
-    fn top(
-        &mut self,
-        stack: &[OpId],
-        ops: &Operators,
-        attribution: &mut Attribution<'_, '_>,
-    ) -> Option<Prefix> {
+    fn top(&mut self, stack: &[OpId], attribution: &mut Attribution<'_, '_>) -> Option<Prefix> {
+        let ops = attribution.ops;
         let top = stack.len().checked_sub(1)?;
         let mut valid = stack.len();
         while valid > 0

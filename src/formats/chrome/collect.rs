@@ -153,9 +153,13 @@ impl Collector {
     /// count on from this collector's, memory events are deduplicated
     /// against this collector's, and the later top-level values win.
     pub(super) fn append(&mut self, later: Collector) {
+        // The tail's operators keep their own name allocations, and its
+        // names are not added to this collector's set: nothing is
+        // collected after a join, so the set would only be hashed into
+        // (a tenth of the join on trace-adamw.json).
         let Collector {
             threads,
-            names,
+            names: _,
             events_seen,
             saw_trace_events,
             tail,
@@ -178,11 +182,6 @@ impl Collector {
         self.events_seen += events_seen;
         self.saw_trace_events |= saw_trace_events;
         self.last_thread = None;
-        // The tail's operators keep their own name allocations, and its
-        // names are not added to this collector's set: nothing is
-        // collected after a join, so the set would only be hashed into
-        // (a tenth of the join on trace-adamw.json).
-        drop(names);
         let mine = &mut self.out;
         mine.ops.extend(out.ops.into_iter().map(|op| OpRec {
             thread: thread(op.thread),
