@@ -86,11 +86,14 @@ pub(super) struct Memo {
     str_id_bytes: usize,
     /// Slots filled (what the next `MEMOIZE` stores to).
     pub(super) count: usize,
-    /// Bumped whenever a slot that held a [`Value::Handle`] is overwritten
-    /// (never, in a pickle that `pickle.dump` wrote): answers cached by the
-    /// bytes of memo gets ([`TracebackLists`](super::fast::TracebackLists))
-    /// hold only while it is unchanged.
-    pub(super) handles_changed: u64,
+    /// The slots that held a [`Value::Handle`] and were overwritten since
+    /// the last [`TracebackLists::sync`](super::fast::TracebackLists::sync)
+    /// took them: answers cached by the bytes of memo gets hold only while
+    /// the slots they were fetched from are unchanged. (`pickle.dump` never
+    /// reuses a slot; what lands here in its files is a lowered list put
+    /// back by [`Parser::restore_lowered`](super::machine::Parser::restore_lowered),
+    /// a slot no traceback fetches.)
+    pub(super) changed_handles: Vec<u32>,
 }
 
 impl Memo {
@@ -287,7 +290,7 @@ impl Memo {
                 }
                 old => old,
             };
-            self.counted(old, max_memo)?;
+            self.counted(idx, old, max_memo)?;
             return Ok(self.release(old));
         }
         let len = self.dense.len();
@@ -303,19 +306,31 @@ impl Memo {
         } else {
             self.sparse.insert(idx, new).unwrap_or(Slot::Empty)
         };
-        self.counted(old, max_memo)?;
+        self.counted(idx, old, max_memo)?;
         Ok(self.release(old))
     }
 
-    /// Accounts for a put that replaced `old`: a new slot, or a changed one.
-    fn counted(&mut self, old: Slot, max_memo: usize) -> Result<(), String> {
+    /// Accounts for a put to `idx` that replaced `old`: a new slot, or a changed one.
+    fn counted(&mut self, idx: u32, old: Slot, max_memo: usize) -> Result<(), String> {
         match old {
             Slot::Empty => self.count_one(max_memo),
             Slot::Handle(_) => {
-                self.handles_changed += 1;
+                self.note_changed(idx);
                 Ok(())
             }
             _ => Ok(()),
+        }
+    }
+
+    /// Notes that slot `idx`, which held a handle, changed. Bounded, for a
+    /// file that overwrites handles and never reaches a traceback: past
+    /// `MAX_CHANGED` the last entry stands for every slot (`u32::MAX`, a
+    /// slot no answer is fetched from one by one).
+    fn note_changed(&mut self, idx: u32) {
+        const MAX_CHANGED: usize = 1 << 16;
+        match self.changed_handles.len() < MAX_CHANGED {
+            true => self.changed_handles.push(idx),
+            false => self.changed_handles[MAX_CHANGED - 1] = u32::MAX,
         }
     }
 
@@ -357,7 +372,9 @@ impl Memo {
                 self.sparse.insert(idx, new);
             }
         }
-        self.handles_changed += u64::from(matches!(old, Slot::Handle(_)));
+        if let Slot::Handle(_) = old {
+            self.note_changed(idx);
+        }
         self.release(old)
     }
 

@@ -190,7 +190,7 @@ impl<R: BufRead> Parser<'_, R> {
         // The record's MARK is checked by the caller; a traceback's and its
         // frames' MARKs are one and two deeper.
         let depth = self.marks.len() + 1;
-        self.tracebacks.sync(&self.memo);
+        self.tracebacks.sync(&mut self.memo);
         self.scratch.puts.clear();
         let mut items = Slots::new();
         let buf = &self.win.rest()[start..];

@@ -23,8 +23,13 @@ use super::{put_all, scan_record, Put, Slots};
 /// answers are kept by the gets' bytes, or by the id of the run of bytes
 /// when [`GetRunFinder`] found it ahead of the parser (then the parser
 /// neither scans, hashes nor compares the bytes). Exact: equal bytes fetch
-/// equal handles as long as no memo slot holding a handle has changed since
-/// ([`Memo::handles_changed`]; answers from before are dropped then).
+/// equal handles as long as none of the memo slots the answers were
+/// fetched from has changed since ([`Memo::changed_handles`]; all answers
+/// are dropped then). Other slots may change: a lowered list is put back
+/// in its slot when the next list is lowered, and dropping the answers
+/// each time made the 255 MB `untuned-nothanmin` bench snapshot resolve its
+/// tracebacks 346,803 times instead of fewer than 256 (counted in a debug
+/// build; `analyze` 1.84 → 1.52 s, see the README's Performance section).
 #[derive(Default)]
 pub(in crate::formats::pickle) struct TracebackLists {
     by_bytes: FxHashMap<Box<[u8]>, Handle>,
@@ -34,6 +39,9 @@ pub(in crate::formats::pickle) struct TracebackLists {
     hints: Option<Rc<GetRunHints>>,
     by_run: Vec<(Handle, u64)>,
     generation: u64,
+    /// The memo slots the answers were fetched from, a bit each (up to
+    /// [`TracebackLists::MAX_WATCHED`]).
+    watched: Vec<u64>,
     /// Scratch: the handles of the list being resolved.
     handles: Vec<Value>,
 }
@@ -53,12 +61,42 @@ impl TracebackLists {
     const MAX_LISTS: usize = 1 << 16;
     const MAX_KEY_BYTES: usize = 16 << 20;
 
-    /// Drops the answers if the memo's handles changed since they were made.
-    pub(super) fn sync(&mut self, memo: &Memo) {
-        if self.generation != memo.handles_changed {
-            self.forget_bytes();
-            self.generation = memo.handles_changed;
+    /// Slots from this one on are not watched one by one: a change to any
+    /// of them drops the answers (the bitset stays within 2 MiB).
+    const MAX_WATCHED: u32 = 1 << 24;
+
+    /// Drops the answers if a memo slot they were fetched from changed
+    /// since they were made.
+    pub(super) fn sync(&mut self, memo: &mut Memo) {
+        if memo.changed_handles.is_empty() {
+            return;
         }
+        let stale = memo.changed_handles.iter().any(|&i| self.watches(i));
+        memo.changed_handles.clear();
+        if stale {
+            self.forget_bytes();
+            self.generation += 1;
+            self.watched.clear();
+        }
+    }
+
+    fn watches(&self, slot: u32) -> bool {
+        if slot >= Self::MAX_WATCHED {
+            return true;
+        }
+        let word = self.watched.get(slot as usize / 64).copied().unwrap_or(0);
+        word & (1 << (slot % 64)) != 0
+    }
+
+    fn watch(&mut self, slot: u32) {
+        if slot >= Self::MAX_WATCHED {
+            return;
+        }
+        let word = slot as usize / 64;
+        if self.watched.len() <= word {
+            self.watched.resize(word + 1, 0);
+        }
+        self.watched[word] |= 1 << (slot % 64);
     }
 
     fn forget_bytes(&mut self) {
@@ -196,9 +234,9 @@ impl TracebackLists {
         let mut j = 0;
         while let Some(&code) = gets.get(j) {
             j += 1;
-            let h = memo
-                .get(opcodes::memo_index(code, gets, &mut j)?)?
-                .handle()?;
+            let slot = opcodes::memo_index(code, gets, &mut j)?;
+            let h = memo.get(slot)?.handle()?;
+            self.watch(slot);
             self.handles.push(Value::Handle(h));
         }
         match hook.on_list_items(&self.handles) {
@@ -354,7 +392,7 @@ impl<R: BufRead> Parser<'_, R> {
             return Ok(false);
         }
         let list = Rc::clone(list);
-        self.tracebacks.sync(&self.memo);
+        self.tracebacks.sync(&mut self.memo);
         // Frames' MARKs are one deeper; their memo puts fill new slots.
         let inline_ok = self.marks.len() + 1 < self.limits.max_depth && self.memo_in_order();
         self.scratch.puts.clear();
@@ -432,6 +470,38 @@ mod tests {
         };
         assert_eq!(finder.find(&one), [run(3, 7, 0), run(b_at, 2, 1)]);
         assert_eq!(finder.find(&two), [run(a_again as u64, 7, 0)]);
+    }
+
+    #[test]
+    fn answers_are_dropped_only_when_a_slot_they_came_from_changes() {
+        let max = usize::MAX;
+        let mut memo = Memo::default();
+        for slot in 0..3 {
+            let frame = Handle::frame(slot as usize).unwrap();
+            memo.put(slot, Value::Handle(frame), max).unwrap();
+        }
+        let mut lists = TracebackLists::default();
+        // An answer made from slot 0 (what `resolve` watches).
+        lists.watch(0);
+        lists.by_bytes.insert(vec![op::BINGET, 0].into(), Handle::site(7));
+        // A handle in another slot changes (a lowered list put back).
+        memo.put(1, Value::Int(1), max).unwrap();
+        lists.sync(&mut memo);
+        assert_eq!(lists.by_bytes.len(), 1, "slot 1 was not fetched");
+        assert!(memo.changed_handles.is_empty(), "taken");
+        memo.put(0, Value::Int(1), max).unwrap();
+        lists.sync(&mut memo);
+        assert!(lists.by_bytes.is_empty(), "slot 0 changed");
+        assert!(!lists.watches(0), "nothing is cached from slot 0 now");
+        // Past the bound on changes noted, any slot counts as changed.
+        lists.watch(2);
+        lists.by_bytes.insert(vec![op::BINGET, 2].into(), Handle::site(8));
+        // (The first put replaces an int: not noted.)
+        for _ in 0..(1 << 16) + 2 {
+            memo.put(1, Value::Handle(Handle::SKIPPED), max).unwrap();
+        }
+        lists.sync(&mut memo);
+        assert!(lists.by_bytes.is_empty(), "too many changes to tell");
     }
 
     #[test]
