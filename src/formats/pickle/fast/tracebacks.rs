@@ -483,7 +483,9 @@ mod tests {
         let mut lists = TracebackLists::default();
         // An answer made from slot 0 (what `resolve` watches).
         lists.watch(0);
-        lists.by_bytes.insert(vec![op::BINGET, 0].into(), Handle::site(7));
+        lists
+            .by_bytes
+            .insert(vec![op::BINGET, 0].into(), Handle::site(7));
         // A handle in another slot changes (a lowered list put back).
         memo.put(1, Value::Int(1), max).unwrap();
         lists.sync(&mut memo);
@@ -495,7 +497,9 @@ mod tests {
         assert!(!lists.watches(0), "nothing is cached from slot 0 now");
         // Past the bound on changes noted, any slot counts as changed.
         lists.watch(2);
-        lists.by_bytes.insert(vec![op::BINGET, 2].into(), Handle::site(8));
+        lists
+            .by_bytes
+            .insert(vec![op::BINGET, 2].into(), Handle::site(8));
         // (The first put replaces an int: not noted.)
         for _ in 0..(1 << 16) + 2 {
             memo.put(1, Value::Handle(Handle::SKIPPED), max).unwrap();
