@@ -308,6 +308,8 @@ fn device_report(
             .and_then(|p| replay.reserved.as_ref().map(|r| r.get(p))),
         reserved_peak_event_index: reserved_peak_position.map(|p| p.saturating_sub(1) as u64),
         ooms: oom_findings(device, cd, segments.as_ref()),
+        findings: Vec::new(),
+        what_if: None,
         plan: None,
         timeline,
         at: at.map(|(a, _)| ReportedInstant {

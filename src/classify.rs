@@ -392,8 +392,7 @@ fn frame_facts(sites: &Sites, frame: &Frame) -> FrameFacts {
     f.backward |= has("run_backward")
         || has("autograd::engine::evaluate_function")
         || has("torch::autograd::Engine")
-        || name.contains("Backward0")
-        || name.contains("Backward1")
+        || (!frees_a_graph(name) && (name.contains("Backward0") || name.contains("Backward1")))
         || has("CompiledFunction(Backward)")
         || (file.contains("torch/autograd/") && name == "backward")
         || (file.contains("torch/_tensor.py") && name.contains("backward"));
@@ -444,6 +443,19 @@ fn frame_facts(sites: &Sites, frame: &Frame) -> FrameFacts {
     ff.attention = attention;
     ff.concat_or_copy = concat_or_copy;
     ff
+}
+
+/// Whether a frame is autograd freeing a graph's saved tensors rather than
+/// computing a backward: `BmmBackward0::release_variables()`,
+/// `SavedVariable::reset_data()`, `deleteNode`, a node's destructor. A
+/// forward-only run whose outputs are dropped frees its graph this way, so
+/// such a frame is no evidence of a backward pass (a real backward shows the
+/// engine's frames, `evaluate_function`, as well).
+pub fn frees_a_graph(name: &str) -> bool {
+    name.contains("release_variables")
+        || name.contains("SavedVariable::reset_data")
+        || name.contains("deleteNode")
+        || (name.contains("Backward") && name.contains("::~"))
 }
 
 /// A user rule (from `--rules FILE`, a JSON list), tried before the built-in ones.

@@ -166,6 +166,11 @@ pub struct BudgetArgs {
     /// Lever order: cheapest cost class first, or largest contribution at the peak first.
     #[arg(long, value_enum, default_value = "cheapest")]
     pub order: OrderArg,
+    /// Re-simulate the whole timeline with these levers applied in order
+    /// (a finding's fix such as inference_mode, or a catalogue lever) and
+    /// report the peak after them.
+    #[arg(long, value_name = "LEVER[,LEVER…]", value_delimiter = ',')]
+    pub what_if: Vec<String>,
 }
 
 /// `--headroom`: a percentage or a size with a unit. A bare number other

@@ -69,6 +69,7 @@ pub mod batch;
 mod classify;
 mod diff;
 mod error;
+mod findings;
 mod formats;
 #[cfg(any(test, feature = "fuzzing"))]
 mod generated_checks;
@@ -104,15 +105,16 @@ pub use plan::components::{
 pub use plan::levers::{parse_levers, Condition, Cost, Lever, LeversError};
 pub use plan::pools::Target;
 pub use plan::search::Order;
+pub use plan::whatif::check_what_if;
 pub use plan::{BudgetSpec, Headroom, PlanOptions};
 pub use report::{render, render_diff, write_json, OutputFormat};
 pub use schema::{
     Attribution, BeforeRecordingPart, BlockSpan, BlockUse, CategoryChange, Change, ConsideredLever,
-    DeviceDiff, DeviceReport, DiffReport, DiffTimeline, EventRef, Headline, LiveAllocation,
-    NormalisedSeries, OomFinding, OomPlan, Peak, PeakCategories, PeakCheck, PeakInstant, Plan,
-    PlanFact, PlanStep, PlanSummary, Report, ReportedInstant, SegmentMap, SegmentState,
-    SegmentsView, SiteChange, SiteStatus, SourceInfo, StackTable, TimelineSeries, Tool, TopSite,
-    Verdict, DIFF_SCHEMA_VERSION, SCHEMA_VERSION,
+    DeviceDiff, DeviceReport, DiffReport, DiffTimeline, EventRef, Finding, FindingKind, Headline,
+    LiveAllocation, NormalisedSeries, OomFinding, OomPlan, Peak, PeakCategories, PeakCheck,
+    PeakInstant, Plan, PlanFact, PlanStep, PlanSummary, Report, ReportedInstant, SegmentMap,
+    SegmentState, SegmentsView, SiteChange, SiteStatus, SourceInfo, StackTable, TimelineSeries,
+    Tool, TopSite, Verdict, WhatIf, DIFF_SCHEMA_VERSION, SCHEMA_VERSION,
 };
 pub use units::{human_bytes, parse_positive_size, parse_size, SizeError};
 

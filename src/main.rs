@@ -359,6 +359,8 @@ fn plan_options(args: &BudgetArgs) -> Result<memcut::PlanOptions, String> {
     options.dp_ranks = args.dp_ranks;
     options.levers = levers;
     options.order = args.order.into();
+    memcut::check_what_if(&args.what_if, options.levers.as_deref())?;
+    options.what_if = args.what_if.clone();
     Ok(options)
 }
 

@@ -7,14 +7,16 @@ use std::path::{Path, PathBuf};
 
 use crate::classify::{parse_rules, RulesError, UserRule};
 use crate::error::{Error, Result};
-use crate::model::{DeviceTrace, Trace};
+use crate::model::{DeviceTrace, Diagnostic, Trace};
 use crate::plan::demand::Demand;
 use crate::plan::facts::{FactsInput, Mode, RunFacts};
 use crate::plan::levers::{parse_levers, Lever, LeversError};
 use crate::plan::pools::{Overlay, OverlayInput};
+use crate::plan::whatif;
+use crate::schema::{Finding, WhatIf};
 use crate::schema::{Report, SourceInfo};
 use crate::timeline::Replay;
-use crate::{analysis, input, plan};
+use crate::{analysis, findings, input, plan};
 
 /// Everything `memcut analyze` can be told (`AnalyzeOptions::default()`,
 /// then set what differs).
@@ -80,9 +82,11 @@ pub fn read_rules_file(path: &Path) -> std::result::Result<Vec<UserRule>, Option
 pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions) -> Report {
     let devices = analysis::classify_devices(trace, &options.analysis);
     let selected: Vec<&DeviceTrace> = analysis::selected(trace, &options.analysis).collect();
-    // The planner's evidence and demand need only the classified
-    // timelines: made meanwhile, and only for devices that can get a plan
-    // (a budget given, or one the file implies: see `plan::budget_for`).
+    let what_if = &options.plan.what_if;
+    // The findings, and the planner's evidence and demand, need only the
+    // classified timelines: made meanwhile. Evidence and demand only for
+    // devices that can get a plan (a budget given, or one the file implies:
+    // see `plan::budget_for`) or whose what-if scales by factors.
     let (mut report, planned) = rayon::join(
         || analysis::report(trace, source, &devices, &options.analysis),
         || {
@@ -90,8 +94,10 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
                 .iter()
                 .zip(&selected)
                 .map(|(d, device)| {
-                    if !may_get_a_plan(device, &d.timeline.replay, &options.plan) {
-                        return None;
+                    let found = findings::find(trace, device, d);
+                    let wants_plan = may_get_a_plan(device, &d.timeline.replay, &options.plan);
+                    if !wants_plan && what_if.is_empty() {
+                        return (found, None, wants_plan);
                     }
                     let input = FactsInput {
                         device,
@@ -102,13 +108,79 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
                     let training = facts.mode.value == Some(Mode::Training);
                     let overlay =
                         Overlay::build(&d.timeline, &d.classes, OverlayInput { training });
-                    Some((facts, Demand::from_timeline(&d.timeline, overlay)))
+                    let demand = Demand::from_timeline(&d.timeline, overlay);
+                    (found, Some((facts, demand)), wants_plan)
                 })
                 .collect::<Vec<_>>()
         },
     );
-    for ((d, planned), device) in report.devices.iter_mut().zip(planned).zip(selected) {
-        let Some((mut facts, demand)) = planned else {
+    let mut warnings = Vec::new();
+    for (((d, (found, planned, wants_plan)), device), cd) in report
+        .devices
+        .iter_mut()
+        .zip(planned)
+        .zip(selected)
+        .zip(&devices)
+    {
+        let catalogue = planned
+            .as_ref()
+            .map(|(facts, _)| options.plan.levers(facts))
+            .unwrap_or_default();
+        let sim = |levers: &[String]| {
+            let input = whatif::Input {
+                timeline: &cd.timeline,
+                classes: &cd.classes,
+                findings: &found,
+                demand: planned.as_ref().map(|(_, demand)| demand),
+                catalogue: &catalogue,
+            };
+            whatif::what_if(&input, levers)
+        };
+        let peak = cd.timeline.replay.peak_position();
+        let before = cd.timeline.replay.allocated[peak as usize];
+        d.findings = found
+            .iter()
+            .filter_map(|f| {
+                let after = sim(&[f.kind.lever().to_owned()]).ok()?;
+                // A waste whose fix would not lower the peak by 1% is not
+                // worth a reader's attention (nor a false alarm's risk).
+                let saving = before.saturating_sub(after.peak_allocated);
+                if saving * 100 < before {
+                    return None;
+                }
+                Some(Finding {
+                    kind: f.kind,
+                    bytes_at_peak: f
+                        .intervals
+                        .iter()
+                        .map(|&i| &cd.timeline.replay.intervals[i])
+                        .filter(|iv| iv.live_at(peak))
+                        .map(|iv| iv.size)
+                        .sum(),
+                    evidence: f.evidence.clone(),
+                    fix: f.kind.lever().to_owned(),
+                    saving_bytes: saving,
+                    peak_after_bytes: after.peak_allocated,
+                })
+            })
+            .collect();
+        if !what_if.is_empty() {
+            match sim(what_if) {
+                Ok(o) => {
+                    d.what_if = Some(WhatIf {
+                        levers: o.levers,
+                        peak_allocated_bytes: o.peak_allocated,
+                        peak_reserved_bytes: o.peak_reserved,
+                        peak_event_index: o.position.saturating_sub(1) as u64,
+                        estimate: o.estimate,
+                        because: o.because,
+                        series: Vec::new(),
+                    })
+                }
+                Err(why) => warnings.push(Diagnostic::warning(format!("{}: {why}", d.device))),
+            }
+        }
+        let Some((mut facts, demand)) = planned.filter(|_| wants_plan) else {
             continue;
         };
         if let Some(overlay) = demand.overlay() {
@@ -122,6 +194,7 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
         };
         d.plan = plan::plan_for(d, &input, &options.plan);
     }
+    report.diagnostics.extend(warnings);
     report
 }
 

@@ -1,4 +1,4 @@
-//! The report: the machine contract (JSON, `schema_version` 2) and the only
+//! The report: the machine contract (JSON, `schema_version` 3) and the only
 //! value the renderers read. A leaf: the analysis and the planner produce
 //! these values, the caller assembles them, nobody else owns them.
 //!
@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::{Category, Diagnostic, Distributed};
 
 /// The `schema_version` this build writes.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Everything memcut found in one input.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -97,6 +97,13 @@ pub struct DeviceReport {
     pub reserved_peak_bytes: Option<u64>,
     pub reserved_peak_event_index: Option<u64>,
     pub ooms: Vec<OomFinding>,
+    /// What is wrong, with its evidence and fix (empty for a clean run).
+    /// Reports lead with these.
+    #[serde(default)]
+    pub findings: Vec<Finding>,
+    /// The peak with the levers of `--what-if` applied, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub what_if: Option<WhatIf>,
     /// The cut plan, when a budget is known.
     pub plan: Option<Plan>,
     /// Memory by category over time, downsampled for plots. Empty series
@@ -122,6 +129,75 @@ impl DeviceReport {
     pub fn top_category(&self) -> Option<Category> {
         self.peak.categories().rows.first().map(|(c, _)| *c)
     }
+}
+
+/// A kind of waste memcut names (DESIGN.md §6b).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    /// A previous forward's graph kept alive by a variable while the next
+    /// forward runs (fix: `free_kept_graph`).
+    GraphKeptAlive,
+    /// Autograd recording a graph in a forward-only run (fix: `inference_mode`).
+    AutogradInInference,
+    /// Autocast's cached low-precision copies of the weights (fix:
+    /// `autocast_no_cache`).
+    AutocastWeightCache,
+}
+
+impl FindingKind {
+    pub const ALL: [FindingKind; 3] = [
+        FindingKind::GraphKeptAlive,
+        FindingKind::AutogradInInference,
+        FindingKind::AutocastWeightCache,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingKind::GraphKeptAlive => "graph_kept_alive",
+            FindingKind::AutogradInInference => "autograd_in_inference",
+            FindingKind::AutocastWeightCache => "autocast_weight_cache",
+        }
+    }
+}
+
+/// One waste on a device: what it is, what in the file shows it, and what
+/// its fix does to the peak.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Finding {
+    pub kind: FindingKind,
+    /// Bytes of the waste's allocations live at the peak.
+    pub bytes_at_peak: u64,
+    /// What in the file shows it (sites, counts, sizes), then the advice.
+    pub evidence: Vec<String>,
+    /// The lever that fixes it (ask `--what-if` for it).
+    pub fix: String,
+    /// How much the whole timeline's peak drops with the fix applied alone.
+    pub saving_bytes: u64,
+    /// The peak with the fix applied alone.
+    pub peak_after_bytes: u64,
+}
+
+/// The peak re-simulated over the whole timeline with levers applied in order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct WhatIf {
+    pub levers: Vec<String>,
+    pub peak_allocated_bytes: u64,
+    /// Reserved memory at the new peak, when reserved memory is known
+    /// (the allocator's overhead at the old peak carried over).
+    pub peak_reserved_bytes: Option<u64>,
+    /// Index of the event after which the new peak holds.
+    pub peak_event_index: u64,
+    /// Whether some lever was modelled by a factor rather than from the run.
+    pub estimate: bool,
+    /// How each lever was modelled, in order.
+    pub because: Vec<String>,
+    /// Allocated bytes after the levers, on the same positions as
+    /// `timeline` (empty without plots).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub series: Vec<u64>,
 }
 
 /// The instant of maximum allocated bytes (earliest on ties) and what was live.

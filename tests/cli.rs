@@ -17,7 +17,7 @@ fn json_report_has_the_contract_fields() {
         .unwrap();
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["schema_version"], 2);
+    assert_eq!(v["schema_version"], 3);
     assert_eq!(v["tool"]["name"], "memcut");
     assert_eq!(v["source"]["format"], "torch_snapshot");
     assert_eq!(v["source"]["path"], SAMPLE);

@@ -179,7 +179,7 @@ fn output_format_follows_the_extension_and_several_inputs_stay_valid() {
     }
     assert_eq!(
         json(&std::fs::read_to_string(at("r.json")).unwrap())["schema_version"],
-        2
+        3
     );
     // -f wins over the extension.
     assert_eq!(

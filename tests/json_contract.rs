@@ -82,6 +82,10 @@ struct Device {
     reserved_peak_bytes: Option<u64>,
     reserved_peak_event_index: Option<u64>,
     ooms: Vec<Oom>,
+    findings: Vec<Finding>,
+    /// Written only for `--what-if`.
+    #[serde(default)]
+    what_if: Option<WhatIf>,
     plan: Option<Plan>,
     timeline: Timeline,
     /// Written only for `--at`.
@@ -93,6 +97,30 @@ struct Device {
     /// Written only when some live allocation has frames.
     #[serde(default)]
     stacks: Option<StackTable>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Finding {
+    kind: String,
+    bytes_at_peak: u64,
+    evidence: Vec<String>,
+    fix: String,
+    saving_bytes: u64,
+    peak_after_bytes: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WhatIf {
+    levers: Vec<String>,
+    peak_allocated_bytes: u64,
+    peak_reserved_bytes: Option<u64>,
+    peak_event_index: u64,
+    estimate: bool,
+    because: Vec<String>,
+    #[serde(default)]
+    series: Vec<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -437,12 +465,12 @@ fn manifest() -> &'static Path {
 /// cannot: `schema_version` first, and the numbers agreeing with each other.
 fn check(what: &str, text: &str) -> Report {
     assert!(
-        text.starts_with("{\n  \"schema_version\": 2,"),
+        text.starts_with("{\n  \"schema_version\": 3,"),
         "{what}: schema_version is not first"
     );
     let report: Report =
         serde_json::from_str(text).unwrap_or_else(|e| panic!("{what}: off the contract: {e}"));
-    assert_eq!(report.schema_version, 2);
+    assert_eq!(report.schema_version, 3);
     assert_eq!(report.tool.name, "memcut");
     assert!(!report.tool.version.is_empty() && !report.source.path.is_empty());
     for d in &report.devices {

@@ -49,7 +49,7 @@ def test_a_rank_of_a_ddp_run_says_which(cli, in_root, rank):
     path = f"tests/data/ranks/rank_step.{rank}.pt.trace.json.gz"
     report = memcut.analyze(path)
     assert report == cli_json(cli, [path])
-    assert report["schema_version"] == 2
+    assert report["schema_version"] == 3
     assert report["source"]["distributed"] == {"rank": rank, "world_size": 4}
     assert "distributed" not in memcut.analyze(ADAMW)["source"]
     (row,) = memcut.summary_rows(path)

@@ -249,6 +249,13 @@ impl<'a> Demand<'a> {
         best.map_or((0, 0), |(t, _, p)| (t, p))
     }
 
+    /// Calls `visit(position, row)` for every position, in order.
+    pub fn for_each_row(&self, mut visit: impl FnMut(usize, &Row)) {
+        for b in 0..self.block_max.len() {
+            self.visit_block(b, &mut visit);
+        }
+    }
+
     /// Calls `visit(position, row)` for each position of block `b`, in order.
     fn visit_block(&self, b: usize, mut visit: impl FnMut(usize, &Row)) {
         let range = b * BLOCK..((b + 1) * BLOCK).min(self.positions);

@@ -220,8 +220,7 @@ impl Signals {
         let has = |p: &str| n.contains(p);
         self.backward.note(
             has("autograd::engine::evaluate_function")
-                || has("Backward0")
-                || has("Backward1")
+                || (!crate::classify::frees_a_graph(n) && (has("Backward0") || has("Backward1")))
                 || has("AccumulateGrad")
                 || has("run_backward")
                 || has("torch::autograd::Engine"),

@@ -21,6 +21,7 @@ pub mod pools;
 #[cfg(test)]
 mod properties;
 pub mod search;
+pub mod whatif;
 
 use crate::model::Category;
 use crate::schema::{
@@ -128,6 +129,9 @@ pub struct PlanOptions {
     /// `--levers FILE`: replaces the catalogue.
     pub levers: Option<Vec<Lever>>,
     pub order: Order,
+    /// `--what-if LEVER,…`: levers to re-simulate the timeline with, in
+    /// order (findings' fixes and the catalogue's levers).
+    pub what_if: Vec<String>,
 }
 
 impl PlanOptions {

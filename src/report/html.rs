@@ -159,6 +159,28 @@ fn device(out: &mut String, d: &DeviceReport) {
         "<section class=\"device\">\n<h2>Device <code>{}</code></h2>",
         escape(&d.device)
     );
+    for f in &d.findings {
+        let _ = writeln!(
+            out,
+            "<div class=\"finding\"><p><b>Finding</b> {}</p>\n<ul>",
+            escape(&super::finding_line(f))
+        );
+        for e in &f.evidence {
+            let _ = writeln!(out, "<li>{}</li>", escape(e));
+        }
+        out.push_str("</ul></div>\n");
+    }
+    if let Some(w) = &d.what_if {
+        let _ = writeln!(
+            out,
+            "<div class=\"what-if\"><p><b>What-if</b> {}</p>\n<ul>",
+            escape(&super::what_if_line(d, w))
+        );
+        for b in &w.because {
+            let _ = writeln!(out, "<li>{}</li>", escape(b));
+        }
+        out.push_str("</ul></div>\n");
+    }
     out.push_str("<table class=\"facts\">\n<tbody>\n");
     fact(
         out,

@@ -103,6 +103,20 @@ fn overview(out: &mut String, devices: &[&DeviceReport]) {
 fn device(out: &mut String, d: &DeviceReport) {
     let p = &d.peak;
     let _ = writeln!(out, "## Device `{}`\n", code(&d.device));
+    for f in &d.findings {
+        let _ = writeln!(out, "**Finding** {}\n", cell(&super::finding_line(f)));
+        for e in &f.evidence {
+            let _ = writeln!(out, "- {}", cell(e));
+        }
+        let _ = writeln!(out);
+    }
+    if let Some(w) = &d.what_if {
+        let _ = writeln!(out, "**What-if** {}\n", cell(&super::what_if_line(d, w)));
+        for b in &w.because {
+            let _ = writeln!(out, "- {}", cell(b));
+        }
+        let _ = writeln!(out);
+    }
     let _ = writeln!(out, "| | |\n|---|---|");
     let _ = writeln!(
         out,

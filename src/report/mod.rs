@@ -13,7 +13,7 @@ pub mod text;
 
 use crate::model::Category;
 use crate::schema::{BeforeRecordingPart, DeviceReport, Peak, Plan, PlanStep, Report, Verdict};
-use crate::units::{human_bytes, human_duration_us, percent};
+use crate::units::{human_bytes, human_bytes as h, human_duration_us, percent};
 
 /// Output formats of a report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -196,6 +196,42 @@ pub(crate) struct CategoryLines {
 
 /// Whether `bytes` are under 0.05% of a non-empty peak: a share that would
 /// read `0.0%`.
+/// A finding's headline: what, how much of the peak, and what its fix does
+/// (`graph_kept_alive: 12.3 MiB at the peak; fix free_kept_graph: peak 30.0 MiB -> 16.4 MiB (saves 13.6 MiB)`).
+pub(crate) fn finding_line(f: &crate::schema::Finding) -> String {
+    format!(
+        "{}: {} at the peak; fix {}: peak {} -> {} (saves {})",
+        f.kind.as_str(),
+        h(f.bytes_at_peak),
+        f.fix,
+        h(f.peak_after_bytes + f.saving_bytes),
+        h(f.peak_after_bytes),
+        h(f.saving_bytes)
+    )
+}
+
+/// The what-if's headline (`what if inference_mode,autocast_no_cache: peak 30.0 MiB -> 6.5 MiB`),
+/// with `≈` when some lever was a factor.
+pub(crate) fn what_if_line(d: &DeviceReport, w: &crate::schema::WhatIf) -> String {
+    let before =
+        d.at.as_ref()
+            .map_or(d.peak.allocated_bytes, |a| a.peak_allocated_bytes);
+    format!(
+        "what if {}: peak {} -> {}{} ({} {}, at event {})",
+        w.levers.join(","),
+        h(before),
+        if w.estimate { "≈ " } else { "" },
+        h(w.peak_allocated_bytes),
+        if w.peak_allocated_bytes <= before {
+            "saves"
+        } else {
+            "adds"
+        },
+        h(before.abs_diff(w.peak_allocated_bytes)),
+        w.peak_event_index
+    )
+}
+
 pub(crate) fn is_tiny(peak: &Peak, bytes: u64) -> bool {
     peak.allocated_bytes > 0 && bytes.saturating_mul(2000) < peak.allocated_bytes
 }

@@ -120,6 +120,18 @@ fn device(out: &mut String, d: &DeviceReport) {
         }
     }
     let _ = writeln!(out);
+    for f in &d.findings {
+        let _ = writeln!(out, "  finding {}", super::finding_line(f));
+        for e in &f.evidence {
+            let _ = writeln!(out, "    - {e}");
+        }
+    }
+    if let Some(w) = &d.what_if {
+        let _ = writeln!(out, "  {}", super::what_if_line(d, w));
+        for b in &w.because {
+            let _ = writeln!(out, "    - {b}");
+        }
+    }
     if let Some(note) = super::at_note(d) {
         let _ = writeln!(out, "  {note}");
     }

@@ -9,6 +9,6 @@ mod walk;
 
 #[cfg(test)]
 pub use replay::curve;
-pub use replay::{replay, Interval, Origin, Replay};
+pub use replay::{argmax, replay, Interval, Origin, Replay};
 pub use steps::Steps;
 pub use walk::{DeviceTimeline, Walk};

@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Record paired real CPU PyTorch runs: a run with a waste, and the same run with the fix applied.
+
+    VENV/bin/python sample_traces/pairs/generate_pairs.py            # the tuning set
+    VENV/bin/python sample_traces/pairs/generate_pairs.py --untuned  # the set kept apart (other seeds, shapes, models)
+
+Each run is recorded in a fresh process (on CPU the profiler's `Total Allocated` counts from the
+first profile in a process), the whole run inside the recording when `start` is cold (model built
+inside), or after two unrecorded iterations when warm. For every run it writes, next to this
+script (gzip, mtime 0):
+
+  <set>/<run>.trace.json.gz       prof.export_chrome_trace (profile_memory, record_shapes, with_stack)
+  <set>/<run>.snapshot.pickle.gz  torch.cuda._memory_viz._profile_to_snapshot(prof), protocol 4
+
+and <set>/pairs.json: for each pair (baseline, lever, fixed run) the true peak of each run (the
+Chrome trace's maximum running sum of `[memory]` Bytes, i.e. its max `Total Allocated`), which is
+what memcut's `--what-if LEVER` on the baseline must predict for the fixed run.
+"""
+
+import gzip
+import json
+import os
+import pickle
+import subprocess
+import sys
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# workload -> the levers whose fixed runs are recorded beside the baseline ("waste").
+WORKLOADS = {
+    # `out = model(x)` in a loop with autograd on: the previous forward's graph is alive while
+    # the next forward runs. Fixes: `del out` at the end of each iteration; inference_mode.
+    "kept_graph": ["free_kept_graph", "inference_mode"],
+    # One forward with autograd on whose result is reduced and dropped. Fix: inference_mode.
+    "infer_grad": ["inference_mode"],
+    # Inference (no_grad) under torch.autocast(bf16) with the weight cache on, two forwards in
+    # one region.
+    # Fix: autocast(cache_enabled=False).
+    "autocast": ["autocast_no_cache"],
+}
+
+SETS = {
+    # seed, model, shapes
+    "tuned": [
+        {"seed": 0, "model": "tinylm", "d": 128, "layers": 3, "batch": 8, "seq": 64},
+        {"seed": 1, "model": "mlp", "d": 256, "layers": 4, "batch": 64, "seq": 1},
+        {"seed": 2, "model": "gpt2", "d": 96, "layers": 2, "batch": 4, "seq": 48},
+    ],
+    "untuned": [
+        {"seed": 10, "model": "tinylm", "d": 96, "layers": 4, "batch": 6, "seq": 80},
+        {"seed": 11, "model": "mlp", "d": 384, "layers": 3, "batch": 48, "seq": 1},
+        {"seed": 12, "model": "llama", "d": 128, "layers": 2, "batch": 3, "seq": 40},
+    ],
+}
+
+
+def run_name(workload, cfg, start, variant):
+    return f"{workload}.{cfg['model']}.{start}.{variant}"
+
+
+def record(spec):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    cfg, workload, variant = spec["cfg"], spec["workload"], spec["variant"]
+    torch.manual_seed(cfg["seed"])
+    d, layers, batch, seq = cfg["d"], cfg["layers"], cfg["batch"], cfg["seq"]
+    vocab = 256
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+            q, k, v = (z.view(b, t, 4, -1).transpose(1, 2) for z in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    class TinyLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, d)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+
+        def forward(self, idx):
+            x = self.tok(idx)
+            for blk in self.blocks:
+                x = blk(x)
+            return self.head(self.ln(x))
+
+    if cfg["model"] in ("gpt2", "llama"):
+        import transformers
+        from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+        transformers.logging.set_verbosity_error()
+        if cfg["model"] == "gpt2":
+            hf_config = GPT2Config(n_embd=d, n_layer=layers, n_head=4, vocab_size=vocab, n_positions=128)
+            hf_class = GPT2LMHeadModel
+        else:
+            hf_config = LlamaConfig(hidden_size=d, intermediate_size=3 * d, num_hidden_layers=layers,
+                                    num_attention_heads=4, num_key_value_heads=2, vocab_size=vocab,
+                                    max_position_embeddings=128)
+            hf_class = LlamaForCausalLM
+
+    def build():
+        m = cfg["model"]
+        if m == "tinylm":
+            return TinyLM().eval()
+        if m == "mlp":
+            mods = []
+            for _ in range(layers):
+                mods += [nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d)]
+            return nn.Sequential(*mods, nn.Linear(d, 10)).eval()
+        return hf_class(hf_config).eval()
+
+    def inputs():
+        if cfg["model"] == "mlp":
+            return torch.randn(batch, d)
+        return torch.randint(0, vocab, (batch, seq))
+
+    def forward(model, x):
+        out = model(x)
+        return out.logits if hasattr(out, "logits") else out
+
+    def step(model):
+        x = inputs()
+        if workload == "kept_graph":
+            if variant == "inference_mode":
+                with torch.inference_mode():
+                    for _ in range(3):
+                        out = forward(model, x)
+                        out.argmax(-1)
+                    del out
+            else:
+                for _ in range(3):
+                    out = forward(model, x)
+                    out.argmax(-1)
+                    if variant == "free_kept_graph":
+                        del out
+        elif workload == "infer_grad":
+            if variant == "inference_mode":
+                with torch.inference_mode():
+                    out = forward(model, x)
+                    out.argmax(-1)
+                    del out
+            else:
+                out = forward(model, x)
+                out.argmax(-1)
+                del out
+        elif workload == "autocast":
+            cache = variant != "autocast_no_cache"
+            # no_grad, as inference under autocast is usually written: autocast caches casts of
+            # weights that require grad under no_grad too (not under inference_mode).
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=cache):
+                for _ in range(2):
+                    out = forward(model, x)
+                    out.argmax(-1)
+                    del out
+
+    cold = spec["start"] == "cold"
+    model = None if cold else build()
+    sched = schedule(wait=0 if cold else 1, warmup=0 if cold else 1, active=1, repeat=1)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+                 with_stack=True, schedule=sched) as prof:
+        for _ in range(1 if cold else 3):
+            if cold:
+                model = build()
+            step(model)
+            prof.step()
+    out_dir = os.path.join(HERE, spec["set"])
+    os.makedirs(out_dir, exist_ok=True)
+    base = os.path.join(out_dir, spec["name"])
+    prof.export_chrome_trace(base + ".trace.json")
+    with open(base + ".trace.json", "rb") as f:
+        trace_bytes = f.read()
+    os.remove(base + ".trace.json")
+    snap = torch.cuda._memory_viz._profile_to_snapshot(prof)
+    write_gz(base + ".snapshot.pickle.gz", pickle.dumps(snap, protocol=4))
+    write_gz(base + ".trace.json.gz", trace_bytes)
+    trace = json.loads(trace_bytes)
+    total, peak = 0, 0
+    for e in trace["traceEvents"]:
+        if e.get("name") == "[memory]":
+            total += e["args"]["Bytes"]
+            peak = max(peak, total)
+    print(json.dumps({"peak": peak, "torch": torch.__version__}))
+
+
+def write_gz(path, data):
+    with open(path, "wb") as f:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0) as g:
+            g.write(data)
+
+
+def main(argv):
+    if argv and argv[0] == "--child":
+        record(json.loads(argv[1]))
+        return
+    set_name = "untuned" if "--untuned" in argv else "tuned"
+    pairs, peaks = [], {}
+    for cfg in SETS[set_name]:
+        for workload, levers in WORKLOADS.items():
+            for start in ("cold", "warm"):
+                for variant in ["waste"] + levers:
+                    name = run_name(workload, cfg, start, variant)
+                    spec = {"set": set_name, "name": name, "cfg": cfg, "workload": workload,
+                            "start": start, "variant": variant}
+                    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)],
+                                         check=True, capture_output=True, text=True)
+                    peaks[name] = json.loads(out.stdout.strip().splitlines()[-1])["peak"]
+                    print(f"{name}: peak {peaks[name]}", file=sys.stderr)
+                base = run_name(workload, cfg, start, "waste")
+                for lever in levers:
+                    fixed = run_name(workload, cfg, start, lever)
+                    pairs.append({"baseline": base, "lever": lever, "fixed": fixed,
+                                  "baseline_peak": peaks[base], "fixed_peak": peaks[fixed]})
+    with open(os.path.join(HERE, set_name, "pairs.json"), "w") as f:
+        json.dump({"set": set_name, "configs": SETS[set_name], "pairs": pairs}, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

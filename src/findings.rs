@@ -1,0 +1,502 @@
+//! Findings: what is wrong with a device's memory, read off its classified
+//! timeline (DESIGN.md §6b). Categories say where memory went; a finding
+//! says which waste an expert would name, with the evidence in the file,
+//! the lever that fixes it, and how the fix changes each allocation's life
+//! (what the planner's what-if re-simulates).
+//!
+//! The evidence is the order of events, which every format keeps:
+//!
+//! - **A graph release**: a run of frees with no allocation between them
+//!   that frees at least [`MIN_GRAPH_RELEASED`] tensors made by a forward
+//!   pass, most of what was allocated while they were.
+//!   Autograd frees a graph's saved tensors together when the graph dies;
+//!   without autograd (`inference_mode`, `no_grad`) a forward's
+//!   intermediates die one by one as the next operator consumes them.
+//! - **`graph_kept_alive`**: a release whose tensors outlived the *next*
+//!   forward pass: the sizes they free are allocated again (the next
+//!   forward) before they go. The previous output is still referenced
+//!   (`out = model(x)` in a loop), so its whole graph is too.
+//! - **`autograd_in_inference`**: releases in a run with no backward pass
+//!   and no optimizer step: the graph was recorded for a backward that never
+//!   came (frames such as `BmmBackward0::release_variables` are the graph
+//!   being freed, not a backward: see [`crate::classify::frees_a_graph`]).
+//! - **`autocast_weight_cache`**: allocations made in a forward at a cast
+//!   (`cached_cast`, `aten::_to_copy`, or a matmul-like call when the stack
+//!   is Python only) whose sizes are exactly half those of the run's weights,
+//!   alive across forwards until one release frees them: autocast's cache of
+//!   low-precision weight copies, kept until the autocast region exits.
+
+use std::collections::HashMap;
+
+use crate::analysis::ClassifiedDevice;
+use crate::classify::{self, Phase, SiteFacts};
+use crate::model::{Action, Category, DeviceTrace, SiteId, Sites, Trace};
+use crate::schema::FindingKind;
+use crate::units::human_bytes;
+
+/// Fewest forward tensors a run of frees must release to be read at all
+/// (a forward without autograd frees its output and perhaps its input
+/// together: two).
+pub const MIN_RELEASED: usize = 4;
+
+/// Fewest forward tensors a graph release frees: a forward without
+/// autograd frees a few tensors at once where an operator or a module call
+/// returns (an autocast matmul's three casts and its input), a graph holds
+/// one or more per operator that saves its inputs.
+pub const MIN_GRAPH_RELEASED: usize = 8;
+
+/// Allocations after its own a tensor is taken to live for when autograd
+/// no longer holds it: its consumer's output, and a little after. Chosen
+/// on the tuning pairs (`sample_traces/pairs/tuned`, `tests/what_if_pairs.rs`):
+/// the median error of `inference_mode`'s saving, as a share of the peak,
+/// was 5.2% with 1, 4.4% with 2, 3.8% with 3, 5.9% with 4, 6.3% with 6; the
+/// worst 17%, 15%, 14%, 24%, 38%. A count of allocations stands in for the
+/// data flow the trace does not record (a residual stream lives across a
+/// whole block), which is why the worst case is still far off.
+pub const LAST_USE_ALLOCATIONS: usize = 3;
+
+/// One finding on a device, with the allocations it concerns and how its
+/// fix changes them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Found {
+    pub kind: FindingKind,
+    /// The waste's allocations (indices into the replay's intervals).
+    pub intervals: Vec<usize>,
+    /// What in the file shows it.
+    pub evidence: Vec<String>,
+    /// With the fix applied: the position at which each changed allocation
+    /// is freed instead (never later than before).
+    pub fixed_ends: Vec<(usize, u32)>,
+    /// A finding whose fix changes nothing unless this other finding's fix
+    /// was applied first (autocast's copies are saved by a live graph).
+    pub after: Option<FindingKind>,
+}
+
+impl FindingKind {
+    /// The lever that fixes this kind of waste.
+    pub fn lever(self) -> &'static str {
+        match self {
+            FindingKind::GraphKeptAlive => "free_kept_graph",
+            FindingKind::AutogradInInference => "inference_mode",
+            FindingKind::AutocastWeightCache => "autocast_no_cache",
+        }
+    }
+
+    /// The kind a lever name fixes, if it is a finding's lever.
+    pub fn for_lever(lever: &str) -> Option<FindingKind> {
+        FindingKind::ALL.into_iter().find(|k| k.lever() == lever)
+    }
+}
+
+/// A run of frees with no allocation between them.
+struct Release {
+    /// Position of the run's first free.
+    at: u32,
+    /// Intervals it frees, in order.
+    freed: Vec<usize>,
+    /// The site of its first free.
+    site: SiteId,
+}
+
+impl Release {
+    /// What it frees, but the allocations in `skip` (autocast's copies).
+    fn freed_except(&self, skip: &std::collections::HashSet<usize>) -> Vec<usize> {
+        self.freed
+            .iter()
+            .copied()
+            .filter(|i| !skip.contains(i))
+            .collect()
+    }
+}
+
+/// Site facts, read once per site.
+struct SiteCache<'a> {
+    sites: &'a Sites,
+    facts: Vec<Option<SiteFacts>>,
+}
+
+impl<'a> SiteCache<'a> {
+    fn new(sites: &'a Sites) -> SiteCache<'a> {
+        SiteCache {
+            sites,
+            facts: vec![None; sites.len()],
+        }
+    }
+
+    fn phase(&mut self, site: SiteId) -> Phase {
+        let Some(slot) = self.facts.get_mut(site as usize) else {
+            return Phase::Unknown;
+        };
+        slot.get_or_insert_with(|| classify::site_facts(self.sites, site))
+            .phase()
+    }
+}
+
+/// The findings on one device, in a fixed order (kept graph, autograd in
+/// inference, autocast cache).
+pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<Found> {
+    let replay = &cd.timeline.replay;
+    let intervals = &replay.intervals;
+    let mut sites = SiteCache::new(&trace.sites);
+    let training = device.events.iter().any(|e| {
+        matches!(e.action, Action::Alloc | Action::FreeCompleted)
+            && matches!(
+                sites.phase(e.site),
+                Phase::Backward | Phase::Optimizer | Phase::ZeroGrad
+            )
+    });
+    // Which interval each event frees (an interval ends after its free).
+    let mut freed_by = vec![u32::MAX; device.events.len()];
+    for (i, iv) in intervals.iter().enumerate() {
+        if iv.end >= 1 && iv.end < replay.positions() {
+            freed_by[iv.end as usize - 1] = i as u32;
+        }
+    }
+    let alloc_positions: Vec<u32> = device
+        .events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.action == Action::Alloc)
+        .map(|(k, _)| k as u32 + 1)
+        .collect();
+    let forward = |i: usize, sites: &mut SiteCache| {
+        let iv = &intervals[i];
+        !matches!(
+            cd.classes[i].category,
+            Category::Parameter | Category::KvCache | Category::Input
+        ) && (iv.origin.is_baseline() || sites.phase(iv.site) == Phase::Forward)
+    };
+    let mut releases = Vec::new();
+    let mut run: Option<Release> = None;
+    for (k, e) in device.events.iter().enumerate() {
+        match e.action {
+            Action::Alloc => {
+                releases.extend(run.take());
+            }
+            Action::FreeCompleted => {
+                let i = freed_by[k];
+                if i != u32::MAX && forward(i as usize, &mut sites) {
+                    run.get_or_insert_with(|| Release {
+                        at: k as u32 + 1,
+                        freed: Vec::new(),
+                        site: e.site,
+                    })
+                    .freed
+                    .push(i as usize);
+                }
+            }
+            _ => {}
+        }
+    }
+    releases.extend(run);
+    releases.retain(|r| r.freed.len() >= MIN_RELEASED);
+    let (graphs, others): (Vec<Release>, Vec<Release>) = releases
+        .into_iter()
+        .partition(|r| is_graph_release(r, intervals, &alloc_positions));
+
+    let params: HashMap<u64, u32> = intervals
+        .iter()
+        .zip(&cd.classes)
+        .filter(|(_, c)| c.category == Category::Parameter)
+        .fold(HashMap::new(), |mut m, (iv, _)| {
+            *m.entry(iv.size).or_default() += 1;
+            m
+        });
+    let casts = autocast_cache(
+        trace,
+        cd,
+        graphs.iter().chain(&others),
+        &params,
+        &alloc_positions,
+    );
+    let cast_set: std::collections::HashSet<usize> = casts
+        .as_ref()
+        .map(|f| f.intervals.iter().copied().collect())
+        .unwrap_or_default();
+
+    let mut out = Vec::new();
+    if let Some(f) = kept_graph(trace, device, cd, &graphs, &cast_set) {
+        out.push(f);
+    }
+    if !training {
+        if let Some(f) = autograd_in_inference(cd, &graphs, &cast_set, &alloc_positions) {
+            out.push(f);
+        }
+    }
+    if let Some(mut f) = casts {
+        if out
+            .iter()
+            .any(|f| f.kind == FindingKind::AutogradInInference)
+        {
+            f.after = Some(FindingKind::AutogradInInference);
+        }
+        if !training {
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// Whether a run of frees is a graph released at once: at least
+/// [`MIN_GRAPH_RELEASED`] forward tensors, and most of what was allocated between
+/// the first and the last of them (a graph keeps nearly every tensor its
+/// forward made; a module returning without autograd frees a few locals of
+/// one call, the rest of its allocations having died one by one).
+fn is_graph_release(
+    r: &Release,
+    intervals: &[crate::timeline::Interval],
+    alloc_positions: &[u32],
+) -> bool {
+    if r.freed.len() < MIN_GRAPH_RELEASED {
+        return false;
+    }
+    let traced = r
+        .freed
+        .iter()
+        .map(|&i| &intervals[i])
+        .filter(|iv| !iv.origin.is_baseline());
+    let (first, last, count) = traced.fold((u32::MAX, 0, 0usize), |(a, b, n), iv| {
+        (a.min(iv.start), b.max(iv.start), n + 1)
+    });
+    if count == 0 {
+        return true;
+    }
+    let span = alloc_positions.partition_point(|&p| p <= last)
+        - alloc_positions.partition_point(|&p| p < first);
+    count * 10 >= span * MIN_SHARE_OF_SPAN_TENTHS
+}
+
+/// Share of the allocations in a release's span that it must free, in
+/// tenths.
+const MIN_SHARE_OF_SPAN_TENTHS: usize = 6;
+
+/// The end of a tensor that lives until just after the `n`-th allocation
+/// following its own (or `end` if that is sooner).
+fn after_allocations(alloc_positions: &[u32], start: u32, end: u32, n: usize) -> u32 {
+    let first = alloc_positions.partition_point(|&p| p <= start);
+    match alloc_positions.get(first + n - 1) {
+        Some(&p) => (p + 1).min(end),
+        None => end,
+    }
+}
+
+fn kept_graph(
+    trace: &Trace,
+    device: &DeviceTrace,
+    cd: &ClassifiedDevice,
+    releases: &[Release],
+    casts: &std::collections::HashSet<usize>,
+) -> Option<Found> {
+    let intervals = &cd.timeline.replay.intervals;
+    let mut kept = Vec::new();
+    let mut fixed_ends = Vec::new();
+    let mut lines = Vec::new();
+    for r in releases {
+        let freed = r.freed_except(casts);
+        let Some(last) = freed.iter().map(|&i| intervals[i].start).max() else {
+            continue;
+        };
+        // Sizes the release frees, and the allocations made between the
+        // last of them and the release: a forward that ran meanwhile makes
+        // the same sizes again.
+        let mut sizes: HashMap<u64, u32> = HashMap::new();
+        for &i in &freed {
+            *sizes.entry(intervals[i].size).or_default() += 1;
+        }
+        let total: u64 = freed.iter().map(|&i| intervals[i].size).sum();
+        let mut mirrored = 0u64;
+        let mut mirror_count = 0u32;
+        let mut first_mirror = None;
+        for k in last..r.at.saturating_sub(1) {
+            let e = &device.events[k as usize];
+            if e.action != Action::Alloc {
+                continue;
+            }
+            if let Some(n) = sizes.get_mut(&e.size).filter(|n| **n > 0) {
+                *n -= 1;
+                mirrored += e.size;
+                mirror_count += 1;
+                first_mirror.get_or_insert(k);
+            }
+        }
+        let Some(first) = first_mirror else { continue };
+        if mirrored * 2 < total || (mirror_count as usize) < MIN_RELEASED {
+            continue;
+        }
+        // `del` before the next forward: freed where its first mirror is allocated.
+        for &i in &freed {
+            fixed_ends.push((i, first.max(intervals[i].start)));
+        }
+        kept.extend(freed.iter().copied());
+        lines.push(format!(
+            "{} tensors ({}) made by a forward pass were freed together at event {}, after the next forward pass had allocated {} tensors of the same sizes ({}){}",
+            freed.len(),
+            human_bytes(total),
+            r.at - 1,
+            mirror_count,
+            human_bytes(mirrored),
+            holder(&trace.sites, r.site)
+                .map(|l| format!("; freed at {l}"))
+                .unwrap_or_default()
+        ));
+    }
+    if kept.is_empty() {
+        return None;
+    }
+    lines.push(
+        "a variable still held the previous forward's output (and with it its autograd graph) while the next forward ran: drop it (`del out`, `.item()`, `.detach()`) before the next forward".into(),
+    );
+    Some(Found {
+        kind: FindingKind::GraphKeptAlive,
+        intervals: kept,
+        evidence: lines,
+        fixed_ends,
+        after: None,
+    })
+}
+
+fn autograd_in_inference(
+    cd: &ClassifiedDevice,
+    releases: &[Release],
+    casts: &std::collections::HashSet<usize>,
+    alloc_positions: &[u32],
+) -> Option<Found> {
+    let intervals = &cd.timeline.replay.intervals;
+    let mut held = Vec::new();
+    let mut fixed_ends = Vec::new();
+    let mut bytes = 0u64;
+    for r in releases {
+        let freed = r.freed_except(casts);
+        // The forward's output is still referenced after it returns
+        // (`out = model(x)`), with or without autograd.
+        let output = freed.iter().copied().max_by_key(|&i| intervals[i].start);
+        for &i in &freed {
+            bytes += intervals[i].size;
+            held.push(i);
+            if Some(i) == output {
+                continue;
+            }
+            let iv = &intervals[i];
+            let end = after_allocations(alloc_positions, iv.start, iv.end, LAST_USE_ALLOCATIONS);
+            fixed_ends.push((i, end));
+        }
+    }
+    if held.is_empty() {
+        return None;
+    }
+    let evidence = vec![
+        format!(
+            "no backward pass and no optimizer step, yet {} release{} of a forward's tensors all at once ({} tensors, {}), the way autograd frees a graph it recorded",
+            releases.len(),
+            if releases.len() == 1 { "" } else { "s" },
+            held.len(),
+            human_bytes(bytes)
+        ),
+        "run the forward under `torch.inference_mode()` (or `torch.no_grad()`): each intermediate is then freed when the next operator has used it".into(),
+    ];
+    Some(Found {
+        kind: FindingKind::AutogradInInference,
+        intervals: held,
+        evidence,
+        fixed_ends,
+        after: None,
+    })
+}
+
+/// How a site shows a cast: an explicit cast frame or operator, or (Python
+/// frames only) a matmul-like call, inside which autocast casts.
+fn cast_site(sites: &Sites, site: SiteId) -> Option<&'static str> {
+    let mut matmul = false;
+    for f in sites.frames(site) {
+        let name = sites.str(f.name);
+        if name.contains("cached_cast") {
+            return Some("at::autocast::cached_cast");
+        }
+        if name.contains("aten::_to_copy") || name == "aten::to" {
+            return Some("aten::_to_copy");
+        }
+        matmul |= ["linear", "matmul", "einsum", "addmm", "bmm", "conv"]
+            .iter()
+            .any(|m| name.contains(m));
+    }
+    matmul.then_some("a matmul-like call")
+}
+
+fn autocast_cache<'r>(
+    trace: &Trace,
+    cd: &ClassifiedDevice,
+    releases: impl Iterator<Item = &'r Release>,
+    params: &HashMap<u64, u32>,
+    alloc_positions: &[u32],
+) -> Option<Found> {
+    if params.is_empty() {
+        return None;
+    }
+    let intervals = &cd.timeline.replay.intervals;
+    let mut casts = Vec::new();
+    let mut how = None;
+    for r in releases {
+        let mut here = Vec::new();
+        for &i in &r.freed {
+            let iv = &intervals[i];
+            if iv.origin.is_baseline() || !params.contains_key(&(iv.size * 2)) {
+                continue;
+            }
+            if let Some(h) = cast_site(&trace.sites, iv.site) {
+                how.get_or_insert(h);
+                here.push(i);
+            }
+        }
+        if here.len() >= MIN_RELEASED {
+            casts.extend(here);
+        }
+    }
+    // Copies of most of the weights, not a few coincidences of size.
+    let weights: u32 = params.values().sum();
+    if casts.len() < MIN_RELEASED || (casts.len() as u32) * 4 < weights {
+        return None;
+    }
+    let bytes: u64 = casts.iter().map(|&i| intervals[i].size).sum();
+    // Without the cache each copy is freed once its operator has used it.
+    let fixed_ends = casts
+        .iter()
+        .map(|&i| {
+            let iv = &intervals[i];
+            (i, after_allocations(alloc_positions, iv.start, iv.end, 1))
+        })
+        .collect();
+    let evidence = vec![
+        format!(
+            "{} tensors ({}) made at a cast in the forward ({}) are exactly half the size of the run's weights ({} weight tensors) and stay alive across forward passes until they are freed together: autocast's cache of low-precision weight copies, kept until the autocast region exits",
+            casts.len(),
+            human_bytes(bytes),
+            how.unwrap_or("a cast"),
+            weights
+        ),
+        "`torch.autocast(..., cache_enabled=False)` frees each copy after use; casting the model itself (`model.to(torch.bfloat16)`) removes the fp32 weights and the copies alike, when the accuracy allows".into(),
+    ];
+    Some(Found {
+        kind: FindingKind::AutocastWeightCache,
+        intervals: casts,
+        evidence,
+        fixed_ends,
+        after: None,
+    })
+}
+
+/// The user's line in a site: its innermost Python frame outside torch and
+/// site-packages (`train.py:47 step`), if any.
+fn holder(sites: &Sites, site: SiteId) -> Option<String> {
+    sites.frames(site).iter().find_map(|f| {
+        let file = sites.str(f.filename).replace('\\', "/");
+        let name = sites.str(f.name).replace('\\', "/");
+        let text = if file.ends_with(".py") {
+            format!("{file}:{} {name}", f.line)
+        } else if name.contains(".py(") {
+            name.clone()
+        } else {
+            return None;
+        };
+        (!text.contains("torch/") && !text.contains("site-packages/")).then_some(text)
+    })
+}

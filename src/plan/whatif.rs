@@ -1,0 +1,233 @@
+//! What-if: a device's whole timeline re-simulated with levers applied in
+//! order (DESIGN.md §6b). A finding's fix is modelled from the run itself:
+//! the finding names the allocations it changes and where each would be
+//! freed instead ([`crate::findings::Found::fixed_ends`]), and the new curve
+//! is the replayed one minus those bytes where they are no longer live. A
+//! catalogue lever whose structure the trace does not show scales its pools
+//! by its documented factor, and the result says `estimate`.
+
+use std::collections::HashMap;
+
+use crate::classify::Classification;
+use crate::findings::Found;
+use crate::model::Category;
+use crate::schema::FindingKind;
+use crate::timeline::DeviceTimeline;
+
+use super::demand::{allocator_overhead, scale, Demand};
+use super::levers::Lever;
+use super::pools::{Part, NPOOL};
+use super::NCAT;
+
+/// The re-simulated peak.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub levers: Vec<String>,
+    pub peak_allocated: u64,
+    /// The position of the new peak (earliest on ties).
+    pub position: u32,
+    /// With the allocator's overhead at the old peak carried over, when
+    /// reserved memory is known.
+    pub peak_reserved: Option<u64>,
+    pub estimate: bool,
+    pub because: Vec<String>,
+    /// Allocated bytes at every position after the levers.
+    pub curve: Vec<u64>,
+}
+
+/// What the re-simulation reads of a device.
+pub struct Input<'a> {
+    pub timeline: &'a DeviceTimeline,
+    pub classes: &'a [Classification],
+    pub findings: &'a [Found],
+    /// The demand by pool, needed only when a lever is a factor.
+    pub demand: Option<&'a Demand<'a>>,
+    /// The levers a factor can come from (the catalogue, or `--levers`).
+    pub catalogue: &'a [Lever],
+}
+
+/// Names `--what-if` takes: every finding's fix, then the catalogue's.
+pub fn lever_names(catalogue: &[Lever]) -> Vec<String> {
+    FindingKind::ALL
+        .iter()
+        .map(|k| k.lever().to_owned())
+        .chain(catalogue.iter().map(|l| l.name.clone()))
+        .collect()
+}
+
+/// Checks `--what-if` names: a finding's fix, or a lever of `levers` (a
+/// `--levers` file) or else of the built-in catalogue.
+pub fn check_what_if(names: &[String], levers: Option<&[Lever]>) -> Result<(), String> {
+    let known: Vec<String> = match levers {
+        Some(l) => lever_names(l),
+        None => lever_names(&super::levers::catalogue(1, true)),
+    };
+    for name in names {
+        if !known.contains(name) {
+            return Err(format!(
+                "unknown lever `{name}` for --what-if (levers: {})",
+                known.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Re-simulates the timeline with `levers` applied in order. An unknown
+/// lever name is an error naming the ones there are.
+pub fn what_if(input: &Input<'_>, levers: &[String]) -> Result<Outcome, String> {
+    let intervals = &input.timeline.replay.intervals;
+    let mut ends: HashMap<usize, u32> = HashMap::new();
+    let mut factors = [1.0f64; NPOOL];
+    let mut applied: Vec<FindingKind> = Vec::new();
+    let mut because = Vec::new();
+    let mut estimate = false;
+    for name in levers {
+        if let Some(kind) = FindingKind::for_lever(name) {
+            let Some(found) = input.findings.iter().find(|f| f.kind == kind) else {
+                because.push(format!(
+                    "{name}: no {} finding on this device, so nothing to change",
+                    kind.as_str()
+                ));
+                continue;
+            };
+            if let Some(first) = found.after.filter(|k| !applied.contains(k)) {
+                because.push(format!(
+                    "{name}: changes nothing while autograd saves the copies for a backward ({}); apply {} first",
+                    first.as_str(),
+                    first.lever()
+                ));
+                applied.push(kind);
+                continue;
+            }
+            let mut moved = 0u64;
+            for &(i, end) in &found.fixed_ends {
+                let e = ends.entry(i).or_insert(intervals[i].end);
+                if end < *e {
+                    *e = end;
+                    moved += 1;
+                }
+            }
+            because.push(format!(
+                "{name}: modelled from the run: {moved} of the {} allocations of its finding freed earlier",
+                found.intervals.len()
+            ));
+            applied.push(kind);
+        } else if let Some(lever) = input.catalogue.iter().find(|l| &l.name == name) {
+            let f = lever.factors();
+            for (a, b) in factors.iter_mut().zip(f) {
+                *a *= b;
+            }
+            estimate = true;
+            let scales: Vec<String> = lever
+                .scales
+                .iter()
+                .map(|(t, s)| format!("{t} ×{s}"))
+                .collect();
+            because.push(format!(
+                "{name}: estimate, a documented factor ({}): the trace does not show what it changes allocation by allocation",
+                scales.join(", ")
+            ));
+        } else {
+            return Err(format!(
+                "unknown lever `{name}` for --what-if (levers: {})",
+                lever_names(input.catalogue).join(", ")
+            ));
+        }
+    }
+    let curve = match (factors.iter().all(|f| *f == 1.0), input.demand) {
+        (true, _) => edited_curve(input.timeline, &ends),
+        (false, Some(demand)) => scaled_curve(input, demand, &ends, &factors),
+        (false, None) => return Err("a factor lever needs the device's demand".into()),
+    };
+    let position = crate::timeline::argmax(&curve);
+    let peak_allocated = curve.get(position as usize).copied().unwrap_or(0);
+    let peak_reserved = input.timeline.replay.reserved.as_ref().map(|_| {
+        peak_allocated
+            + scale(
+                allocator_overhead(input.timeline),
+                factors[Category::AllocatorCache.index()],
+            )
+    });
+    Ok(Outcome {
+        levers: levers.to_vec(),
+        peak_allocated,
+        position,
+        peak_reserved,
+        estimate,
+        because,
+        curve,
+    })
+}
+
+/// Bytes no longer live at each position once each edited interval ends
+/// at its new end, as (position, category, ±bytes) changes in order.
+fn removals(tl: &DeviceTimeline, ends: &HashMap<usize, u32>) -> Vec<(u32, usize, i64)> {
+    let intervals = &tl.replay.intervals;
+    let mut out = Vec::with_capacity(ends.len() * 2);
+    for (&i, &end) in ends {
+        let iv = &intervals[i];
+        if end >= iv.end {
+            continue;
+        }
+        out.push((end, i, iv.size as i64));
+        if iv.end < tl.replay.positions() {
+            out.push((iv.end, i, -(iv.size as i64)));
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+fn edited_curve(tl: &DeviceTimeline, ends: &HashMap<usize, u32>) -> Vec<u64> {
+    let mut curve = tl.replay.allocated.clone();
+    let changes = removals(tl, ends);
+    let mut removed = 0i64;
+    let mut next = changes.iter().peekable();
+    for (p, v) in curve.iter_mut().enumerate() {
+        while let Some((_, _, d)) = next.next_if(|c| c.0 as usize <= p) {
+            removed += d;
+        }
+        *v = v.saturating_sub(removed.max(0) as u64);
+    }
+    curve
+}
+
+/// The demand's rows with the edited intervals' bytes taken out of their
+/// category (then out of its parts), each pool scaled by its factor;
+/// allocated bytes only (the allocator's overhead is added by the caller).
+fn scaled_curve(
+    input: &Input<'_>,
+    demand: &Demand<'_>,
+    ends: &HashMap<usize, u32>,
+    factors: &[f64; NPOOL],
+) -> Vec<u64> {
+    let changes = removals(input.timeline, ends);
+    let mut removed = [0i64; NCAT];
+    let mut next = changes.iter().peekable();
+    let mut curve = Vec::with_capacity(input.timeline.replay.positions() as usize);
+    let cache = Category::AllocatorCache.index();
+    demand.for_each_row(|p, row| {
+        while let Some(&(_, i, d)) = next.next_if(|c| c.0 as usize <= p) {
+            removed[input.classes[i].category.index()] += d;
+        }
+        let mut row = *row;
+        for (c, r) in removed.iter().enumerate() {
+            let mut left = (*r).max(0) as u64;
+            let take = left.min(row[c]);
+            row[c] -= take;
+            left -= take;
+            for part in Part::ALL.iter().filter(|p| p.category().index() == c) {
+                let take = left.min(row[part.pool()]);
+                row[part.pool()] -= take;
+                left -= take;
+            }
+        }
+        let total: u64 = (0..NPOOL)
+            .filter(|&q| q != cache)
+            .map(|q| scale(row[q], factors[q]))
+            .sum();
+        curve.push(total);
+    });
+    curve
+}

@@ -1,0 +1,220 @@
+//! Findings and what-if against reality: real CPU PyTorch runs recorded in
+//! pairs (`sample_traces/pairs/`, made by `generate_pairs.py`): a run with a
+//! waste, and the same run recorded again with the fix really applied.
+//!
+//! For each pair and each format (the Chrome trace and the
+//! `_profile_to_snapshot` snapshot of the same run): memcut analyses the
+//! baseline with `--what-if LEVER` and the fixed run as it is. The error is
+//! |predicted saving − true saving| / baseline peak, where the predicted
+//! saving is the baseline's peak minus the what-if peak and the true saving
+//! the baseline's peak minus the fixed run's peak (peaks are exact; the
+//! Chrome peaks are also checked against `pairs.json`, which the generator
+//! computed from the files with Python).
+//!
+//! Findings: the baseline names the finding the lever fixes, with a saving
+//! within 10% of the true one; the fixed run does not name it again.
+//!
+//! `tuned` is the set the models were chosen on; `untuned` was recorded
+//! after, with other seeds, shapes and models, and is reported apart.
+
+use std::path::{Path, PathBuf};
+
+use memcut::{AnalyzeOptions, Report};
+
+struct Pair {
+    baseline: String,
+    lever: String,
+    fixed: String,
+    baseline_peak: u64,
+    fixed_peak: u64,
+}
+
+fn pairs(set: &str) -> (PathBuf, Vec<Pair>) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("sample_traces/pairs")
+        .join(set);
+    let text = std::fs::read_to_string(dir.join("pairs.json"))
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.join("pairs.json").display()));
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let pairs = v["pairs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| Pair {
+            baseline: p["baseline"].as_str().unwrap().into(),
+            lever: p["lever"].as_str().unwrap().into(),
+            fixed: p["fixed"].as_str().unwrap().into(),
+            baseline_peak: p["baseline_peak"].as_u64().unwrap(),
+            fixed_peak: p["fixed_peak"].as_u64().unwrap(),
+        })
+        .collect();
+    (dir, pairs)
+}
+
+fn analyze(path: &Path, what_if: &[&str]) -> Report {
+    let mut options = AnalyzeOptions::default();
+    options.plan.what_if = what_if.iter().map(|s| s.to_string()).collect();
+    memcut::analyze_path(path, &options).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// One row per (pair, format): the error as a share of the baseline's peak,
+/// and what went wrong with the findings, if anything.
+fn score(set: &str) -> Vec<(String, f64, Vec<String>)> {
+    let (dir, pairs) = pairs(set);
+    let mut rows = Vec::new();
+    for p in &pairs {
+        for format in ["trace.json.gz", "snapshot.pickle.gz"] {
+            let base = analyze(
+                &dir.join(format!("{}.{format}", p.baseline)),
+                &[p.lever.as_str()],
+            );
+            let fixed = analyze(&dir.join(format!("{}.{format}", p.fixed)), &[]);
+            let (b, f) = (&base.devices[0], &fixed.devices[0]);
+            let mut problems = Vec::new();
+            if format == "trace.json.gz" {
+                assert_eq!(b.peak.allocated_bytes, p.baseline_peak, "{}", p.baseline);
+                assert_eq!(f.peak.allocated_bytes, p.fixed_peak, "{}", p.fixed);
+            }
+            let before = b.peak.allocated_bytes;
+            let predicted = before as f64 - b.what_if.as_ref().unwrap().peak_allocated_bytes as f64;
+            let truth = before as f64 - f.peak.allocated_bytes as f64;
+            let error = (predicted - truth).abs() / before as f64;
+            let fix = |r: &memcut::DeviceReport| {
+                r.findings
+                    .iter()
+                    .find(|x| x.fix == p.lever)
+                    .map(|x| x.saving_bytes)
+            };
+            match fix(b) {
+                None => problems.push(format!("no finding fixed by {}", p.lever)),
+                Some(s) if truth > 0.0 && (s as f64 - truth).abs() > 0.1 * truth => problems.push(
+                    format!("finding saves {s}, not within 10% of the true {truth}"),
+                ),
+                _ => {}
+            }
+            if fix(f).is_some() {
+                problems.push(format!("the fixed run still names {}", p.lever));
+            }
+            rows.push((
+                format!("{} {} ({format})", p.baseline, p.lever),
+                error,
+                problems,
+            ));
+        }
+    }
+    rows
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Per lever: the largest median and worst error (share of the peak) that
+/// the pairs may show. The target is 3% / 10% for every lever;
+/// `inference_mode` does not meet it yet (its model counts allocations
+/// where the trace has no data flow: see `findings::LAST_USE_ALLOCATIONS`),
+/// so its limits are today's values rounded up, to catch regressions.
+const LIMITS: &[(&str, f64, f64)] = &[
+    ("free_kept_graph", 0.03, 0.05),
+    ("inference_mode", 0.04, 0.15),
+    ("autocast_no_cache", 0.03, 0.05),
+];
+
+/// Predictions known to miss, each with why. Every other row must pass,
+/// and each of these must still be a miss (so the list stays true).
+const KNOWN_MISSES: &[(&str, &str)] = &[
+    // A warm Chrome trace has no event for the weights (made before
+    // profiling), so no size says the copies are half a weight.
+    (
+        "autocast.tinylm.warm.waste autocast_no_cache (trace.json.gz)",
+        "weights not in the trace",
+    ),
+    (
+        "autocast.mlp.warm.waste autocast_no_cache (trace.json.gz)",
+        "weights not in the trace",
+    ),
+    (
+        "autocast.gpt2.warm.waste autocast_no_cache (trace.json.gz)",
+        "weights not in the trace",
+    ),
+    // The snapshot PyTorch derives from this profile holds no freed
+    // copies in one release (addmm's Conv1D weights are cast elsewhere).
+    (
+        "autocast.gpt2.cold.waste autocast_no_cache (snapshot.pickle.gz)",
+        "no release of the copies",
+    ),
+    // The saving is 12% over the true one (2.2% of the peak): the copies
+    // of this trace outlive their matmul by more than one allocation.
+    (
+        "autocast.tinylm.cold.waste autocast_no_cache (trace.json.gz)",
+        "saving 12% over",
+    ),
+];
+
+/// Whether a finding's saving must be within 10% of the true one: not for
+/// `inference_mode`, whose model is still off (see [`LIMITS`]).
+fn saving_checked(lever: &str) -> bool {
+    lever != "inference_mode"
+}
+
+fn check(set: &str) {
+    let rows = score(set);
+    for (name, error, problems) in &rows {
+        eprintln!(
+            "{set}: {name}: error {:.2}% {}",
+            error * 100.0,
+            problems.join("; ")
+        );
+    }
+    let mut failures = Vec::new();
+    for (name, _, problems) in &rows {
+        let known = KNOWN_MISSES.iter().any(|(n, _)| n == name);
+        let lever = name.split(' ').nth(1).unwrap_or("");
+        let real: Vec<&String> = problems
+            .iter()
+            .filter(|p| saving_checked(lever) || !p.starts_with("finding saves"))
+            .collect();
+        match (known, real.is_empty()) {
+            (false, false) => failures.push(format!("{name}: {problems:?}")),
+            (true, true) => failures.push(format!("{name}: listed as a known miss but passes")),
+            _ => {}
+        }
+    }
+    for (lever, max_median, max_worst) in LIMITS {
+        let errors: Vec<f64> = rows
+            .iter()
+            .filter(|r| r.0.split(' ').nth(1) == Some(lever))
+            .filter(|r| !KNOWN_MISSES.iter().any(|(n, _)| *n == r.0))
+            .map(|r| r.1)
+            .collect();
+        if errors.is_empty() {
+            continue;
+        }
+        let (med, worst) = (
+            median(errors.clone()),
+            errors.iter().cloned().fold(0.0, f64::max),
+        );
+        eprintln!(
+            "{set}: {lever}: {} predictions, median error {:.2}%, worst {:.2}% of the peak",
+            errors.len(),
+            med * 100.0,
+            worst * 100.0
+        );
+        if med > *max_median || worst > *max_worst {
+            failures.push(format!(
+                "{lever}: median {:.2}% (limit {:.0}%), worst {:.2}% (limit {:.0}%)",
+                med * 100.0,
+                max_median * 100.0,
+                worst * 100.0,
+                max_worst * 100.0
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{set}:\n{}", failures.join("\n"));
+}
+
+#[test]
+fn tuned_pairs_come_true() {
+    check("tuned");
+}
