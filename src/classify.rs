@@ -1257,6 +1257,46 @@ mod tests {
         }
     }
 
+    /// A graph freed without a backward (the output of a forward-only run
+    /// dropped) shows its nodes' `release_variables`: no backward pass. The
+    /// engine's frames in a real backward still are one.
+    #[test]
+    fn a_graph_being_freed_is_no_backward() {
+        let mut sites = Sites::default();
+        let mut site = |names: &[&str]| {
+            let frames: Vec<Frame> = names
+                .iter()
+                .map(|n| Frame {
+                    filename: sites.intern_str("??"),
+                    line: 0,
+                    name: sites.intern_str(n),
+                })
+                .collect();
+            sites.intern_site(&frames)
+        };
+        let freed = site(&[
+            "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::free",
+            "torch::autograd::SavedVariable::reset_data()",
+            "torch::autograd::generated::BmmBackward0::release_variables()",
+            "infer.py:47 main",
+        ]);
+        let backward = site(&[
+            "torch::autograd::generated::BmmBackward0::release_variables()",
+            "torch::autograd::Engine::evaluate_function(...)",
+        ]);
+        let computing = site(&["torch::autograd::generated::BmmBackward0::apply(...)"]);
+        assert!(!site_facts(&sites, freed).backward);
+        assert_ne!(site_facts(&sites, freed).phase(), Phase::Backward);
+        assert!(site_facts(&sites, backward).backward);
+        assert!(site_facts(&sites, computing).backward);
+        assert!(frees_a_graph(
+            "torch::autograd::generated::MmBackward0::~MmBackward0()"
+        ));
+        assert!(!frees_a_graph(
+            "torch::autograd::generated::MmBackward0::apply"
+        ));
+    }
+
     /// The cached per-frame evidence gives what reading each site does.
     #[test]
     fn all_site_facts_equal_site_facts() {

@@ -192,16 +192,18 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
     releases.retain(|r| r.freed.len() >= MIN_RELEASED);
     let (graphs, others): (Vec<Release>, Vec<Release>) = releases
         .into_iter()
-        .partition(|r| is_graph_release(r, intervals, &alloc_positions));
+        .partition(|r| is_graph_release(r, intervals, &alloc_positions, &trace.sites));
 
-    let params: HashMap<u64, u32> = intervals
-        .iter()
-        .zip(&cd.classes)
-        .filter(|(_, c)| c.category == Category::Parameter)
-        .fold(HashMap::new(), |mut m, (iv, _)| {
-            *m.entry(iv.size).or_default() += 1;
-            m
-        });
+    // The weights' sizes, each weight once: a weight initialised in place
+    // is one tensor whose versions the snapshot lists as intervals at the
+    // same address.
+    let mut params: HashMap<u64, u32> = HashMap::new();
+    let mut seen = std::collections::HashSet::new();
+    for (iv, c) in intervals.iter().zip(&cd.classes) {
+        if c.category == Category::Parameter && seen.insert((iv.addr, iv.size)) {
+            *params.entry(iv.size).or_default() += 1;
+        }
+    }
     let casts = autocast_cache(
         trace,
         cd,
@@ -215,8 +217,14 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
         .unwrap_or_default();
 
     let mut out = Vec::new();
-    if let Some(f) = kept_graph(trace, device, cd, &graphs, &cast_set) {
-        out.push(f);
+    // In training a backward frees what the forward saved, and its
+    // gradients have the forward's sizes: no release there says that a
+    // graph outlived the next forward (a history kept across steps, such as
+    // `total += loss`, is left to a finding of its own).
+    if !training {
+        if let Some(f) = kept_graph(trace, device, cd, &graphs, &cast_set) {
+            out.push(f);
+        }
     }
     if !training {
         if let Some(f) = autograd_in_inference(cd, &graphs, &cast_set, &alloc_positions) {
@@ -238,37 +246,45 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
 }
 
 /// Whether a run of frees is a graph released at once: at least
-/// [`MIN_GRAPH_RELEASED`] forward tensors, and most of what was allocated between
-/// the first and the last of them (a graph keeps nearly every tensor its
-/// forward made; a module returning without autograd frees a few locals of
-/// one call, the rest of its allocations having died one by one).
+/// [`MIN_GRAPH_RELEASED`] forward tensors not made by an explicit cast
+/// (autocast's cache is freed in a run of its own when its region exits),
+/// and a good share of what was allocated while they were made (a graph
+/// keeps a tensor or more per operator; a module returning without autograd
+/// frees a few locals of one call).
 fn is_graph_release(
     r: &Release,
     intervals: &[crate::timeline::Interval],
     alloc_positions: &[u32],
+    sites: &Sites,
 ) -> bool {
-    if r.freed.len() < MIN_GRAPH_RELEASED {
-        return false;
-    }
-    let traced = r
+    let traced: Vec<&crate::timeline::Interval> = r
         .freed
         .iter()
         .map(|&i| &intervals[i])
-        .filter(|iv| !iv.origin.is_baseline());
-    let (first, last, count) = traced.fold((u32::MAX, 0, 0usize), |(a, b, n), iv| {
-        (a.min(iv.start), b.max(iv.start), n + 1)
-    });
-    if count == 0 {
-        return true;
+        .filter(|iv| !iv.origin.is_baseline() && !explicit_cast(sites, iv.site))
+        .collect();
+    let baseline = r
+        .freed
+        .iter()
+        .filter(|&&i| intervals[i].origin.is_baseline())
+        .count();
+    if traced.len() + baseline < MIN_GRAPH_RELEASED {
+        return false;
     }
+    let Some(first) = traced.iter().map(|iv| iv.start).min() else {
+        return true;
+    };
+    let last = traced.iter().map(|iv| iv.start).max().unwrap_or(first);
     let span = alloc_positions.partition_point(|&p| p <= last)
         - alloc_positions.partition_point(|&p| p < first);
-    count * 10 >= span * MIN_SHARE_OF_SPAN_TENTHS
+    traced.len() * 10 >= span * MIN_SHARE_OF_SPAN_TENTHS
 }
 
 /// Share of the allocations in a release's span that it must free, in
-/// tenths.
-const MIN_SHARE_OF_SPAN_TENTHS: usize = 6;
+/// tenths. A graph release freed 0.31 (Llama, whose rotary and mask
+/// tensors die during the forward) to 1.0 (an MLP) of its span on the
+/// pairs; no run without autograd had a release of 8 tensors at all.
+const MIN_SHARE_OF_SPAN_TENTHS: usize = 2;
 
 /// The end of a tensor that lives until just after the `n`-th allocation
 /// following its own (or `end` if that is sooner).
@@ -293,6 +309,9 @@ fn kept_graph(
     let mut lines = Vec::new();
     for r in releases {
         let freed = r.freed_except(casts);
+        if freed.len() < MIN_GRAPH_RELEASED {
+            continue;
+        }
         let Some(last) = freed.iter().map(|&i| intervals[i].start).max() else {
             continue;
         };
@@ -365,8 +384,13 @@ fn autograd_in_inference(
     let mut held = Vec::new();
     let mut fixed_ends = Vec::new();
     let mut bytes = 0u64;
+    let mut used = 0usize;
     for r in releases {
         let freed = r.freed_except(casts);
+        if freed.len() < MIN_GRAPH_RELEASED {
+            continue;
+        }
+        used += 1;
         // The forward's output is still referenced after it returns
         // (`out = model(x)`), with or without autograd.
         let output = freed.iter().copied().max_by_key(|&i| intervals[i].start);
@@ -387,8 +411,8 @@ fn autograd_in_inference(
     let evidence = vec![
         format!(
             "no backward pass and no optimizer step, yet {} release{} of a forward's tensors all at once ({} tensors, {}), the way autograd frees a graph it recorded",
-            releases.len(),
-            if releases.len() == 1 { "" } else { "s" },
+            used,
+            if used == 1 { "" } else { "s" },
             held.len(),
             human_bytes(bytes)
         ),
@@ -403,23 +427,35 @@ fn autograd_in_inference(
     })
 }
 
+/// Whether a site shows an explicit cast (`cached_cast`, `aten::_to_copy`).
+fn explicit_cast(sites: &Sites, site: SiteId) -> bool {
+    matches!(cast_site(sites, site), Some(how) if how != MATMUL)
+}
+
+const MATMUL: &str = "a matmul-like call";
+
 /// How a site shows a cast: an explicit cast frame or operator, or (Python
 /// frames only) a matmul-like call, inside which autocast casts.
 fn cast_site(sites: &Sites, site: SiteId) -> Option<&'static str> {
-    let mut matmul = false;
+    let (mut matmul, mut copy) = (false, false);
     for f in sites.frames(site) {
         let name = sites.str(f.name);
         if name.contains("cached_cast") {
             return Some("at::autocast::cached_cast");
         }
-        if name.contains("aten::_to_copy") || name == "aten::to" {
-            return Some("aten::_to_copy");
-        }
+        copy |= name.contains("aten::_to_copy") || name == "aten::to";
         matmul |= ["linear", "matmul", "einsum", "addmm", "bmm", "conv"]
             .iter()
             .any(|m| name.contains(m));
     }
-    matmul.then_some("a matmul-like call")
+    // Autocast casts inside the operator it runs (`aten::linear` >
+    // `aten::_to_copy`); a cast on its own is a `.to(dtype)` of the
+    // program's (a model converted before it is moved).
+    match (copy, matmul) {
+        (true, true) => Some("aten::_to_copy inside a matmul"),
+        (false, true) => Some(MATMUL),
+        _ => None,
+    }
 }
 
 fn autocast_cache<'r>(
@@ -429,20 +465,35 @@ fn autocast_cache<'r>(
     params: &HashMap<u64, u32>,
     alloc_positions: &[u32],
 ) -> Option<Found> {
-    if params.is_empty() {
-        return None;
-    }
     let intervals = &cd.timeline.replay.intervals;
+    // Without the weights in the trace (a warm Chrome trace): a run of
+    // frees that is nearly all explicit casts is autocast clearing its
+    // cache when its region exits (a graph released at once holds every
+    // kind of activation, a cast now and then).
+    let cast_release = |r: &Release| {
+        let explicit = r
+            .freed
+            .iter()
+            .filter(|&&i| explicit_cast(&trace.sites, intervals[i].site))
+            .count();
+        explicit * 4 >= r.freed.len() * 3
+    };
     let mut casts = Vec::new();
     let mut how = None;
     for r in releases {
         let mut here = Vec::new();
+        let cleared = params.is_empty() && cast_release(r);
         for &i in &r.freed {
             let iv = &intervals[i];
-            if iv.origin.is_baseline() || !params.contains_key(&(iv.size * 2)) {
+            if iv.origin.is_baseline() {
                 continue;
             }
-            if let Some(h) = cast_site(&trace.sites, iv.site) {
+            let Some(h) = cast_site(&trace.sites, iv.site) else {
+                continue;
+            };
+            let weight_sized = params.contains_key(&(iv.size * 2));
+            let cached = cleared && h != MATMUL;
+            if weight_sized || cached {
                 how.get_or_insert(h);
                 here.push(i);
             }
@@ -465,13 +516,16 @@ fn autocast_cache<'r>(
             (i, after_allocations(alloc_positions, iv.start, iv.end, 1))
         })
         .collect();
+    let shown = match weights {
+        0 => "were freed together, in a run of frees that is nearly all casts (the weights were made before recording)".to_owned(),
+        n => format!("are exactly half the size of the run's weights ({n} weight tensors)"),
+    };
     let evidence = vec![
         format!(
-            "{} tensors ({}) made at a cast in the forward ({}) are exactly half the size of the run's weights ({} weight tensors) and stay alive across forward passes until they are freed together: autocast's cache of low-precision weight copies, kept until the autocast region exits",
+            "{} tensors ({}) made at a cast in the forward ({}) {shown} and stay alive across forward passes until they are freed together: autocast's cache of low-precision weight copies, kept until the autocast region exits",
             casts.len(),
             human_bytes(bytes),
             how.unwrap_or("a cast"),
-            weights
         ),
         "`torch.autocast(..., cache_enabled=False)` frees each copy after use; casting the model itself (`model.to(torch.bfloat16)`) removes the fp32 weights and the copies alike, when the accuracy allows".into(),
     ];

@@ -286,3 +286,41 @@ fn unknown_share_at_the_peak_stays_pinned() {
         .all(|&(_, ceiling, _)| ceiling <= 30));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Findings on the corpus: exactly these (file, device, kind), each read
+/// off the file by hand (see issue 31's note), and nothing else: no false
+/// alarm on training runs, serving traces or plain inference. The one
+/// here is real: a bf16 forward under autocast whose `cached_cast` copies
+/// of the weights stay until the region exits.
+const CORPUS_FINDINGS: &[(&str, &str, &str)] = &[(
+    "cs336-silmont2000/memory_forward_bf16_128.pickle",
+    "cuda:0",
+    "autocast_weight_cache",
+)];
+
+#[test]
+#[ignore = "needs ../shared/corpus (or MEMCUT_CORPUS)"]
+fn corpus_findings_are_exactly_the_known_ones() {
+    let dir = corpus();
+    let mut found = Vec::new();
+    for path in files(&dir, &|p| !p.ends_with("SOURCES.md")) {
+        let Ok(report) = memcut::analyze_path(&path, &AnalyzeOptions::new()) else {
+            continue;
+        };
+        let name = path
+            .strip_prefix(&dir)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        for d in &report.devices {
+            for f in &d.findings {
+                found.push((name.clone(), d.device.clone(), f.kind.as_str().to_owned()));
+            }
+        }
+    }
+    let expected: Vec<(String, String, String)> = CORPUS_FINDINGS
+        .iter()
+        .map(|(f, d, k)| (f.to_string(), d.to_string(), k.to_string()))
+        .collect();
+    assert_eq!(found, expected);
+}

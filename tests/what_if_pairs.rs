@@ -114,40 +114,26 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// the pairs may show. The target is 3% / 10% for every lever;
 /// `inference_mode` does not meet it yet (its model counts allocations
 /// where the trace has no data flow: see `findings::LAST_USE_ALLOCATIONS`),
-/// so its limits are today's values rounded up, to catch regressions.
+/// so its limits are today's values rounded up, to catch regressions
+/// (tuned: median 3.8%, worst 14.3%; untuned: 2.7%, 18.7%).
 const LIMITS: &[(&str, f64, f64)] = &[
     ("free_kept_graph", 0.03, 0.05),
-    ("inference_mode", 0.04, 0.15),
+    ("inference_mode", 0.04, 0.20),
     ("autocast_no_cache", 0.03, 0.05),
 ];
 
 /// Predictions known to miss, each with why. Every other row must pass,
 /// and each of these must still be a miss (so the list stays true).
 const KNOWN_MISSES: &[(&str, &str)] = &[
-    // A warm Chrome trace has no event for the weights (made before
-    // profiling), so no size says the copies are half a weight.
+    // The copies' saving is 12% over the true one (2.2% and 3.9% of the
+    // peak): in this Chrome trace a copy outlives its matmul's output by
+    // more than the one allocation the model gives it.
     (
-        "autocast.tinylm.warm.waste autocast_no_cache (trace.json.gz)",
-        "weights not in the trace",
+        "tuned/autocast.tinylm.cold.waste autocast_no_cache (trace.json.gz)",
+        "saving 12% over",
     ),
     (
-        "autocast.mlp.warm.waste autocast_no_cache (trace.json.gz)",
-        "weights not in the trace",
-    ),
-    (
-        "autocast.gpt2.warm.waste autocast_no_cache (trace.json.gz)",
-        "weights not in the trace",
-    ),
-    // The snapshot PyTorch derives from this profile holds no freed
-    // copies in one release (addmm's Conv1D weights are cast elsewhere).
-    (
-        "autocast.gpt2.cold.waste autocast_no_cache (snapshot.pickle.gz)",
-        "no release of the copies",
-    ),
-    // The saving is 12% over the true one (2.2% of the peak): the copies
-    // of this trace outlive their matmul by more than one allocation.
-    (
-        "autocast.tinylm.cold.waste autocast_no_cache (trace.json.gz)",
+        "tuned/autocast.tinylm.warm.waste autocast_no_cache (trace.json.gz)",
         "saving 12% over",
     ),
 ];
@@ -169,7 +155,8 @@ fn check(set: &str) {
     }
     let mut failures = Vec::new();
     for (name, _, problems) in &rows {
-        let known = KNOWN_MISSES.iter().any(|(n, _)| n == name);
+        let key = format!("{set}/{name}");
+        let known = KNOWN_MISSES.iter().any(|(n, _)| *n == key);
         let lever = name.split(' ').nth(1).unwrap_or("");
         let real: Vec<&String> = problems
             .iter()
@@ -185,7 +172,11 @@ fn check(set: &str) {
         let errors: Vec<f64> = rows
             .iter()
             .filter(|r| r.0.split(' ').nth(1) == Some(lever))
-            .filter(|r| !KNOWN_MISSES.iter().any(|(n, _)| *n == r.0))
+            .filter(|r| {
+                !KNOWN_MISSES
+                    .iter()
+                    .any(|(n, _)| *n == format!("{set}/{}", r.0))
+            })
             .map(|r| r.1)
             .collect();
         if errors.is_empty() {
@@ -217,4 +208,42 @@ fn check(set: &str) {
 #[test]
 fn tuned_pairs_come_true() {
     check("tuned");
+}
+
+/// The set kept apart: recorded after the models above were chosen, with
+/// other seeds, shapes and models (TinyLM with 4 blocks, a wider MLP, a
+/// Llama from a config), and never tuned on.
+#[test]
+fn untuned_pairs_come_true() {
+    check("untuned");
+}
+
+/// No false alarms: the recording matrix (`sample_traces/matrix/`: training
+/// with four optimizers, accumulation, a CNN, Hugging Face training and
+/// `generate()`, inference under `inference_mode`; cold and warm; with and
+/// without stacks) and the older samples get no finding.
+#[test]
+fn clean_runs_get_no_finding() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample_traces");
+    let mut files: Vec<PathBuf> = Vec::new();
+    for dir in [root.clone(), root.join("matrix")] {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.to_string_lossy().into_owned();
+            if name.ends_with(".trace.json.gz") || name.ends_with(".snapshot.pickle.gz") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    assert!(files.len() > 50, "{} files", files.len());
+    let mut alarms = Vec::new();
+    for path in &files {
+        for d in analyze(path, &[]).devices {
+            for f in d.findings {
+                alarms.push(format!("{}: {}", path.display(), f.kind.as_str()));
+            }
+        }
+    }
+    assert!(alarms.is_empty(), "{}", alarms.join("\n"));
 }

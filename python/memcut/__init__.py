@@ -93,6 +93,7 @@ def _options(
     top: int = 10,
     dp_ranks: int = 1,
     order: str = "cheapest",
+    what_if: Sequence[str] = (),
 ) -> _native.Options:
     headroom_arg = _size(headroom, "headroom")
     assert headroom_arg is not None
@@ -105,6 +106,7 @@ def _options(
         top=top,
         dp_ranks=dp_ranks,
         order=order,
+        what_if=list(what_if),
     )
 
 
@@ -133,6 +135,7 @@ def analyze(
     top: int = 10,
     dp_ranks: int = 1,
     order: str = "cheapest",
+    what_if: Sequence[str] = (),
 ) -> Report:
     """Analyses one trace and returns the JSON report of ``memcut analyze -f json``.
 
@@ -140,7 +143,8 @@ def analyze(
     export (gzipped or not; the format is sniffed from the content), as a
     path or as its bytes. ``budget``/``headroom``/``levers``/``rules``/
     ``device``/``top``/``dp_ranks``/``order`` mean what the CLI's flags of the
-    same names mean; sizes are ints (bytes) or strings such as ``"80GiB"``;
+    same names mean; ``what_if`` is ``--what-if``'s list of levers (the
+    report's ``devices[].what_if``); sizes are ints (bytes) or strings such as ``"80GiB"``;
     ``levers`` and ``rules`` are a JSON file or the list it would hold.
     ``name`` is the report's ``source.path`` for bytes (default ``"-"``, as
     the CLI names stdin).
@@ -148,7 +152,7 @@ def analyze(
     Raises :class:`MemcutError` with the CLI's message (``FILE: reason``).
     An input read only in part gives a report and a :class:`MemcutWarning`.
     """
-    options = _options(budget, headroom, levers, rules, device, top, dp_ranks, order)
+    options = _options(budget, headroom, levers, rules, device, top, dp_ranks, order, what_if)
     data = _data(path_or_bytes)
     if data is None:
         text = _native.analyze_file(os.fspath(path_or_bytes), options)  # type: ignore[arg-type]

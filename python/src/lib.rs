@@ -84,6 +84,7 @@ type NewArgs = (
     usize,
     u32,
     String,
+    Vec<String>,
 );
 
 #[pymethods]
@@ -91,7 +92,8 @@ impl Options {
     #[new]
     #[pyo3(signature = (
         budget=None, headroom="10%".to_owned(), levers=None, levers_file=None,
-        rules=None, rules_file=None, device=None, top=10, dp_ranks=1, order="cheapest".to_owned()
+        rules=None, rules_file=None, device=None, top=10, dp_ranks=1, order="cheapest".to_owned(),
+        what_if=Vec::new()
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -105,6 +107,7 @@ impl Options {
         top: usize,
         dp_ranks: u32,
         order: String,
+        what_if: Vec<String>,
     ) -> PyResult<Options> {
         let mut inner = AnalyzeOptions::new();
         // The same parsers as the CLI's --budget and --headroom.
@@ -141,6 +144,10 @@ impl Options {
                 memcut::parse_rules(t).map_err(|e| e.to_string())
             })?
             .unwrap_or_default();
+        // The same check as the CLI's --what-if.
+        memcut::check_what_if(&what_if, inner.plan.levers.as_deref())
+            .map_err(|e| error(e.replace("--what-if", "what_if")))?;
+        inner.plan.what_if = what_if;
         inner.analysis.device = device;
         inner.analysis.top = top;
         let args = OptionArgs {
@@ -169,6 +176,7 @@ impl Options {
             i.analysis.top,
             i.plan.dp_ranks,
             a.order,
+            i.plan.what_if.clone(),
         );
         (slf.get_type(), args)
     }

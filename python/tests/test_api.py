@@ -267,3 +267,31 @@ def test_diff_takes_reports_bytes_and_paths_alike(in_root):
         assert d["peak"]["change_bytes"] == 0, d["peak"]
     with pytest.raises(memcut.MemcutError, match="^after: not a memcut report"):
         memcut.diff(ADAMW, {"devices": []})
+
+
+KEPT_GRAPH = "sample_traces/pairs/tuned/kept_graph.tinylm.warm.waste.trace.json.gz"
+
+
+def test_findings_and_what_if_are_the_cli_json(cli, in_root):
+    levers = ["free_kept_graph", "inference_mode"]
+    report = memcut.analyze(KEPT_GRAPH, what_if=levers)
+    assert report == cli_json(cli, [KEPT_GRAPH, "--what-if", ",".join(levers)])
+    device = report["devices"][0]
+    kinds = [f["kind"] for f in device["findings"]]
+    assert kinds == ["graph_kept_alive", "autograd_in_inference"]
+    assert device["what_if"]["levers"] == levers
+    assert device["what_if"]["peak_allocated_bytes"] < device["peak"]["allocated_bytes"]
+    assert device["what_if"]["estimate"] is False
+
+
+def test_an_unknown_what_if_lever_is_refused(in_root):
+    with pytest.raises(memcut.MemcutError, match="unknown lever `nope` for what_if"):
+        memcut.analyze(KEPT_GRAPH, what_if=["nope"])
+
+
+def test_options_with_what_if_pickle(in_root):
+    options = memcut._options(what_if=["inference_mode"])
+    again = pickle.loads(pickle.dumps(options))
+    assert json.loads(_native.analyze_file(KEPT_GRAPH, again)) == json.loads(
+        _native.analyze_file(KEPT_GRAPH, options)
+    )

@@ -200,7 +200,7 @@ pub(crate) struct CategoryLines {
 /// (`graph_kept_alive: 12.3 MiB at the peak; fix free_kept_graph: peak 30.0 MiB -> 16.4 MiB (saves 13.6 MiB)`).
 pub(crate) fn finding_line(f: &crate::schema::Finding) -> String {
     format!(
-        "{}: {} at the peak; fix {}: peak {} -> {} (saves {})",
+        "{}: {} at the peak; fix {}: peak {} → {} (saves {})",
         f.kind.as_str(),
         h(f.bytes_at_peak),
         f.fix,
@@ -217,7 +217,7 @@ pub(crate) fn what_if_line(d: &DeviceReport, w: &crate::schema::WhatIf) -> Strin
         d.at.as_ref()
             .map_or(d.peak.allocated_bytes, |a| a.peak_allocated_bytes);
     format!(
-        "what if {}: peak {} -> {}{} ({} {}, at event {})",
+        "what if {}: peak {} → {}{} ({} {}, at event {})",
         w.levers.join(","),
         h(before),
         if w.estimate { "≈ " } else { "" },
