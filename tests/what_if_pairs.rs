@@ -247,3 +247,33 @@ fn clean_runs_get_no_finding() {
     }
     assert!(alarms.is_empty(), "{}", alarms.join("\n"));
 }
+
+/// The plan tries the findings' fixes first (they cost nothing), one at a
+/// time until the peak fits, and its numbers are the what-if's.
+#[test]
+fn the_plan_fixes_findings_first_with_the_what_if_numbers() {
+    let (dir, _) = pairs("tuned");
+    let path = dir.join("kept_graph.tinylm.warm.waste.snapshot.pickle.gz");
+    let mut options = AnalyzeOptions::default();
+    options.plan.budget = Some(8 << 20);
+    options.plan.what_if = vec!["free_kept_graph".into(), "inference_mode".into()];
+    let report = memcut::analyze_path(&path, &options).unwrap();
+    let d = &report.devices[0];
+    let plan = d.plan.as_ref().unwrap();
+    let levers: Vec<&str> = plan.steps.iter().map(|s| s.lever.as_str()).collect();
+    assert_eq!(levers, ["free_kept_graph", "inference_mode"]);
+    assert_eq!(plan.verdict, memcut::Verdict::FitsAfterCuts);
+    let what_if = d.what_if.as_ref().unwrap();
+    assert_eq!(plan.estimated_peak_bytes, what_if.peak_allocated_bytes);
+    assert_eq!(
+        plan.steps[0].peak_after_bytes,
+        d.findings[0].peak_after_bytes
+    );
+    assert!(!plan.steps[0].estimate && plan.steps[1].estimate);
+    // A budget the first fix meets stops there.
+    options.plan.budget = Some(20 << 20);
+    let report = memcut::analyze_path(&path, &options).unwrap();
+    let plan = report.devices[0].plan.as_ref().unwrap();
+    let levers: Vec<&str> = plan.steps.iter().map(|s| s.lever.as_str()).collect();
+    assert_eq!(levers, ["free_kept_graph"]);
+}

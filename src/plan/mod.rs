@@ -246,28 +246,107 @@ pub struct PlanInput<'d> {
     pub facts: &'d RunFacts,
     /// Names a position (`event N (phase)`).
     pub describe: &'d dyn Fn(usize) -> String,
+    /// The findings' fixes, in order, each with the demand once it and
+    /// those before it are applied: tried before any lever (they cost
+    /// nothing), one at a time until the peak fits.
+    pub fixes: &'d [Fix],
+}
+
+/// A finding's fix as a plan step (see [`PlanInput::fixes`]).
+pub struct Fix {
+    pub lever: String,
+    pub action: String,
+    /// The finding's evidence, in one line.
+    pub because: String,
+    /// Why its saving is an estimate, if it is.
+    pub estimate_reason: Option<String>,
+    /// The demand with this fix and the ones before it applied.
+    pub demand: Demand<'static>,
 }
 
 /// Plans one device: runs [`plan_timeline_cuts`] against budget − headroom
 /// and writes the verdict and reason.
 pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions) -> Plan {
-    let levers = options.levers(input.facts);
-    let decisions: Vec<Decision> = levers.iter().map(|l| decide(l, input.facts)).collect();
+    let catalogue = options.levers(input.facts);
     let headroom = options.headroom.bytes(budget.bytes);
     let target = budget.bytes - headroom;
-    let (peak_before, _) = input.demand.peak(&[1.0; NPOOL]);
+    let (peak_before, pos_before) = input.demand.peak(&[1.0; NPOOL]);
     let min_step = min_step(peak_before);
-    let cuts = run_search(
-        input.demand,
-        &levers,
-        &decisions,
+    // The findings' fixes first, while the peak is over the target.
+    let mut levers: Vec<Lever> = Vec::new();
+    let mut decisions: Vec<Decision> = Vec::new();
+    let mut fix_steps = Vec::new();
+    let mut estimates = Vec::new();
+    let mut demand = input.demand;
+    let (mut peak, mut pos) = (peak_before, pos_before);
+    for fix in input.fixes {
+        if peak <= target {
+            break;
+        }
+        let (after, at) = fix.demand.peak(&[1.0; NPOOL]);
+        if peak.saturating_sub(after) < min_step {
+            continue;
+        }
+        fix_steps.push(search::TimelineStep {
+            lever: levers.len(),
+            saved_bytes: peak - after,
+            peak_after_bytes: after,
+            position: at,
+            factors: [1.0; NPOOL],
+        });
+        estimates.push(fix.estimate_reason.clone());
+        levers.push(Lever {
+            name: fix.lever.clone(),
+            scales: Default::default(),
+            cost: levers::Cost::Free,
+            action: fix.action.clone(),
+            when: Vec::new(),
+            tradeoff: String::new(),
+        });
+        decisions.push(Decision {
+            eligibility: Eligibility::Certain,
+            because: fix.because.clone(),
+            condition: None,
+        });
+        demand = &fix.demand;
+        (peak, pos) = (after, at);
+    }
+    let fixed = levers.len();
+    decisions.extend(catalogue.iter().map(|l| decide(l, input.facts)));
+    levers.extend(catalogue);
+    let mut cuts = run_search(
+        demand,
+        &levers[fixed..],
+        &decisions[fixed..],
         target,
         options.order,
         min_step,
     );
-    let steps = plan_steps(&cuts, &levers, &decisions, input.facts, input.describe);
+    if fixed > 0 {
+        for s in &mut cuts.steps {
+            s.lever += fixed;
+        }
+        for l in &mut cuts.leftovers {
+            l.lever += fixed;
+        }
+        fix_steps.append(&mut cuts.steps);
+        cuts.steps = fix_steps;
+        cuts.peak_before_bytes = peak_before;
+        cuts.peak_before_position = pos_before;
+        if cuts.steps.len() == fixed && peak <= target {
+            cuts.estimated_peak_bytes = peak;
+            cuts.final_position = pos;
+        }
+    }
+    let mut steps = plan_steps(&cuts, &levers, &decisions, input.facts, input.describe);
+    for (step, why) in steps.iter_mut().zip(estimates) {
+        if let Some(why) = why {
+            step.estimate = true;
+            step.estimate_reason = Some(why);
+        }
+    }
     let (verdict, gap, reason) = verdict_and_reason(
-        input.demand,
+        demand,
         &cuts,
         &levers,
         &decisions,
@@ -688,6 +767,7 @@ mod tests {
             demand,
             facts,
             describe: &describe,
+            fixes: &[],
         };
         let budget = Budget {
             bytes: budget,

@@ -14,7 +14,7 @@ use crate::model::Category;
 use crate::schema::FindingKind;
 use crate::timeline::DeviceTimeline;
 
-use super::demand::{allocator_overhead, scale, Demand};
+use super::demand::{allocator_overhead, scale, Demand, Row};
 use super::levers::Lever;
 use super::pools::{Part, NPOOL};
 use super::NCAT;
@@ -73,26 +73,35 @@ pub fn check_what_if(names: &[String], levers: Option<&[Lever]>) -> Result<(), S
     Ok(())
 }
 
-/// Re-simulates the timeline with `levers` applied in order. An unknown
-/// lever name is an error naming the ones there are.
-pub fn what_if(input: &Input<'_>, levers: &[String]) -> Result<Outcome, String> {
+/// The levers of a what-if, resolved: where each changed allocation is
+/// freed now, the factors by pool, and how each lever was modelled.
+struct Applied {
+    ends: HashMap<usize, u32>,
+    factors: [f64; NPOOL],
+    because: Vec<String>,
+    estimate: bool,
+}
+
+fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
     let intervals = &input.timeline.replay.intervals;
-    let mut ends: HashMap<usize, u32> = HashMap::new();
-    let mut factors = [1.0f64; NPOOL];
+    let mut out = Applied {
+        ends: HashMap::new(),
+        factors: [1.0; NPOOL],
+        because: Vec::new(),
+        estimate: false,
+    };
     let mut applied: Vec<FindingKind> = Vec::new();
-    let mut because = Vec::new();
-    let mut estimate = false;
     for name in levers {
         if let Some(kind) = FindingKind::for_lever(name) {
             let Some(found) = input.findings.iter().find(|f| f.kind == kind) else {
-                because.push(format!(
+                out.because.push(format!(
                     "{name}: no {} finding on this device, so nothing to change",
                     kind.as_str()
                 ));
                 continue;
             };
             if let Some(first) = found.after.filter(|k| !applied.contains(k)) {
-                because.push(format!(
+                out.because.push(format!(
                     "{name}: changes nothing while autograd saves the copies for a backward ({}); apply {} first",
                     first.as_str(),
                     first.lever()
@@ -102,29 +111,28 @@ pub fn what_if(input: &Input<'_>, levers: &[String]) -> Result<Outcome, String> 
             }
             let mut moved = 0u64;
             for &(i, end) in &found.fixed_ends {
-                let e = ends.entry(i).or_insert(intervals[i].end);
+                let e = out.ends.entry(i).or_insert(intervals[i].end);
                 if end < *e {
                     *e = end;
                     moved += 1;
                 }
             }
-            because.push(format!(
+            out.because.push(format!(
                 "{name}: modelled from the run: {moved} of the {} allocations of its finding freed earlier",
                 found.intervals.len()
             ));
             applied.push(kind);
         } else if let Some(lever) = input.catalogue.iter().find(|l| &l.name == name) {
-            let f = lever.factors();
-            for (a, b) in factors.iter_mut().zip(f) {
+            for (a, b) in out.factors.iter_mut().zip(lever.factors()) {
                 *a *= b;
             }
-            estimate = true;
+            out.estimate = true;
             let scales: Vec<String> = lever
                 .scales
                 .iter()
                 .map(|(t, s)| format!("{t} ×{s}"))
                 .collect();
-            because.push(format!(
+            out.because.push(format!(
                 "{name}: estimate, a documented factor ({}): the trace does not show what it changes allocation by allocation",
                 scales.join(", ")
             ));
@@ -135,20 +143,47 @@ pub fn what_if(input: &Input<'_>, levers: &[String]) -> Result<Outcome, String> 
             ));
         }
     }
+    Ok(out)
+}
+
+/// Re-simulates the timeline with `levers` applied in order. An unknown
+/// lever name is an error naming the ones there are.
+pub fn what_if(input: &Input<'_>, levers: &[String]) -> Result<Outcome, String> {
+    let Applied {
+        ends,
+        factors,
+        because,
+        estimate,
+    } = apply(input, levers)?;
     let curve = match (factors.iter().all(|f| *f == 1.0), input.demand) {
         (true, _) => edited_curve(input.timeline, &ends),
-        (false, Some(demand)) => scaled_curve(input, demand, &ends, &factors),
+        (false, Some(demand)) => {
+            let cache = Category::AllocatorCache.index();
+            let mut curve = Vec::with_capacity(input.timeline.replay.positions() as usize);
+            for_each_edited_row(input, demand, &ends, |_, row| {
+                curve.push(
+                    (0..NPOOL)
+                        .filter(|&q| q != cache)
+                        .map(|q| scale(row[q], factors[q]))
+                        .sum(),
+                );
+            });
+            curve
+        }
         (false, None) => return Err("a factor lever needs the device's demand".into()),
     };
     let position = crate::timeline::argmax(&curve);
     let peak_allocated = curve.get(position as usize).copied().unwrap_or(0);
-    let peak_reserved = input.timeline.replay.reserved.as_ref().map(|_| {
-        peak_allocated
-            + scale(
-                allocator_overhead(input.timeline),
-                factors[Category::AllocatorCache.index()],
-            )
-    });
+    let overhead = scale(
+        allocator_overhead(input.timeline),
+        factors[Category::AllocatorCache.index()],
+    );
+    let peak_reserved = input
+        .timeline
+        .replay
+        .reserved
+        .as_ref()
+        .map(|_| peak_allocated + overhead);
     Ok(Outcome {
         levers: levers.to_vec(),
         peak_allocated,
@@ -158,6 +193,17 @@ pub fn what_if(input: &Input<'_>, levers: &[String]) -> Result<Outcome, String> 
         because,
         curve,
     })
+}
+
+/// The demand's rows (every pool, the allocator's overhead included) with
+/// the fixes of `levers` applied: what the planner searches once the
+/// findings are fixed. Only findings' fixes change rows here; a factor
+/// lever is the search's own business.
+pub fn fixed_rows(input: &Input<'_>, demand: &Demand<'_>, levers: &[String]) -> Vec<Row> {
+    let ends = apply(input, levers).map(|a| a.ends).unwrap_or_default();
+    let mut rows = Vec::with_capacity(input.timeline.replay.positions() as usize);
+    for_each_edited_row(input, demand, &ends, |_, row| rows.push(*row));
+    rows
 }
 
 /// Bytes no longer live at each position once each edited interval ends
@@ -193,20 +239,17 @@ fn edited_curve(tl: &DeviceTimeline, ends: &HashMap<usize, u32>) -> Vec<u64> {
     curve
 }
 
-/// The demand's rows with the edited intervals' bytes taken out of their
-/// category (then out of its parts), each pool scaled by its factor;
-/// allocated bytes only (the allocator's overhead is added by the caller).
-fn scaled_curve(
+/// Calls `visit(position, row)` with the demand's rows, the edited
+/// intervals' bytes taken out of their category (then out of its parts).
+fn for_each_edited_row(
     input: &Input<'_>,
     demand: &Demand<'_>,
     ends: &HashMap<usize, u32>,
-    factors: &[f64; NPOOL],
-) -> Vec<u64> {
+    mut visit: impl FnMut(usize, &Row),
+) {
     let changes = removals(input.timeline, ends);
     let mut removed = [0i64; NCAT];
     let mut next = changes.iter().peekable();
-    let mut curve = Vec::with_capacity(input.timeline.replay.positions() as usize);
-    let cache = Category::AllocatorCache.index();
     demand.for_each_row(|p, row| {
         while let Some(&(_, i, d)) = next.next_if(|c| c.0 as usize <= p) {
             removed[input.classes[i].category.index()] += d;
@@ -223,11 +266,6 @@ fn scaled_curve(
                 left -= take;
             }
         }
-        let total: u64 = (0..NPOOL)
-            .filter(|&q| q != cache)
-            .map(|q| scale(row[q], factors[q]))
-            .sum();
-        curve.push(total);
+        visit(p, &row);
     });
-    curve
 }
