@@ -174,7 +174,7 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
                         peak_event_index: o.position.saturating_sub(1) as u64,
                         estimate: o.estimate,
                         because: o.because,
-                        series: Vec::new(),
+                        series: plotted(&o.curve, options.analysis.plot_points),
                     })
                 }
                 Err(why) => warnings.push(Diagnostic::warning(format!("{}: {why}", d.device))),
@@ -224,6 +224,19 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
     }
     report.diagnostics.extend(warnings);
     report
+}
+
+/// A curve over positions on the report's plotted points: the largest
+/// value of each bucket of positions, as `analysis` buckets the timeline.
+fn plotted(curve: &[u64], points: usize) -> Vec<u64> {
+    if points == 0 || curve.is_empty() {
+        return Vec::new();
+    }
+    let bucket = curve.len().div_ceil(points).max(1);
+    curve
+        .chunks(bucket)
+        .map(|c| c.iter().copied().max().unwrap_or(0))
+        .collect()
 }
 
 /// What to do to fix a finding, as a plan step says it.

@@ -277,3 +277,26 @@ fn the_plan_fixes_findings_first_with_the_what_if_numbers() {
     let levers: Vec<&str> = plan.steps.iter().map(|s| s.lever.as_str()).collect();
     assert_eq!(levers, ["free_kept_graph"]);
 }
+
+/// The what-if's curve is in the report on the timeline's points, drawn
+/// over the categories in the HTML chart, and never above the curve it
+/// comes from.
+#[test]
+fn the_what_if_curve_is_plotted_over_the_timeline() {
+    let (dir, _) = pairs("tuned");
+    let report = analyze(
+        &dir.join("kept_graph.tinylm.warm.waste.trace.json.gz"),
+        &["free_kept_graph"],
+    );
+    let d = &report.devices[0];
+    let w = d.what_if.as_ref().unwrap();
+    assert_eq!(w.series.len(), d.timeline.x.len());
+    for (i, after) in w.series.iter().enumerate() {
+        let before: u64 = d.timeline.series.values().map(|s| s[i]).sum();
+        assert!(*after <= before, "point {i}: {after} > {before}");
+    }
+    assert_eq!(w.series.iter().max(), Some(&w.peak_allocated_bytes));
+    let html = memcut::render(&report, memcut::OutputFormat::Html);
+    assert!(html.contains("<polyline class=\"what-if\""));
+    assert!(html.contains("allocated with free_kept_graph"));
+}

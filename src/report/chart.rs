@@ -266,6 +266,15 @@ pub(crate) fn render(out: &mut String, d: &DeviceReport) {
             points(&pts)
         );
     }
+    if let Some(w) = d.what_if.as_ref().filter(|w| w.series.len() == xs.len()) {
+        let pts = steps(&xs, w.series.iter().map(|y| sy(*y as f64)));
+        let _ = writeln!(
+            out,
+            "<polyline class=\"what-if\" points=\"{}\"><title>allocated with {}</title></polyline>",
+            points(&pts),
+            escape(&w.levers.join(", "))
+        );
+    }
     // X axis, its ticks, and a break mark and the length of each idle stretch.
     let _ = writeln!(
         out,
@@ -338,6 +347,13 @@ pub(crate) fn render(out: &mut String, d: &DeviceReport) {
     }
     if t.reserved.is_some() {
         out.push_str("<span><span class=\"ln reserved\"></span>reserved</span>");
+    }
+    if let Some(w) = d.what_if.as_ref().filter(|w| w.series.len() == t.x.len()) {
+        let _ = write!(
+            out,
+            "<span><span class=\"ln\" style=\"border-top-color:#0a7d2c\"></span>allocated with {}</span>",
+            escape(&w.levers.join(", "))
+        );
     }
     out.push_str("<span><span class=\"ln\"></span>peak</span>");
     if !t.oom_x.is_empty() {

@@ -79,6 +79,7 @@ table.facts th{background:none;font-weight:normal;color:var(--muted)}table.facts
 figure{margin:1rem 0}svg{width:100%;height:auto;display:block}svg text{font:11px system-ui,sans-serif;fill:#333}
 svg .grid{stroke:#e6e8eb}svg .axis{stroke:#888}svg .peak{stroke:#000;stroke-width:1.2}svg line.oom{stroke:#d00;stroke-width:1.5}svg text.oom{fill:#d00;font-weight:600}
 svg .reserved{fill:none;stroke:#222;stroke-width:1.3;stroke-dasharray:5 3}
+svg .what-if{fill:none;stroke:#0a7d2c;stroke-width:2}
 svg rect.gap{fill:#eef0f3}svg .brk{stroke:#888;stroke-width:1.2;fill:none}svg text.gap{font-size:10px;fill:#5f6368}
 figcaption{display:flex;flex-wrap:wrap;gap:.3rem 1.1rem;font-size:.88rem;margin-top:.4rem}
 .ln{display:inline-block;width:1.6em;height:0;vertical-align:.25em;margin-right:.4em;border-top:2px solid #000}.ln.reserved{border-top:2px dashed #222}.ln.oom{border-top-color:#d00}
