@@ -61,6 +61,8 @@ pub struct ClassifiedDevice {
     pub classes: Vec<Classification>,
     /// What existed before recording, by part (see `classify::Inference`).
     pub before_recording: Vec<classify::Inference>,
+    /// What each site's frames say (indexed by site), as classification read them.
+    pub site_facts: Vec<classify::SiteFacts>,
 }
 
 impl ClassifiedDevice {
@@ -98,12 +100,13 @@ pub fn replay_and_classify(
     // before the timeline's changes are made, not held beside them: peak
     // RSS of `memcut analyze snap-pyframes.pickle -f json -o /dev/null`
     // (`scripts/bench_inputs.sh`, medians of 3) 101 → 93 MB, given the
-    // one malloc arena `main.rs` asks for.
-    drop(context);
+    // one malloc arena `main.rs` asks for. Only the sites' facts are kept.
+    let site_facts = context.into_site_facts();
     ClassifiedDevice {
         timeline: DeviceTimeline::new(replay, |i| classes[i].category),
         classes,
         before_recording,
+        site_facts,
     }
 }
 

@@ -662,6 +662,12 @@ fn classify_each(
 }
 
 impl<'a> Context<'a> {
+    /// The facts of every site (indexed by site), the context given up
+    /// for them: later stages read the same facts (`crate::findings`).
+    pub fn into_site_facts(self) -> Vec<SiteFacts> {
+        self.facts
+    }
+
     pub fn new(trace: &'a Trace, device: &'a DeviceTrace) -> Context<'a> {
         let sites = &trace.sites;
         let facts = all_site_facts(sites);

@@ -29,7 +29,7 @@
 use std::collections::HashMap;
 
 use crate::analysis::ClassifiedDevice;
-use crate::classify::{self, Phase, SiteFacts};
+use crate::classify::{Phase, SiteFacts};
 use crate::model::{Action, Category, DeviceTrace, SiteId, Sites, Trace};
 use crate::schema::FindingKind;
 use crate::units::human_bytes;
@@ -109,26 +109,16 @@ impl Release {
     }
 }
 
-/// Site facts, read once per site.
+/// The phases of sites, as classification read their frames.
 struct SiteCache<'a> {
-    sites: &'a Sites,
-    facts: Vec<Option<SiteFacts>>,
+    facts: &'a [SiteFacts],
 }
 
-impl<'a> SiteCache<'a> {
-    fn new(sites: &'a Sites) -> SiteCache<'a> {
-        SiteCache {
-            sites,
-            facts: vec![None; sites.len()],
-        }
-    }
-
+impl SiteCache<'_> {
     fn phase(&mut self, site: SiteId) -> Phase {
-        let Some(slot) = self.facts.get_mut(site as usize) else {
-            return Phase::Unknown;
-        };
-        slot.get_or_insert_with(|| classify::site_facts(self.sites, site))
-            .phase()
+        self.facts
+            .get(site as usize)
+            .map_or(Phase::Unknown, SiteFacts::phase)
     }
 }
 
@@ -137,7 +127,9 @@ impl<'a> SiteCache<'a> {
 pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<Found> {
     let replay = &cd.timeline.replay;
     let intervals = &replay.intervals;
-    let mut sites = SiteCache::new(&trace.sites);
+    let mut sites = SiteCache {
+        facts: &cd.site_facts,
+    };
     let training = device.events.iter().any(|e| {
         matches!(e.action, Action::Alloc | Action::FreeCompleted)
             && matches!(
@@ -145,6 +137,15 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
                 Phase::Backward | Phase::Optimizer | Phase::ZeroGrad
             )
     });
+    // Each kind below is waste of a run without a backward pass: in
+    // training a backward frees what the forward saved, its gradients have
+    // the forward's sizes (no release says a graph outlived the next
+    // forward; a history kept across steps, such as `total += loss`, is
+    // left to a finding of its own), and autocast's copies are saved for
+    // the backward anyway.
+    if training {
+        return Vec::new();
+    }
     // Which interval each event frees (an interval ends after its free).
     let mut freed_by = vec![u32::MAX; device.events.len()];
     for (i, iv) in intervals.iter().enumerate() {
@@ -190,9 +191,10 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
     }
     releases.extend(run);
     releases.retain(|r| r.freed.len() >= MIN_RELEASED);
+    let cast_sites = Casts::new(&trace.sites);
     let (graphs, others): (Vec<Release>, Vec<Release>) = releases
         .into_iter()
-        .partition(|r| is_graph_release(r, intervals, &alloc_positions, &trace.sites));
+        .partition(|r| is_graph_release(r, intervals, &alloc_positions, &cast_sites));
 
     // The weights' sizes, each weight once: a weight initialised in place
     // is one tensor whose versions the snapshot lists as intervals at the
@@ -205,7 +207,7 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
         }
     }
     let casts = autocast_cache(
-        trace,
+        &cast_sites,
         cd,
         graphs.iter().chain(&others),
         &params,
@@ -217,20 +219,13 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
         .unwrap_or_default();
 
     let mut out = Vec::new();
-    // In training a backward frees what the forward saved, and its
-    // gradients have the forward's sizes: no release there says that a
-    // graph outlived the next forward (a history kept across steps, such as
-    // `total += loss`, is left to a finding of its own).
-    if !training {
-        if let Some(f) = kept_graph(trace, device, cd, &graphs, &cast_set) {
-            out.push(f);
-        }
-    }
-    if !training {
-        if let Some(f) = autograd_in_inference(cd, &graphs, &cast_set, &alloc_positions) {
-            out.push(f);
-        }
-    }
+    out.extend(kept_graph(trace, device, cd, &graphs, &cast_set));
+    out.extend(autograd_in_inference(
+        cd,
+        &graphs,
+        &cast_set,
+        &alloc_positions,
+    ));
     if let Some(mut f) = casts {
         if out
             .iter()
@@ -238,9 +233,7 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
         {
             f.after = Some(FindingKind::AutogradInInference);
         }
-        if !training {
-            out.push(f);
-        }
+        out.push(f);
     }
     out
 }
@@ -255,13 +248,13 @@ fn is_graph_release(
     r: &Release,
     intervals: &[crate::timeline::Interval],
     alloc_positions: &[u32],
-    sites: &Sites,
+    casts: &Casts,
 ) -> bool {
     let traced: Vec<&crate::timeline::Interval> = r
         .freed
         .iter()
         .map(|&i| &intervals[i])
-        .filter(|iv| !iv.origin.is_baseline() && !explicit_cast(sites, iv.site))
+        .filter(|iv| !iv.origin.is_baseline() && !casts.explicit(iv.site))
         .collect();
     let baseline = r
         .freed
@@ -427,9 +420,32 @@ fn autograd_in_inference(
     })
 }
 
-/// Whether a site shows an explicit cast (`cached_cast`, `aten::_to_copy`).
-fn explicit_cast(sites: &Sites, site: SiteId) -> bool {
-    matches!(cast_site(sites, site), Some(how) if how != MATMUL)
+/// How sites show casts ([`cast_site`]), read once per site.
+struct Casts<'a> {
+    sites: &'a Sites,
+    memo: std::cell::RefCell<HashMap<SiteId, Option<&'static str>>>,
+}
+
+impl<'a> Casts<'a> {
+    fn new(sites: &'a Sites) -> Casts<'a> {
+        Casts {
+            sites,
+            memo: Default::default(),
+        }
+    }
+
+    fn how(&self, site: SiteId) -> Option<&'static str> {
+        *self
+            .memo
+            .borrow_mut()
+            .entry(site)
+            .or_insert_with(|| cast_site(self.sites, site))
+    }
+
+    /// Whether a site shows an explicit cast (`cached_cast`, `aten::_to_copy`).
+    fn explicit(&self, site: SiteId) -> bool {
+        matches!(self.how(site), Some(how) if how != MATMUL)
+    }
 }
 
 const MATMUL: &str = "a matmul-like call";
@@ -459,7 +475,7 @@ fn cast_site(sites: &Sites, site: SiteId) -> Option<&'static str> {
 }
 
 fn autocast_cache<'r>(
-    trace: &Trace,
+    cast_sites: &Casts,
     cd: &ClassifiedDevice,
     releases: impl Iterator<Item = &'r Release>,
     params: &HashMap<u64, u32>,
@@ -474,7 +490,7 @@ fn autocast_cache<'r>(
         let explicit = r
             .freed
             .iter()
-            .filter(|&&i| explicit_cast(&trace.sites, intervals[i].site))
+            .filter(|&&i| cast_sites.explicit(intervals[i].site))
             .count();
         explicit * 4 >= r.freed.len() * 3
     };
@@ -488,7 +504,7 @@ fn autocast_cache<'r>(
             if iv.origin.is_baseline() {
                 continue;
             }
-            let Some(h) = cast_site(&trace.sites, iv.site) else {
+            let Some(h) = cast_sites.how(iv.site) else {
                 continue;
             };
             let weight_sized = params.contains_key(&(iv.size * 2));
