@@ -266,6 +266,9 @@ pub struct SiteFacts {
     pub constructor: bool,
     /// Some frame is attention code (`attn`, `Attention`).
     pub attention: bool,
+    /// Some frame is a Python frame (snapshot stacks, `with_stack=True`
+    /// traces): the site names a line of the program.
+    pub python: bool,
 }
 
 impl SiteFacts {
@@ -330,6 +333,7 @@ impl FrameFacts {
         // A cache grows by concatenating or copying new keys/values under attention.
         f.kv_cache |= self.attention && self.concat_or_copy;
         f.attention = self.attention;
+        f.python = self.python;
         // Caches are built by constructors too, and say so in their frames;
         // objects built inside a forward pass are part of it.
         f.constructor = self.init && !f.forward && !f.kv_cache;

@@ -79,6 +79,7 @@ impl FindingKind {
             FindingKind::GraphKeptAlive => "free_kept_graph",
             FindingKind::AutogradInInference => "inference_mode",
             FindingKind::AutocastWeightCache => "autocast_no_cache",
+            FindingKind::MemoryGrowth => "drop_growing_refs",
         }
     }
 
@@ -235,7 +236,146 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
         }
         out.push(f);
     }
+    out.extend(memory_growth(trace, cd));
     out
+}
+
+/// Fewest allocations between two runs of a growing line: a forward pass
+/// or a step apart, not the next tensor of the same call.
+pub const MIN_CYCLE_ALLOCATIONS: usize = 8;
+
+/// Memory that grows run after run: lines (sites) whose tensors outlive
+/// their next two runs, the runs a forward or a step apart. Parameters,
+/// gradients, optimizer state and KV caches are made once and kept on
+/// purpose; a graph kept until the next forward outlives one run only.
+///
+/// A line must name its module instance (`nn.Module: Block_2`, as the
+/// profiler's stacks do): with file and line alone (a CUDA snapshot's
+/// Python frames) the blocks of one deep forward run the same lines one
+/// after another, and one forward's graph would read as growth.
+///
+/// Fixed: a run's tensors are freed when the next run starts (the next run
+/// of the growing line that runs least often: a whole forward or step).
+fn memory_growth(trace: &Trace, cd: &ClassifiedDevice) -> Option<Found> {
+    let intervals = &cd.timeline.replay.intervals;
+    let sites = &trace.sites;
+    let named_module = |site: SiteId| {
+        sites
+            .frames(site)
+            .iter()
+            .any(|f| sites.str(f.name).starts_with("nn.Module: "))
+    };
+    // Per site, its instances in allocation order (an index difference
+    // counts the allocations between them).
+    let mut by_site: HashMap<SiteId, Vec<usize>> = HashMap::new();
+    let mut eligible: HashMap<SiteId, bool> = HashMap::new();
+    for (k, (iv, c)) in intervals.iter().zip(&cd.classes).enumerate() {
+        let kept_on_purpose = matches!(
+            c.category,
+            Category::Parameter | Category::Gradient | Category::OptimizerState | Category::KvCache
+        );
+        if iv.origin != crate::timeline::Origin::Traced || iv.site == 0 || kept_on_purpose {
+            continue;
+        }
+        if *eligible
+            .entry(iv.site)
+            .or_insert_with(|| named_module(iv.site))
+        {
+            by_site.entry(iv.site).or_default().push(k);
+        }
+    }
+    let mut lines: Vec<(u64, SiteId, usize, usize)> = Vec::new();
+    let mut grown_by_site: Vec<(SiteId, Vec<usize>, Vec<u32>)> = Vec::new();
+    let mut keys: Vec<SiteId> = by_site.keys().copied().collect();
+    keys.sort_unstable();
+    for site in keys {
+        let list = &by_site[&site];
+        // Runs: instances closer than a cycle belong to one call.
+        let mut runs: Vec<&[usize]> = Vec::new();
+        let mut from = 0;
+        for j in 1..=list.len() {
+            if j == list.len() || list[j] - list[j - 1] >= MIN_CYCLE_ALLOCATIONS {
+                runs.push(&list[from..j]);
+                from = j;
+            }
+        }
+        if runs.len() < 3 {
+            continue;
+        }
+        let run_start = |r: &[usize]| intervals[r[0]].start;
+        let last_done = intervals[*list.last()?].start;
+        let mut grown = Vec::new();
+        let mut growing_runs = 0;
+        for (r, run) in runs.iter().enumerate() {
+            let Some(next) = runs.get(r + 1) else { break };
+            let held_until = runs.get(r + 2).map_or(last_done + 1, |n| run_start(n));
+            let here: Vec<usize> = run
+                .iter()
+                .copied()
+                .filter(|&i| intervals[i].end >= held_until && intervals[i].end > run_start(next))
+                .collect();
+            growing_runs += usize::from(!here.is_empty());
+            grown.extend(here);
+        }
+        if growing_runs < 2 {
+            continue;
+        }
+        let bytes: u64 = grown.iter().map(|&i| intervals[i].size).sum();
+        lines.push((bytes, site, grown.len(), list.len()));
+        grown_by_site.push((site, grown, runs.iter().map(|r| run_start(r)).collect()));
+    }
+    // The cycle: the runs of the growing line that runs least often.
+    let (_, _, cycle) = grown_by_site
+        .iter()
+        .min_by_key(|(site, _, starts)| (starts.len(), *site))?;
+    let mut grown = Vec::new();
+    let mut fixed_ends = Vec::new();
+    for (_, list, _) in &grown_by_site {
+        for &i in list {
+            let iv = &intervals[i];
+            let next = cycle.partition_point(|&p| p <= iv.start);
+            if let Some(&at) = cycle.get(next) {
+                fixed_ends.push((i, at.min(iv.end)));
+            }
+            grown.push(i);
+        }
+    }
+    grown.sort_unstable();
+    lines.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    let total: u64 = lines.iter().map(|l| l.0).sum();
+    let mut evidence = vec![format!(
+        "{} lines keep a tensor from each run alive through their next runs ({} tensors, {}): memory grows run after run",
+        lines.len(),
+        grown.len(),
+        human_bytes(total)
+    )];
+    for (bytes, site, kept, runs) in lines.iter().take(3) {
+        evidence.push(format!(
+            "{}: {kept} of its {runs} tensors outlived the next two runs of the line ({})",
+            holder(sites, *site)
+                .or_else(|| innermost(sites, *site))
+                .unwrap_or_else(|| format!("site {site}")),
+            human_bytes(*bytes)
+        ));
+    }
+    evidence.push(
+        "something keeps every run's result (a list of outputs with their graphs, a running total without `.item()`): keep only what later code needs".into(),
+    );
+    Some(Found {
+        kind: FindingKind::MemoryGrowth,
+        intervals: grown,
+        evidence,
+        fixed_ends,
+        after: None,
+    })
+}
+
+/// The innermost frame of a site, as text.
+fn innermost(sites: &Sites, site: SiteId) -> Option<String> {
+    sites
+        .frames(site)
+        .first()
+        .map(|f| sites.str(f.name).to_owned())
 }
 
 /// Whether a run of frees is a graph released at once: at least

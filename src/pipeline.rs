@@ -245,6 +245,7 @@ fn fix_action(kind: FindingKind) -> String {
         FindingKind::GraphKeptAlive => "drop the reference to the previous output before the next forward (`del out`, or keep `.item()` / `.detach()` of it), so its autograd graph is freed",
         FindingKind::AutogradInInference => "run the forward under `torch.inference_mode()` (or `torch.no_grad()`)",
         FindingKind::AutocastWeightCache => "use `torch.autocast(..., cache_enabled=False)`, or cast the model to bf16 when the accuracy allows",
+        FindingKind::MemoryGrowth => "keep only what later code needs of each run's tensors (`.item()`, `.detach().cpu()`, a reduction), not the tensors themselves",
     }
     .to_owned()
 }

@@ -143,13 +143,17 @@ pub enum FindingKind {
     /// Autocast's cached low-precision copies of the weights (fix:
     /// `autocast_no_cache`).
     AutocastWeightCache,
+    /// Memory growing run after run: a line whose tensors outlive its
+    /// next runs (fix: `drop_growing_refs`).
+    MemoryGrowth,
 }
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 3] = [
+    pub const ALL: [FindingKind; 4] = [
         FindingKind::GraphKeptAlive,
         FindingKind::AutogradInInference,
         FindingKind::AutocastWeightCache,
+        FindingKind::MemoryGrowth,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -157,6 +161,7 @@ impl FindingKind {
             FindingKind::GraphKeptAlive => "graph_kept_alive",
             FindingKind::AutogradInInference => "autograd_in_inference",
             FindingKind::AutocastWeightCache => "autocast_weight_cache",
+            FindingKind::MemoryGrowth => "memory_growth",
         }
     }
 }

@@ -3,6 +3,8 @@
 
     VENV/bin/python sample_traces/pairs/generate_pairs.py            # the tuning set
     VENV/bin/python sample_traces/pairs/generate_pairs.py --untuned  # the set kept apart (other seeds, shapes, models)
+    VENV/bin/python sample_traces/pairs/generate_pairs.py --fresh    # recorded last, reported apart
+    VENV/bin/python sample_traces/pairs/generate_pairs.py --tuned --only leak   # one workload again
 
 Each run is recorded in a fresh process (on CPU the profiler's `Total Allocated` counts from the
 first profile in a process), the whole run inside the recording when `start` is cold (model built
@@ -34,6 +36,9 @@ WORKLOADS = {
     "kept_graph": ["free_kept_graph", "inference_mode"],
     # One forward with autograd on whose result is reduced and dropped. Fix: inference_mode.
     "infer_grad": ["inference_mode"],
+    # `outs.append(model(x))` with autograd on: every forward's graph stays, memory grows
+    # forward after forward. Fix: keep only what is needed (`.argmax(-1)`), the graph goes.
+    "leak": ["drop_growing_refs"],
     # Inference (no_grad) under torch.autocast(bf16) with the weight cache on, two forwards in
     # one region.
     # Fix: autocast(cache_enabled=False).
@@ -51,6 +56,13 @@ SETS = {
         {"seed": 10, "model": "tinylm", "d": 96, "layers": 4, "batch": 6, "seq": 80},
         {"seed": 11, "model": "mlp", "d": 384, "layers": 3, "batch": 48, "seq": 1},
         {"seed": 12, "model": "llama", "d": 128, "layers": 2, "batch": 3, "seq": 40},
+    ],
+    # Recorded last, once the models were settled: other seeds and shapes, and BERT, an
+    # architecture neither set above has.
+    "fresh": [
+        {"seed": 20, "model": "bert", "d": 128, "layers": 3, "batch": 4, "seq": 64},
+        {"seed": 21, "model": "gpt2", "d": 160, "layers": 3, "batch": 2, "seq": 96},
+        {"seed": 22, "model": "mlp", "d": 512, "layers": 2, "batch": 32, "seq": 1},
     ],
 }
 
@@ -100,11 +112,16 @@ def record(spec):
                 x = blk(x)
             return self.head(self.ln(x))
 
-    if cfg["model"] in ("gpt2", "llama"):
+    if cfg["model"] in ("gpt2", "llama", "bert"):
         import transformers
-        from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+        from transformers import (BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel,
+                                  LlamaConfig, LlamaForCausalLM)
         transformers.logging.set_verbosity_error()
-        if cfg["model"] == "gpt2":
+        if cfg["model"] == "bert":
+            hf_config = BertConfig(hidden_size=d, num_hidden_layers=layers, num_attention_heads=4,
+                                   intermediate_size=4 * d, vocab_size=vocab, max_position_embeddings=128)
+            hf_class = BertForMaskedLM
+        elif cfg["model"] == "gpt2":
             hf_config = GPT2Config(n_embd=d, n_layer=layers, n_head=4, vocab_size=vocab, n_positions=128)
             hf_class = GPT2LMHeadModel
         else:
@@ -158,6 +175,13 @@ def record(spec):
                 out = forward(model, x)
                 out.argmax(-1)
                 del out
+        elif workload == "leak":
+            outs = []
+            for _ in range(4):
+                out = forward(model, x)
+                outs.append(out.argmax(-1) if variant == "drop_growing_refs" else out)
+                del out
+            del outs
         elif workload == "autocast":
             cache = variant != "autocast_no_cache"
             # no_grad, as inference under autocast is usually written: autocast caches casts of
@@ -207,10 +231,18 @@ def main(argv):
     if argv and argv[0] == "--child":
         record(json.loads(argv[1]))
         return
-    set_name = "untuned" if "--untuned" in argv else "tuned"
+    set_name = next((s for s in SETS if f"--{s}" in argv), "tuned")
+    # --only WORKLOAD records that workload again and keeps the other pairs.
+    only = argv[argv.index("--only") + 1] if "--only" in argv else None
     pairs, peaks = [], {}
+    pairs_path = os.path.join(HERE, set_name, "pairs.json")
+    if only and os.path.exists(pairs_path):
+        with open(pairs_path) as f:
+            pairs = [p for p in json.load(f)["pairs"] if not p["baseline"].startswith(only + ".")]
     for cfg in SETS[set_name]:
         for workload, levers in WORKLOADS.items():
+            if only and workload != only:
+                continue
             for start in ("cold", "warm"):
                 for variant in ["waste"] + levers:
                     name = run_name(workload, cfg, start, variant)
@@ -225,7 +257,8 @@ def main(argv):
                     fixed = run_name(workload, cfg, start, lever)
                     pairs.append({"baseline": base, "lever": lever, "fixed": fixed,
                                   "baseline_peak": peaks[base], "fixed_peak": peaks[fixed]})
-    with open(os.path.join(HERE, set_name, "pairs.json"), "w") as f:
+    pairs.sort(key=lambda p: (p["baseline"].split(".")[1], list(WORKLOADS).index(p["baseline"].split(".")[0])))
+    with open(pairs_path, "w") as f:
         json.dump({"set": set_name, "configs": SETS[set_name], "pairs": pairs}, f, indent=1)
         f.write("\n")
 
