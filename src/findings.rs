@@ -28,6 +28,8 @@
 
 use std::collections::HashMap;
 
+mod calls;
+
 use crate::analysis::ClassifiedDevice;
 use crate::classify::{Phase, SiteFacts};
 use crate::model::{Action, Category, DeviceTrace, SiteId, Sites, Trace};
@@ -46,13 +48,13 @@ pub const MIN_RELEASED: usize = 4;
 pub const MIN_GRAPH_RELEASED: usize = 8;
 
 /// Allocations after its own a tensor is taken to live for when autograd
-/// no longer holds it: its consumer's output, and a little after. Chosen
-/// on the tuning pairs (`sample_traces/pairs/tuned`, `tests/what_if_pairs.rs`):
-/// the median error of `inference_mode`'s saving, as a share of the peak,
-/// was 5.2% with 1, 4.4% with 2, 3.8% with 3, 5.9% with 4, 6.3% with 6; the
-/// worst 17%, 15%, 14%, 24%, 38%. A count of allocations stands in for the
-/// data flow the trace does not record (a residual stream lives across a
-/// whole block), which is why the worst case is still far off.
+/// no longer holds it and the stacks name no module call to read its life
+/// from (`calls.rs`; a CUDA snapshot's frames): its consumer's output, and
+/// a little after. Chosen on the tuning pairs (`sample_traces/pairs/tuned`,
+/// `tests/what_if_pairs.rs`) when every run used it: the median error of
+/// `inference_mode`'s saving, as a share of the peak, was 5.2% with 1, 4.4%
+/// with 2, 3.8% with 3, 5.9% with 4, 6.3% with 6; the worst 17%, 15%, 14%,
+/// 24%, 38%. With module calls read, the same pairs give 1.2% and 7.7%.
 pub const LAST_USE_ALLOCATIONS: usize = 3;
 
 /// One finding on a device, with the allocations it concerns and how its
@@ -221,11 +223,17 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
 
     let mut out = Vec::new();
     out.extend(kept_graph(trace, device, cd, &graphs, &cast_set));
+    let calls = if graphs.is_empty() {
+        None
+    } else {
+        calls::Calls::new(&trace.sites, device)
+    };
     out.extend(autograd_in_inference(
         cd,
         &graphs,
         &cast_set,
         &alloc_positions,
+        calls,
     ));
     if let Some(mut f) = casts {
         if out
@@ -512,6 +520,7 @@ fn autograd_in_inference(
     releases: &[Release],
     casts: &std::collections::HashSet<usize>,
     alloc_positions: &[u32],
+    calls: Option<calls::Calls>,
 ) -> Option<Found> {
     let intervals = &cd.timeline.replay.intervals;
     let mut held = Vec::new();
@@ -534,8 +543,15 @@ fn autograd_in_inference(
                 continue;
             }
             let iv = &intervals[i];
-            let end = after_allocations(alloc_positions, iv.start, iv.end, LAST_USE_ALLOCATIONS);
-            fixed_ends.push((i, end));
+            let counted =
+                after_allocations(alloc_positions, iv.start, iv.end, LAST_USE_ALLOCATIONS);
+            let end = match calls.as_ref().and_then(|c| c.last_use(iv.start)) {
+                Some((end, calls::Held::Output)) => end,
+                Some((end, calls::Held::Local)) => end.min(counted),
+                None if calls.is_some() => continue,
+                None => counted,
+            };
+            fixed_ends.push((i, end.min(iv.end)));
         }
     }
     if held.is_empty() {

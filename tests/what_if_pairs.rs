@@ -112,13 +112,14 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// Per lever: the largest median and worst error (share of the peak) that
 /// the pairs may show. The target is 3% / 10% for every lever;
-/// `inference_mode` does not meet it yet (its model counts allocations
-/// where the trace has no data flow: see `findings::LAST_USE_ALLOCATIONS`),
-/// so its limits are today's values rounded up, to catch regressions
-/// (tuned: median 3.8%, worst 14.3%; untuned: 2.7%, 18.7%).
+/// `inference_mode`'s worst case does not meet it yet (its model reads
+/// module calls where the trace records no data flow: see
+/// `findings/calls.rs`), so its limits are today's values rounded up, to
+/// catch regressions (tuned: median 1.17%, worst 7.70%; untuned: 1.24%,
+/// 10.75%).
 const LIMITS: &[(&str, f64, f64)] = &[
     ("free_kept_graph", 0.03, 0.05),
-    ("inference_mode", 0.04, 0.20),
+    ("inference_mode", 0.02, 0.12),
     ("autocast_no_cache", 0.03, 0.05),
     ("drop_growing_refs", 0.03, 0.10),
 ];
