@@ -244,16 +244,12 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
         }
         out.push(f);
     }
-    out.extend(memory_growth(trace, cd));
+    out.extend(memory_growth(trace, device, cd));
     out
 }
 
-/// Fewest allocations between two runs of a growing line: a forward pass
-/// or a step apart, not the next tensor of the same call.
-pub const MIN_CYCLE_ALLOCATIONS: usize = 8;
-
 /// Memory that grows run after run: lines (sites) whose tensors outlive
-/// their next two runs, the runs a forward or a step apart. Parameters,
+/// their next two runs, each run a call of the line's innermost module. Parameters,
 /// gradients, optimizer state and KV caches are made once and kept on
 /// purpose; a graph kept until the next forward outlives one run only.
 ///
@@ -264,7 +260,7 @@ pub const MIN_CYCLE_ALLOCATIONS: usize = 8;
 ///
 /// Fixed: a run's tensors are freed when the next run starts (the next run
 /// of the growing line that runs least often: a whole forward or step).
-fn memory_growth(trace: &Trace, cd: &ClassifiedDevice) -> Option<Found> {
+fn memory_growth(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Option<Found> {
     let intervals = &cd.timeline.replay.intervals;
     let sites = &trace.sites;
     let named_module = |site: SiteId| {
@@ -292,17 +288,24 @@ fn memory_growth(trace: &Trace, cd: &ClassifiedDevice) -> Option<Found> {
             by_site.entry(iv.site).or_default().push(k);
         }
     }
+    if by_site.is_empty() {
+        return None;
+    }
+    let module_calls = calls::Calls::new(sites, device)?;
     let mut lines: Vec<(u64, SiteId, usize, usize)> = Vec::new();
     let mut grown_by_site: Vec<(SiteId, Vec<usize>, Vec<u32>)> = Vec::new();
     let mut keys: Vec<SiteId> = by_site.keys().copied().collect();
     keys.sort_unstable();
     for site in keys {
         let list = &by_site[&site];
-        // Runs: instances closer than a cycle belong to one call.
+        // Runs: the instances made in one call of the line's innermost
+        // module are one run (a layer norm's output, mean and rstd; the
+        // four products of one GELU expression).
         let mut runs: Vec<&[usize]> = Vec::new();
         let mut from = 0;
         for j in 1..=list.len() {
-            if j == list.len() || list[j] - list[j - 1] >= MIN_CYCLE_ALLOCATIONS {
+            let call = |k: usize| module_calls.call_of(intervals[list[k]].start);
+            if j == list.len() || call(j) != call(j - 1) {
                 runs.push(&list[from..j]);
                 from = j;
             }
@@ -409,7 +412,8 @@ fn is_graph_release(
         .iter()
         .filter(|&&i| intervals[i].origin.is_baseline())
         .count();
-    if traced.len() + baseline < MIN_GRAPH_RELEASED {
+    let count = traced.len() + baseline;
+    if count < MIN_GRAPH_RELEASED {
         return false;
     }
     let Some(first) = traced.iter().map(|iv| iv.start).min() else {
@@ -418,7 +422,10 @@ fn is_graph_release(
     let last = traced.iter().map(|iv| iv.start).max().unwrap_or(first);
     let span = alloc_positions.partition_point(|&p| p <= last)
         - alloc_positions.partition_point(|&p| p < first);
-    traced.len() * 10 >= span * MIN_SHARE_OF_SPAN_TENTHS
+    // A small model's graph (a two-layer MLP saves seven tensors) is not
+    // told from a module returning its locals without autograd (BERT's
+    // attention under no_grad frees six, from three calls): not read.
+    count >= MIN_GRAPH_RELEASED && traced.len() * 10 >= span * MIN_SHARE_OF_SPAN_TENTHS
 }
 
 /// Share of the allocations in a release's span that it must free, in

@@ -152,6 +152,14 @@ impl Calls {
         None
     }
 
+    /// The call of the innermost module that the allocation at `start`
+    /// was made in (its module and its first allocation).
+    pub fn call_of(&self, start: u32) -> Option<(StrId, u32)> {
+        let a = self.positions.partition_point(|&p| p < start) as u32;
+        let m = *self.chains.get(self.sites.get(a as usize)?)?.first()?;
+        Some((m, self.span(m, a)?.0))
+    }
+
     /// The position just after allocation `a` (the tensor is still live
     /// while it is made).
     fn after(&self, a: u32) -> u32 {
