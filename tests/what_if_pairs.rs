@@ -127,6 +127,14 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
             ("autocast_no_cache", 0.03, 0.05),
             ("drop_growing_refs", 0.03, 0.05),
         ],
+        // Untouched: the report of record. inference_mode's worst is a
+        // CNN, whose saving it puts at 37% to 70% of the true one.
+        "final" => &[
+            ("free_kept_graph", 0.03, 0.10),
+            ("inference_mode", 0.05, 0.28),
+            ("autocast_no_cache", 0.03, 0.05),
+            ("drop_growing_refs", 0.03, 0.10),
+        ],
         _ => LIMITS,
     }
 }
@@ -141,6 +149,16 @@ const LIMITS: &[(&str, f64, f64)] = &[
 /// Predictions known to miss, each with why. Every other row must pass,
 /// and each of these must still be a miss (so the list stays true).
 const KNOWN_MISSES: &[(&str, &str)] = &[
+    // The CNN's autocast copies save 11 KB (0.2% of the peak); the
+    // finding says 47 KB: off by 0.9% of the peak, four times the truth.
+    (
+        "final/autocast.cnn.cold.waste autocast_no_cache (trace.json.gz)",
+        "tiny saving, 4x over",
+    ),
+    (
+        "final/autocast.cnn.warm.waste autocast_no_cache (trace.json.gz)",
+        "tiny saving, 4x over",
+    ),
     // A two-layer MLP's graph is seven tensors, under MIN_GRAPH_RELEASED:
     // BERT's attention under no_grad frees six locals at once, and a
     // smaller bound took that for a graph.
@@ -394,4 +412,11 @@ fn the_what_if_curve_is_plotted_over_the_timeline() {
 #[test]
 fn fresh_pairs_come_true() {
     check("fresh");
+}
+
+/// The final set (a CNN, a deeper Llama, a TinyLM of other shapes; seeds
+/// 30-32), recorded after everything above and reported untouched.
+#[test]
+fn final_pairs_come_true() {
+    check("final");
 }
