@@ -175,13 +175,20 @@ pub struct BudgetArgs {
 
 /// `--headroom`: a percentage or a size with a unit. A bare number other
 /// than 0 is refused: `10` would be ten bytes, which nobody means.
-/// `--budget`: a share of the observed peak (`80%`), or a positive size.
+/// `--budget`: a share of the observed peak (`80%`), or a positive size (a
+/// bare number of bytes under a MiB is refused the same way).
 fn parse_budget(s: &str) -> Result<BudgetSpec, memcut::SizeError> {
-    if s.trim().ends_with('%') {
-        BudgetSpec::parse(s)
-    } else {
-        memcut::parse_positive_size(s).map(BudgetSpec::Bytes)
+    let t = s.trim();
+    if t.ends_with('%') {
+        return BudgetSpec::parse(s);
     }
+    let bytes = memcut::parse_positive_size(s)?;
+    // A bare number is bytes; under a MiB nobody means bytes.
+    let bare = t.chars().all(|c| c.is_ascii_digit() || c == '.');
+    if bare && bytes < 1 << 20 {
+        return Err(memcut::SizeError::BareBudget(t.to_owned()));
+    }
+    Ok(BudgetSpec::Bytes(bytes))
 }
 
 fn parse_headroom(s: &str) -> Result<Headroom, memcut::SizeError> {

@@ -199,7 +199,12 @@ fn analyze(args: &AnalyzeArgs) -> Exit {
         let report = match result {
             Ok(report) => report,
             Err(e) => {
-                eprintln!("memcut: error: {name}: {e}");
+                // A folder: say how to analyse what is in it.
+                let hint = match e {
+                    Error::IsDirectory => format!(" (for every trace in it: memcut batch {name})"),
+                    _ => String::new(),
+                };
+                eprintln!("memcut: error: {name}: {e}{hint}");
                 // `--at` naming no instant of the input is the caller's mistake.
                 exit = exit.and(if matches!(e, Error::Usage(_)) {
                     Exit::Usage

@@ -71,6 +71,10 @@ pub enum SizeError {
     /// (`--headroom 10`: ten bytes or ten percent?).
     #[error("`{0}` has no unit: write a percentage of the budget (`{0}%`) or a size (`{0}GiB`, `{0}MiB`)")]
     NoUnit(String),
+    /// A budget given as a bare number of bytes below a MiB (`--budget 40`:
+    /// forty bytes, where forty GiB was meant).
+    #[error("`{0}` has no unit and is under a MiB as bytes: write a size (`{0}GiB`, `{0}GB`) or a share of the peak (`{0}%`)")]
+    BareBudget(String),
 }
 
 /// Parses `80GiB`, `79.6GB`, `512MiB`, `1.5TB`, `4096` (bytes). Decimal units

@@ -91,7 +91,10 @@ fn empty_file() {
 
 #[test]
 fn directory_passed_as_a_file() {
-    fails_with(".", "is a directory, not a trace file");
+    fails_with(
+        ".",
+        "is a directory, not a trace file (for every trace in it: memcut batch .)",
+    );
 }
 
 #[test]

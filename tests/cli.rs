@@ -177,7 +177,7 @@ fn a_directory_is_not_a_trace() {
         .assert()
         .code(1)
         .stderr(predicate::str::contains(
-            "memcut: error: sample_traces: is a directory",
+            "memcut: error: sample_traces: is a directory, not a trace file (for every trace in it: memcut batch sample_traces)",
         ));
 }
 

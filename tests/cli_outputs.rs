@@ -272,6 +272,16 @@ fn flags_are_validated_with_clear_messages() {
         (&["--budget", "0"][..], 2, "the size must be greater than 0"),
         (&["--budget", "0GiB"], 2, "the size must be greater than 0"),
         (
+            &["--budget", "40"],
+            2,
+            "`40` has no unit and is under a MiB as bytes: write a size (`40GiB`, `40GB`) or a share of the peak (`40%`)",
+        ),
+        (
+            &["--what-if", "nope"],
+            2,
+            "unknown lever `nope` for --what-if (levers: free_kept_graph, inference_mode",
+        ),
+        (
             &["--budget", "-5GiB"],
             2,
             "`-5GiB`: a size cannot be negative",

@@ -64,6 +64,16 @@ fn exactness(s: &SegmentState) -> &'static str {
     }
 }
 
+/// "at" and the instant's label, once (`at peak`, `at oom 0`, and the
+/// label of `--at 50`, which is `at 50` already).
+fn at(label: &str) -> String {
+    if label.starts_with("at ") {
+        label.to_owned()
+    } else {
+        format!("at {label}")
+    }
+}
+
 /// One line: the allocator at the reported instant.
 pub fn text(out: &mut String, d: &DeviceReport) {
     let Some(s) = d.segments.as_ref().and_then(|v| v.instants.first()) else {
@@ -71,8 +81,8 @@ pub fn text(out: &mut String, d: &DeviceReport) {
     };
     let _ = writeln!(
         out,
-        "  allocator at {} ({}): {}",
-        s.label,
+        "  allocator {} ({}): {}",
+        at(&s.label),
         exactness(s),
         summary(s)
     );
@@ -169,16 +179,16 @@ fn segment_map(out: &mut String, d: &DeviceReport, s: &SegmentState, k: usize) {
     let height = ROW * shown.len() as f64 + 4.0;
     let _ = writeln!(
         out,
-        "<figure>\n<figcaption class=\"title\">Segment map at {} ({}): {}</figcaption>",
-        escape(&s.label),
+        "<figure>\n<figcaption class=\"title\">Segment map {} ({}): {}</figcaption>",
+        escape(&at(&s.label)),
         exactness(s),
         escape(&summary(s))
     );
     let _ = writeln!(
         out,
-        "<svg class=\"segments\" viewBox=\"0 0 {W} {height}\" width=\"{W}\" height=\"{height}\" role=\"img\" aria-label=\"Segments of {} at {}\">\n<defs><pattern id=\"{hatch}\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fff\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#9aa0a6\" stroke-width=\"2\"/></pattern></defs>",
+        "<svg class=\"segments\" viewBox=\"0 0 {W} {height}\" width=\"{W}\" height=\"{height}\" role=\"img\" aria-label=\"Segments of {} {}\">\n<defs><pattern id=\"{hatch}\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fff\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#9aa0a6\" stroke-width=\"2\"/></pattern></defs>",
         escape(&d.device),
-        escape(&s.label)
+        escape(&at(&s.label))
     );
     let mut present: Vec<Category> = Vec::new();
     let mut pending = false;

@@ -103,9 +103,14 @@ fn write_plan(out: &mut String, plan: &Plan) {
 
 fn device(out: &mut String, d: &DeviceReport) {
     let p = &d.peak;
+    // With `--at` the instant shown is not the peak: the headline says so.
+    let what = match &d.at {
+        Some(a) => format!("--at {}:", a.spec),
+        None => "peak".to_owned(),
+    };
     let _ = write!(
         out,
-        "\n{}: peak {} allocated at event {} ({})",
+        "\n{}: {what} {} allocated at event {} ({})",
         d.device,
         h(p.allocated_bytes),
         p.event_index,
