@@ -193,3 +193,27 @@ fn one_bad_file_does_not_stop_the_others() {
         String::from_utf8_lossy(&out.stderr).contains("memcut: error: no/such/file: cannot read")
     );
 }
+
+/// The README's first example is what the first command prints (issue 33,
+/// item 3: it had gone stale).
+#[test]
+fn the_readme_first_example_is_the_real_output() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme
+        .find("```text\nmemcut: sample_traces/train_adamw.snapshot.pickle.gz")
+        .expect("the first example")
+        + "```text\n".len();
+    let end = start + readme[start..].find("```").unwrap();
+    let out = memcut()
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "analyze",
+            "sample_traces/train_adamw.snapshot.pickle.gz",
+            "-f",
+            "text",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), &readme[start..end]);
+}
