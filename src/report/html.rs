@@ -174,7 +174,7 @@ fn device(out: &mut String, d: &DeviceReport) {
     if let Some(w) = &d.what_if {
         let _ = writeln!(
             out,
-            "<div class=\"what-if\"><p><b>What-if</b> {}</p>\n<ul>",
+            "<div class=\"what-if\"><p><b>What if</b> {}</p>\n<ul>",
             escape(&super::what_if_line(d, w))
         );
         for b in &w.because {

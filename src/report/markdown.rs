@@ -111,7 +111,7 @@ fn device(out: &mut String, d: &DeviceReport) {
         let _ = writeln!(out);
     }
     if let Some(w) = &d.what_if {
-        let _ = writeln!(out, "**What-if** {}\n", cell(&super::what_if_line(d, w)));
+        let _ = writeln!(out, "**What if** {}\n", cell(&super::what_if_line(d, w)));
         for b in &w.because {
             let _ = writeln!(out, "- {}", cell(b));
         }

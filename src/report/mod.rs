@@ -210,14 +210,14 @@ pub(crate) fn finding_line(f: &crate::schema::Finding) -> String {
     )
 }
 
-/// The what-if's headline (`what if inference_mode,autocast_no_cache: peak 30.0 MiB -> 6.5 MiB`),
+/// The what-if's headline after "what if" (`inference_mode,autocast_no_cache: peak 30.0 MiB → 6.5 MiB`),
 /// with `≈` when some lever was a factor.
 pub(crate) fn what_if_line(d: &DeviceReport, w: &crate::schema::WhatIf) -> String {
     let before =
         d.at.as_ref()
             .map_or(d.peak.allocated_bytes, |a| a.peak_allocated_bytes);
     format!(
-        "what if {}: peak {} → {}{} ({} {}, at event {})",
+        "{}: peak {} → {}{} ({} {}, at event {})",
         w.levers.join(","),
         h(before),
         if w.estimate { "≈ " } else { "" },

@@ -132,7 +132,7 @@ fn device(out: &mut String, d: &DeviceReport) {
         }
     }
     if let Some(w) = &d.what_if {
-        let _ = writeln!(out, "  {}", super::what_if_line(d, w));
+        let _ = writeln!(out, "  what if {}", super::what_if_line(d, w));
         for b in &w.because {
             let _ = writeln!(out, "    - {b}");
         }
