@@ -117,6 +117,11 @@ pub struct Row {
     /// One-line reason for `skipped`, `failed` and `partial` rows.
     #[serde(with = "empty_as_null")]
     pub error: String,
+    /// The device's findings as `kind=saving_bytes`, `;`-separated
+    /// (`graph_kept_alive=13680640;autograd_in_inference=23396352`); empty
+    /// for a clean run.
+    #[serde(default, with = "empty_as_null")]
+    pub findings: String,
     /// The rank of a distributed job this device's trace is, when known
     /// ([`ranks`]): in JSON Lines only (not a CSV column), absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -158,6 +163,7 @@ impl Row {
             verdict: String::new(),
             report: String::new(),
             error,
+            findings: String::new(),
             distributed: None,
             warnings: Vec::new(),
         }
@@ -172,7 +178,7 @@ impl Row {
 }
 
 /// The column names of [`render_csv`], in order.
-pub const COLUMNS: [&str; 10] = [
+pub const COLUMNS: [&str; 11] = [
     "file",
     "status",
     "format",
@@ -183,6 +189,7 @@ pub const COLUMNS: [&str; 10] = [
     "verdict",
     "report",
     "error",
+    "findings",
 ];
 
 /// Expands paths, folders (recursed, hidden entries skipped) and globs into
@@ -515,6 +522,12 @@ fn device_row(input: &Input, report: &Report, d: &DeviceReport, report_name: &st
             .map_or(String::new(), |plan| plan.verdict.as_str().to_owned()),
         report: report_name.to_owned(),
         error: String::new(),
+        findings: d
+            .findings
+            .iter()
+            .map(|f| format!("{}={}", f.kind.as_str(), f.saving_bytes))
+            .collect::<Vec<_>>()
+            .join(";"),
         distributed: ranks::rank_of(&input.display, report, d),
         warnings: Vec::new(),
     }
@@ -629,10 +642,32 @@ pub fn render_markdown(rows: &[Row]) -> String {
         t.files,
         if t.files == 1 { "" } else { "s" }
     );
-    let _ = writeln!(
-        out,
-        "| File | Status | Format | Device | Peak | Reserved | Top category | Verdict | Reason |\n|---|---|---|---|---:|---:|---|---|---|"
-    );
+    // Columns with nothing to say are left out: Verdict without a budget,
+    // Findings for clean runs, Reason when every file was read whole.
+    let verdicts = rows.iter().any(|r| !r.verdict.is_empty());
+    let findings = rows.iter().any(|r| !r.findings.is_empty());
+    let reasons = rows.iter().any(|r| !r.error.is_empty());
+    let mut head = vec![
+        "File",
+        "Status",
+        "Format",
+        "Device",
+        "Peak",
+        "Reserved",
+        "Top category",
+    ];
+    let mut rule = vec!["---", "---", "---", "---", "---:", "---:", "---"];
+    for (on, name) in [
+        (verdicts, "Verdict"),
+        (findings, "Findings"),
+        (reasons, "Reason"),
+    ] {
+        if on {
+            head.push(name);
+            rule.push("---");
+        }
+    }
+    let _ = writeln!(out, "| {} |\n|{}|", head.join(" | "), rule.join("|"));
     let cell = |s: &str| {
         s.replace('|', "\\|")
             .replace('<', "&lt;")
@@ -640,19 +675,25 @@ pub fn render_markdown(rows: &[Row]) -> String {
     };
     let bytes = |b: Option<u64>| b.map_or(String::new(), human_bytes);
     for r in rows {
-        let _ = writeln!(
-            out,
-            "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} |",
-            r.file.replace('`', "'").replace('|', "\\|"),
-            r.status.as_str(),
-            r.format,
+        let mut cells = vec![
+            format!("`{}`", r.file.replace('`', "'").replace('|', "\\|")),
+            r.status.as_str().to_owned(),
+            r.format.clone(),
             cell(&r.device),
             bytes(r.peak_bytes),
             bytes(r.reserved_bytes),
-            r.top_category,
-            r.verdict,
-            cell(&r.error)
-        );
+            r.top_category.clone(),
+        ];
+        if verdicts {
+            cells.push(r.verdict.clone());
+        }
+        if findings {
+            cells.push(findings_cell(&r.findings));
+        }
+        if reasons {
+            cells.push(cell(&r.error));
+        }
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
     }
     let _ = writeln!(
         out,
@@ -661,6 +702,22 @@ pub fn render_markdown(rows: &[Row]) -> String {
     );
     out.push_str(&ranks::render_markdown(rows));
     out
+}
+
+/// `graph_kept_alive=13680640;…` as `graph_kept_alive (saves 13.0 MiB), …`.
+fn findings_cell(findings: &str) -> String {
+    findings
+        .split(';')
+        .filter(|f| !f.is_empty())
+        .map(|f| match f.split_once('=') {
+            Some((kind, bytes)) => match bytes.parse::<u64>() {
+                Ok(b) => format!("{kind} (saves {})", human_bytes(b)),
+                Err(_) => kind.to_owned(),
+            },
+            None => f.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The summary as CSV (RFC 4180: header first, quoted where needed, bytes as integers).
@@ -680,6 +737,7 @@ pub fn render_csv(rows: &[Row]) -> String {
             csv_field(&r.verdict),
             csv_field(&r.report),
             csv_field(&r.error),
+            csv_field(&r.findings),
         ];
         out.push_str(&fields.join(","));
         out.push('\n');
@@ -797,6 +855,7 @@ mod tests {
             verdict: String::new(),
             report: String::new(),
             error: "a, \"quoted\" reason".into(),
+            findings: String::new(),
             distributed: None,
             warnings: Vec::new(),
         }
@@ -832,7 +891,7 @@ mod tests {
         let csv = render_csv(&rows);
         assert_eq!(
             csv.lines().nth(1).unwrap(),
-            "\"a,b.pickle\",ok,torch_snapshot,cuda:0,5,,,,,\"a, \"\"quoted\"\" reason\""
+            "\"a,b.pickle\",ok,torch_snapshot,cuda:0,5,,,,,\"a, \"\"quoted\"\" reason\","
         );
         let back: Row = serde_json::from_str(render_jsonl(&rows).trim_end()).unwrap();
         assert_eq!(back, rows[0]);

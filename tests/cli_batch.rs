@@ -195,7 +195,8 @@ fn csv_summary_parses_with_the_same_columns_on_every_row() {
             "top_category",
             "verdict",
             "report",
-            "error"
+            "error",
+            "findings"
         ]
     );
     assert_eq!(rows.len(), 1 + 6, "{text}");

@@ -104,6 +104,7 @@ mod tests {
             verdict: String::new(),
             report: String::new(),
             error: String::new(),
+            findings: String::new(),
             distributed: None,
             warnings: Vec::new(),
         }

@@ -494,6 +494,7 @@ mod tests {
             verdict: String::new(),
             report: String::new(),
             error: String::new(),
+            findings: String::new(),
             distributed: Some(RankOf {
                 rank,
                 world_size: world,
