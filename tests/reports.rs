@@ -431,3 +431,45 @@ fn dom_has_segment_map(page: &std::path::Path) -> bool {
     let html = std::fs::read_to_string(page).unwrap();
     html.contains("<svg class=\"segments\"") && html.contains("Segment map at oom 0")
 }
+
+/// Findings, the what-if and the plan that fixes findings first give the
+/// same bytes at 1 and 4 threads too (issue 31), on runs with every kind.
+#[test]
+fn findings_and_what_if_are_the_same_bytes_at_1_and_4_threads() {
+    let files = [
+        "sample_traces/pairs/tuned/kept_graph.gpt2.cold.waste.snapshot.pickle.gz",
+        "sample_traces/pairs/tuned/leak.tinylm.warm.waste.trace.json.gz",
+        "sample_traces/pairs/final/autocast.llama.cold.waste.trace.json.gz",
+    ];
+    let mut options = memcut::AnalyzeOptions::default();
+    options.plan.budget = Some(1 << 20);
+    options.plan.what_if = [
+        "free_kept_graph",
+        "inference_mode",
+        "drop_growing_refs",
+        "autocast_no_cache",
+        "halve_batch",
+    ]
+    .map(String::from)
+    .to_vec();
+    let render_all = |threads: usize| -> Vec<String> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            files
+                .iter()
+                .flat_map(|f| {
+                    let r = memcut::analyze_path(&manifest().join(f), &options).unwrap();
+                    assert!(!r.devices[0].findings.is_empty(), "{f}");
+                    FORMATS.map(|fmt| render(&r, fmt))
+                })
+                .collect()
+        })
+    };
+    assert!(
+        render_all(1) == render_all(4),
+        "output differs between 1 and 4 threads"
+    );
+}
