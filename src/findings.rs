@@ -95,8 +95,12 @@ impl FindingKind {
 struct Release {
     /// Position of the run's first free.
     at: u32,
-    /// Intervals it frees, in order.
+    /// The forward's tensors it frees, in order.
     freed: Vec<usize>,
+    /// The other tensors it frees at the same time (made outside a module's
+    /// forward: masks, position ids, …), but weights and caches: held by the
+    /// same reference, they go when it goes.
+    with: Vec<usize>,
     /// The site of its first free.
     site: SiteId,
 }
@@ -179,14 +183,26 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
             }
             Action::FreeCompleted => {
                 let i = freed_by[k];
-                if i != u32::MAX && forward(i as usize, &mut sites) {
+                if i == u32::MAX {
+                    continue;
+                }
+                let i = i as usize;
+                if forward(i, &mut sites) {
                     run.get_or_insert_with(|| Release {
                         at: k as u32 + 1,
                         freed: Vec::new(),
+                        with: Vec::new(),
                         site: e.site,
                     })
                     .freed
-                    .push(i as usize);
+                    .push(i);
+                } else if let Some(r) = run.as_mut() {
+                    if !matches!(
+                        cd.classes[i].category,
+                        Category::Parameter | Category::KvCache
+                    ) {
+                        r.with.push(i);
+                    }
                 }
             }
             _ => {}
@@ -490,11 +506,18 @@ fn kept_graph(
         if mirrored * 2 < total || (mirror_count as usize) < MIN_RELEASED {
             continue;
         }
-        // `del` before the next forward: freed where its first mirror is allocated.
-        for &i in &freed {
+        // `del` before the next forward: freed where its first mirror is
+        // allocated, with what the release freed beside them.
+        let with: Vec<usize> = r
+            .with
+            .iter()
+            .copied()
+            .filter(|i| !casts.contains(i))
+            .collect();
+        for &i in freed.iter().chain(&with) {
             fixed_ends.push((i, first.max(intervals[i].start)));
         }
-        kept.extend(freed.iter().copied());
+        kept.extend(freed.iter().chain(&with).copied());
         lines.push(format!(
             "{} tensors ({}) made by a forward pass were freed together at event {}, after the next forward pass had allocated {} tensors of the same sizes ({}){}",
             freed.len(),
@@ -681,6 +704,19 @@ fn autocast_cache<'r>(
             casts.extend(here);
         }
     }
+    // A cache copies each weight once: what only its size and a matmul
+    // show (no cast frame) and is made again at the same place (each
+    // forward's activations, in a run without autocast) is no copy.
+    let mut made: HashMap<(SiteId, u64), u32> = HashMap::new();
+    for &i in &casts {
+        *made
+            .entry((intervals[i].site, intervals[i].size))
+            .or_default() += 1;
+    }
+    casts.retain(|&i| {
+        let iv = &intervals[i];
+        cast_sites.explicit(iv.site) || made[&(iv.site, iv.size)] == 1
+    });
     // Copies of most of the weights, not a few coincidences of size.
     let weights: u32 = params.values().sum();
     if casts.len() < MIN_RELEASED || (casts.len() as u32) * 4 < weights {
