@@ -288,7 +288,8 @@ fn memory_growth(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> 
     // Per site, its instances in allocation order (an index difference
     // counts the allocations between them).
     let mut by_site: HashMap<SiteId, Vec<usize>> = HashMap::new();
-    let mut eligible: HashMap<SiteId, bool> = HashMap::new();
+    // Per site: 0 not read yet, 1 names a module, 2 does not.
+    let mut eligible = vec![0u8; sites.len()];
     for (k, (iv, c)) in intervals.iter().zip(&cd.classes).enumerate() {
         let kept_on_purpose = matches!(
             c.category,
@@ -297,17 +298,45 @@ fn memory_growth(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> 
         if iv.origin != crate::timeline::Origin::Traced || iv.site == 0 || kept_on_purpose {
             continue;
         }
-        if *eligible
-            .entry(iv.site)
-            .or_insert_with(|| named_module(iv.site))
-        {
+        let Some(e) = eligible.get_mut(iv.site as usize) else {
+            continue;
+        };
+        if *e == 0 {
+            *e = if named_module(iv.site) { 1 } else { 2 };
+        }
+        if *e == 1 {
             by_site.entry(iv.site).or_default().push(k);
         }
     }
-    if by_site.is_empty() {
+    // Growth needs a tensor alive when its line has run twice more; without
+    // one (most runs) the module calls are not read at all.
+    let outlives_two = |list: &Vec<usize>| {
+        list.windows(3)
+            .any(|w| intervals[w[0]].end > intervals[w[2]].start)
+    };
+    if !by_site.values().any(outlives_two) {
         return None;
     }
-    let module_calls = calls::Calls::new(sites, device)?;
+    // Only the innermost modules of the lines that may grow are read.
+    let inner_modules: std::collections::HashSet<crate::model::StrId> = by_site
+        .iter()
+        .filter(|(_, list)| outlives_two(list))
+        .filter_map(|(&site, _)| {
+            sites
+                .frames(site)
+                .iter()
+                .find(|f| sites.str(f.name).starts_with("nn.Module: "))
+                .map(|f| f.name)
+        })
+        .collect();
+    by_site.retain(|&site, _| {
+        sites
+            .frames(site)
+            .iter()
+            .find(|f| sites.str(f.name).starts_with("nn.Module: "))
+            .is_some_and(|f| inner_modules.contains(&f.name))
+    });
+    let module_calls = calls::Calls::only(sites, device, &inner_modules)?;
     let mut lines: Vec<(u64, SiteId, usize, usize)> = Vec::new();
     let mut grown_by_site: Vec<(SiteId, Vec<usize>, Vec<u32>)> = Vec::new();
     let mut keys: Vec<SiteId> = by_site.keys().copied().collect();

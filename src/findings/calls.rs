@@ -44,6 +44,24 @@ impl Calls {
     /// Reads the module calls off a device's allocations; `None` when no
     /// stack names a module.
     pub fn new(sites: &Sites, device: &DeviceTrace) -> Option<Calls> {
+        Calls::of(sites, device, None)
+    }
+
+    /// [`Calls::new`] for the calls of the modules in `only` (cheaper: a
+    /// deep stack names a dozen modules per allocation).
+    pub fn only(
+        sites: &Sites,
+        device: &DeviceTrace,
+        only: &std::collections::HashSet<StrId>,
+    ) -> Option<Calls> {
+        Calls::of(sites, device, Some(only))
+    }
+
+    fn of(
+        sites: &Sites,
+        device: &DeviceTrace,
+        only: Option<&std::collections::HashSet<StrId>>,
+    ) -> Option<Calls> {
         let mut chains: HashMap<SiteId, Vec<StrId>> = HashMap::new();
         let mut alloc_sites = Vec::new();
         let mut positions = Vec::new();
@@ -60,6 +78,7 @@ impl Calls {
                     .frames(e.site)
                     .iter()
                     .filter(|f| sites.str(f.name).starts_with("nn.Module: "))
+                    .filter(|f| only.is_none_or(|o| o.contains(&f.name)))
                     .map(|f| f.name)
                     .collect()
             });
