@@ -703,6 +703,11 @@ fn oom_verdict(
 /// by bucket: each bucket keeps the position of its largest total (so every
 /// local maximum, and the peak, survive). `peak_x` marks `shown`: the peak,
 /// or the `--at` instant the report shows instead.
+/// Positions per plotted point: each point is the highest of its bucket.
+pub fn plot_bucket(positions: usize, points: usize) -> usize {
+    positions.div_ceil(points.max(1)).max(1)
+}
+
 fn timeline_series(
     device: &DeviceTrace,
     tl: &DeviceTimeline,
@@ -719,7 +724,7 @@ fn timeline_series(
             p as f64
         }
     };
-    let bucket = positions.div_ceil(points.max(1)).max(1);
+    let bucket = plot_bucket(positions, points);
     let mut out = TimelineSeries {
         x_unit: if has_ts { "time_us" } else { "event_index" }.into(),
         ..TimelineSeries::default()

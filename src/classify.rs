@@ -400,7 +400,7 @@ fn frame_facts(sites: &Sites, frame: &Frame) -> FrameFacts {
         || has("CompiledFunction(Backward)")
         || (file.contains("torch/autograd/") && name == "backward")
         || (file.contains("torch/_tensor.py") && name.contains("backward"));
-    f.forward |= name.starts_with("nn.Module:")
+    f.forward |= is_module_frame(name)
         || has("torch/nn/functional.py")
         || name.contains("_call_impl")
         || name == "forward"
@@ -422,7 +422,7 @@ fn frame_facts(sites: &Sites, frame: &Frame) -> FrameFacts {
         || file == "python_function"
         || name.contains(".py(")
         || name.starts_with("<built-in")
-        || name.starts_with("nn.Module:");
+        || is_module_frame(name);
     f.data_loading |= has("DataLoader") || has("dataloader.py") || has("collate");
     f.kv_cache |= has("cache_utils")
         || has("past_key")
@@ -460,6 +460,21 @@ pub fn frees_a_graph(name: &str) -> bool {
         || name.contains("SavedVariable::reset_data")
         || name.contains("deleteNode")
         || (name.contains("Backward") && name.contains("::~"))
+}
+
+/// Whether a frame names a module instance, as the profiler's stacks do
+/// (`nn.Module: Block_1`): one call of that module allocated below it.
+pub fn is_module_frame(name: &str) -> bool {
+    name.starts_with("nn.Module:")
+}
+
+/// The innermost module instance a site's frames name, if any.
+pub fn innermost_module(sites: &Sites, site: SiteId) -> Option<StrId> {
+    sites
+        .frames(site)
+        .iter()
+        .find(|f| is_module_frame(sites.str(f.name)))
+        .map(|f| f.name)
 }
 
 /// A user rule (from `--rules FILE`, a JSON list), tried before the built-in ones.

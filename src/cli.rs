@@ -184,11 +184,15 @@ fn parse_budget(s: &str) -> Result<BudgetSpec, memcut::SizeError> {
     }
     let bytes = memcut::parse_positive_size(s)?;
     // A bare number is bytes; under a MiB nobody means bytes.
-    let bare = t.chars().all(|c| c.is_ascii_digit() || c == '.');
-    if bare && bytes < 1 << 20 {
+    if is_bare_number(t) && bytes < 1 << 20 {
         return Err(memcut::SizeError::BareBudget(t.to_owned()));
     }
     Ok(BudgetSpec::Bytes(bytes))
+}
+
+/// A number without a unit (`40`, `0.5`).
+fn is_bare_number(t: &str) -> bool {
+    !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.')
 }
 
 fn parse_headroom(s: &str) -> Result<Headroom, memcut::SizeError> {
@@ -196,8 +200,7 @@ fn parse_headroom(s: &str) -> Result<Headroom, memcut::SizeError> {
     if t.starts_with('-') {
         return Err(memcut::SizeError::Negative(s.to_owned()));
     }
-    let bare = !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.');
-    if bare && t.parse::<f64>().is_ok_and(|v| v != 0.0) {
+    if is_bare_number(t) && t.parse::<f64>().is_ok_and(|v| v != 0.0) {
         return Err(memcut::SizeError::NoUnit(t.to_owned()));
     }
     Headroom::parse(t)

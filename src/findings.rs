@@ -86,6 +86,23 @@ impl FindingKind {
         }
     }
 
+    /// What to do to fix it, as a plan step says it.
+    pub fn action(self) -> &'static str {
+        match self {
+            FindingKind::GraphKeptAlive => "drop the reference to the previous output before the next forward (`del out`, or keep `.item()` / `.detach()` of it), so its autograd graph is freed",
+            FindingKind::AutogradInInference => "run the forward under `torch.inference_mode()` (or `torch.no_grad()`)",
+            FindingKind::AutocastWeightCache => "use `torch.autocast(..., cache_enabled=False)`, or cast the model to bf16 when the accuracy allows",
+            FindingKind::MemoryGrowth => "keep only what later code needs of each run's tensors (`.item()`, `.detach().cpu()`, a reduction), not the tensors themselves",
+        }
+    }
+
+    /// Why the fix's saving is an estimate, when its model is one.
+    pub fn estimate_reason(self) -> Option<&'static str> {
+        (self == FindingKind::AutogradInInference).then_some(
+            "when each tensor would be freed without autograd is estimated: the trace records no data flow",
+        )
+    }
+
     /// The kind a lever name fixes, if it is a finding's lever.
     pub fn for_lever(lever: &str) -> Option<FindingKind> {
         FindingKind::ALL.into_iter().find(|k| k.lever() == lever)
@@ -117,31 +134,21 @@ impl Release {
     }
 }
 
-/// The phases of sites, as classification read their frames.
-struct SiteCache<'a> {
-    facts: &'a [SiteFacts],
-}
-
-impl SiteCache<'_> {
-    fn phase(&mut self, site: SiteId) -> Phase {
-        self.facts
-            .get(site as usize)
-            .map_or(Phase::Unknown, SiteFacts::phase)
-    }
-}
-
 /// The findings on one device, in a fixed order (kept graph, autograd in
 /// inference, autocast cache).
 pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<Found> {
     let replay = &cd.timeline.replay;
     let intervals = &replay.intervals;
-    let mut sites = SiteCache {
-        facts: &cd.site_facts,
+    // Sites' phases, as classification read their frames.
+    let phase = |site: SiteId| {
+        cd.site_facts
+            .get(site as usize)
+            .map_or(Phase::Unknown, SiteFacts::phase)
     };
     let training = device.events.iter().any(|e| {
         matches!(e.action, Action::Alloc | Action::FreeCompleted)
             && matches!(
-                sites.phase(e.site),
+                phase(e.site),
                 Phase::Backward | Phase::Optimizer | Phase::ZeroGrad
             )
     });
@@ -168,12 +175,12 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
         .filter(|(_, e)| e.action == Action::Alloc)
         .map(|(k, _)| k as u32 + 1)
         .collect();
-    let forward = |i: usize, sites: &mut SiteCache| {
+    let forward = |i: usize| {
         let iv = &intervals[i];
         !matches!(
             cd.classes[i].category,
             Category::Parameter | Category::KvCache | Category::Input
-        ) && (iv.origin.is_baseline() || sites.phase(iv.site) == Phase::Forward)
+        ) && (iv.origin.is_baseline() || phase(iv.site) == Phase::Forward)
     };
     let mut releases = Vec::new();
     let mut run: Option<Release> = None;
@@ -188,7 +195,7 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
                     continue;
                 }
                 let i = i as usize;
-                if forward(i, &mut sites) {
+                if forward(i) {
                     run.get_or_insert_with(|| Release {
                         at: k as u32 + 1,
                         freed: Vec::new(),

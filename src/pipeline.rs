@@ -13,7 +13,7 @@ use crate::plan::facts::{FactsInput, Mode, RunFacts};
 use crate::plan::levers::{parse_levers, Lever, LeversError};
 use crate::plan::pools::{Overlay, OverlayInput};
 use crate::plan::whatif;
-use crate::schema::{Finding, FindingKind, WhatIf};
+use crate::schema::{Finding, WhatIf};
 use crate::schema::{Report, SourceInfo};
 use crate::timeline::Replay;
 use crate::{analysis, findings, input, plan};
@@ -186,32 +186,28 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
         if let Some(overlay) = demand.overlay() {
             facts.complete(&demand.max_by_pool(), overlay, &d.peak.allocations);
         }
-        // The findings' fixes, in order, each with the demand once it and
-        // those before it are applied.
-        let fixes: Vec<plan::Fix> = {
-            let input = whatif::Input {
-                timeline: &cd.timeline,
-                classes: &cd.classes,
-                findings: &found,
-                demand: Some(&demand),
-                catalogue: &[],
-            };
-            let mut levers = Vec::new();
-            d.findings
-                .iter()
-                .map(|f| {
-                    levers.push(f.fix.clone());
-                    plan::Fix {
-                        lever: f.fix.clone(),
-                        action: fix_action(f.kind),
-                        because: f.evidence.first().cloned().unwrap_or_default(),
-                        estimate_reason: (f.kind == FindingKind::AutogradInInference).then(|| {
-                            "when each tensor would be freed without autograd is estimated: the trace records no data flow".to_owned()
-                        }),
-                        demand: Demand::from_rows(whatif::fixed_rows(&input, &demand, &levers)),
-                    }
-                })
-                .collect()
+        // The findings' fixes, in order; the demand with the first k+1 of
+        // them applied is made when the plan tries the k-th.
+        let fixes: Vec<plan::Fix> = d
+            .findings
+            .iter()
+            .map(|f| plan::Fix {
+                lever: f.fix.clone(),
+                action: f.kind.action().to_owned(),
+                because: f.evidence.first().cloned().unwrap_or_default(),
+                estimate_reason: f.kind.estimate_reason().map(str::to_owned),
+            })
+            .collect();
+        let fix_input = whatif::Input {
+            timeline: &cd.timeline,
+            classes: &cd.classes,
+            findings: &found,
+            demand: Some(&demand),
+            catalogue: &[],
+        };
+        let fixed_demand = |k: usize| {
+            let levers: Vec<String> = fixes[..=k].iter().map(|f| f.lever.clone()).collect();
+            Demand::from_rows(whatif::fixed_rows(&fix_input, &demand, &levers))
         };
         let describe = |p: usize| analysis::describe_position(trace, device, p);
         let input = plan::PlanInput {
@@ -219,6 +215,7 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
             facts: &facts,
             describe: &describe,
             fixes: &fixes,
+            fixed_demand: &fixed_demand,
         };
         d.plan = plan::plan_for(d, &input, &options.plan);
     }
@@ -227,27 +224,16 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
 }
 
 /// A curve over positions on the report's plotted points: the largest
-/// value of each bucket of positions, as `analysis` buckets the timeline.
+/// value of each bucket of positions, the timeline's buckets.
 fn plotted(curve: &[u64], points: usize) -> Vec<u64> {
     if points == 0 || curve.is_empty() {
         return Vec::new();
     }
-    let bucket = curve.len().div_ceil(points).max(1);
+    let bucket = analysis::plot_bucket(curve.len(), points);
     curve
         .chunks(bucket)
         .map(|c| c.iter().copied().max().unwrap_or(0))
         .collect()
-}
-
-/// What to do to fix a finding, as a plan step says it.
-fn fix_action(kind: FindingKind) -> String {
-    match kind {
-        FindingKind::GraphKeptAlive => "drop the reference to the previous output before the next forward (`del out`, or keep `.item()` / `.detach()` of it), so its autograd graph is freed",
-        FindingKind::AutogradInInference => "run the forward under `torch.inference_mode()` (or `torch.no_grad()`)",
-        FindingKind::AutocastWeightCache => "use `torch.autocast(..., cache_enabled=False)`, or cast the model to bf16 when the accuracy allows",
-        FindingKind::MemoryGrowth => "keep only what later code needs of each run's tensors (`.item()`, `.detach().cpu()`, a reduction), not the tensors themselves",
-    }
-    .to_owned()
 }
 
 /// Whether [`plan::plan_for`] can find a budget for a device: one given,

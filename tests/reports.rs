@@ -138,11 +138,7 @@ fn sample_reports_match_their_golden_files() {
 #[test]
 fn reports_are_the_same_bytes_at_1_and_4_threads() {
     let render_all = |threads: usize| -> Vec<String> {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
+        on_threads(threads, || {
             samples()
                 .iter()
                 .flat_map(|p| {
@@ -158,6 +154,15 @@ fn reports_are_the_same_bytes_at_1_and_4_threads() {
     for (a, b) in one.iter().zip(&four) {
         assert!(a == b, "output differs between 1 and 4 threads");
     }
+}
+
+/// Runs `f` on a rayon pool of `threads` threads.
+fn on_threads<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
+        .install(f)
 }
 
 /// Every sample trace (`sample_traces/*.gz`), sorted.
@@ -453,11 +458,7 @@ fn findings_and_what_if_are_the_same_bytes_at_1_and_4_threads() {
     .map(String::from)
     .to_vec();
     let render_all = |threads: usize| -> Vec<String> {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
+        on_threads(threads, || {
             files
                 .iter()
                 .flat_map(|f| {

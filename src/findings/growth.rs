@@ -4,7 +4,8 @@ use std::collections::HashMap;
 
 use super::{calls, holder, Found};
 use crate::analysis::ClassifiedDevice;
-use crate::model::{Category, DeviceTrace, SiteId, Sites, Trace};
+use crate::classify::innermost_module;
+use crate::model::{Category, DeviceTrace, SiteId, Sites, StrId, Trace};
 use crate::schema::FindingKind;
 use crate::units::human_bytes;
 
@@ -27,17 +28,11 @@ pub(super) fn memory_growth(
 ) -> Option<Found> {
     let intervals = &cd.timeline.replay.intervals;
     let sites = &trace.sites;
-    let named_module = |site: SiteId| {
-        sites
-            .frames(site)
-            .iter()
-            .any(|f| sites.str(f.name).starts_with("nn.Module: "))
-    };
     // Per site, its instances in allocation order (an index difference
-    // counts the allocations between them).
+    // counts the allocations between them), and the innermost module it
+    // names (sites that name none are not read: see above).
     let mut by_site: HashMap<SiteId, Vec<usize>> = HashMap::new();
-    // Per site: 0 not read yet, 1 names a module, 2 does not.
-    let mut eligible = vec![0u8; sites.len()];
+    let mut module_of: Vec<Option<Option<StrId>>> = vec![None; sites.len()];
     for (k, (iv, c)) in intervals.iter().zip(&cd.classes).enumerate() {
         let kept_on_purpose = matches!(
             c.category,
@@ -46,44 +41,32 @@ pub(super) fn memory_growth(
         if iv.origin != crate::timeline::Origin::Traced || iv.site == 0 || kept_on_purpose {
             continue;
         }
-        let Some(e) = eligible.get_mut(iv.site as usize) else {
+        let Some(m) = module_of.get_mut(iv.site as usize) else {
             continue;
         };
-        if *e == 0 {
-            *e = if named_module(iv.site) { 1 } else { 2 };
-        }
-        if *e == 1 {
+        if m.get_or_insert_with(|| innermost_module(sites, iv.site))
+            .is_some()
+        {
             by_site.entry(iv.site).or_default().push(k);
         }
     }
     // Growth needs a tensor alive when its line has run twice more; without
-    // one (most runs) the module calls are not read at all.
+    // one (most runs) the module calls are not read at all, and then only
+    // the innermost modules of the lines that may grow.
     let outlives_two = |list: &Vec<usize>| {
         list.windows(3)
             .any(|w| intervals[w[0]].end > intervals[w[2]].start)
     };
-    if !by_site.values().any(outlives_two) {
-        return None;
-    }
-    // Only the innermost modules of the lines that may grow are read.
-    let inner_modules: std::collections::HashSet<crate::model::StrId> = by_site
+    let module = |site: SiteId| module_of[site as usize].flatten();
+    let inner_modules: std::collections::HashSet<StrId> = by_site
         .iter()
         .filter(|(_, list)| outlives_two(list))
-        .filter_map(|(&site, _)| {
-            sites
-                .frames(site)
-                .iter()
-                .find(|f| sites.str(f.name).starts_with("nn.Module: "))
-                .map(|f| f.name)
-        })
+        .filter_map(|(&site, _)| module(site))
         .collect();
-    by_site.retain(|&site, _| {
-        sites
-            .frames(site)
-            .iter()
-            .find(|f| sites.str(f.name).starts_with("nn.Module: "))
-            .is_some_and(|f| inner_modules.contains(&f.name))
-    });
+    if inner_modules.is_empty() {
+        return None;
+    }
+    by_site.retain(|&site, _| module(site).is_some_and(|m| inner_modules.contains(&m)));
     let module_calls = calls::Calls::only(sites, device, &inner_modules)?;
     let mut lines: Vec<(u64, SiteId, usize, usize)> = Vec::new();
     let mut grown_by_site: Vec<(SiteId, Vec<usize>, Vec<u32>)> = Vec::new();

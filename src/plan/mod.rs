@@ -246,10 +246,12 @@ pub struct PlanInput<'d> {
     pub facts: &'d RunFacts,
     /// Names a position (`event N (phase)`).
     pub describe: &'d dyn Fn(usize) -> String,
-    /// The findings' fixes, in order, each with the demand once it and
-    /// those before it are applied: tried before any lever (they cost
+    /// The findings' fixes, in order: tried before any lever (they cost
     /// nothing), one at a time until the peak fits.
     pub fixes: &'d [Fix],
+    /// The demand once fixes `0..=k` are applied, made only for the fixes
+    /// the plan tries (a table of every position: see `whatif::fixed_rows`).
+    pub fixed_demand: &'d dyn Fn(usize) -> Demand<'static>,
 }
 
 /// A finding's fix as a plan step (see [`PlanInput::fixes`]).
@@ -260,8 +262,12 @@ pub struct Fix {
     pub because: String,
     /// Why its saving is an estimate, if it is.
     pub estimate_reason: Option<String>,
-    /// The demand with this fix and the ones before it applied.
-    pub demand: Demand<'static>,
+}
+
+/// [`PlanInput::fixed_demand`] where there are no fixes.
+#[cfg(test)]
+pub fn no_fixed_demand(_: usize) -> Demand<'static> {
+    unreachable!("no fixes to apply")
 }
 
 /// Plans one device: runs [`plan_timeline_cuts`] against budget − headroom
@@ -277,13 +283,15 @@ pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions
     let mut decisions: Vec<Decision> = Vec::new();
     let mut fix_steps = Vec::new();
     let mut estimates = Vec::new();
-    let mut demand = input.demand;
+    let mut fixed_demand: Option<Demand<'static>> = None;
+    let mut applied_demand: Option<Demand<'static>> = None;
     let (mut peak, mut pos) = (peak_before, pos_before);
-    for fix in input.fixes {
+    for (k, fix) in input.fixes.iter().enumerate() {
         if peak <= target {
             break;
         }
-        let (after, at) = fix.demand.peak(&[1.0; NPOOL]);
+        let tried = fixed_demand.insert((input.fixed_demand)(k));
+        let (after, at) = tried.peak(&[1.0; NPOOL]);
         if peak.saturating_sub(after) < min_step {
             continue;
         }
@@ -308,9 +316,10 @@ pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions
             because: fix.because.clone(),
             condition: None,
         });
-        demand = &fix.demand;
+        applied_demand = fixed_demand.take();
         (peak, pos) = (after, at);
     }
+    let demand: &Demand = applied_demand.as_ref().unwrap_or(input.demand);
     let fixed = levers.len();
     decisions.extend(catalogue.iter().map(|l| decide(l, input.facts)));
     levers.extend(catalogue);
@@ -768,6 +777,7 @@ mod tests {
             facts,
             describe: &describe,
             fixes: &[],
+            fixed_demand: &no_fixed_demand,
         };
         let budget = Budget {
             bytes: budget,

@@ -272,7 +272,7 @@ proptest! {
         };
         let facts = RunFacts::for_tests(Some(Mode::Training));
         let describe = |p: usize| format!("p{p}");
-        let input = PlanInput { demand: &demand, facts: &facts, describe: &describe, fixes: &[] };
+        let input = PlanInput { demand: &demand, facts: &facts, describe: &describe, fixes: &[], fixed_demand: &super::no_fixed_demand };
         let p = plan_device(&input, &Budget { bytes: target, source: "test".into() }, &options);
         prop_assert_eq!(p.target_bytes, target);
         prop_assert_eq!(p.estimated_peak_bytes, cuts.estimated_peak_bytes);
@@ -309,7 +309,7 @@ proptest! {
         };
         let facts = RunFacts::for_tests(mode);
         let describe = |p: usize| format!("p{p}");
-        let input = PlanInput { demand: &demand, facts: &facts, describe: &describe, fixes: &[] };
+        let input = PlanInput { demand: &demand, facts: &facts, describe: &describe, fixes: &[], fixed_demand: &super::no_fixed_demand };
         let p = plan_device(&input, &Budget { bytes: target, source: "test".into() }, &options);
         prop_assert!(p.steps.is_empty());
         prop_assert_eq!(p.verdict, Verdict::DoesNotFit);

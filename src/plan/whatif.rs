@@ -62,15 +62,17 @@ pub fn check_what_if(names: &[String], levers: Option<&[Lever]>) -> Result<(), S
         Some(l) => lever_names(l),
         None => lever_names(&super::levers::catalogue(1, true)),
     };
-    for name in names {
-        if !known.contains(name) {
-            return Err(format!(
-                "unknown lever `{name}` for --what-if (levers: {})",
-                known.join(", ")
-            ));
-        }
+    match names.iter().find(|n| !known.contains(n)) {
+        Some(name) => Err(unknown_lever(name, &known)),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+fn unknown_lever(name: &str, known: &[String]) -> String {
+    format!(
+        "unknown lever `{name}` for --what-if (levers: {})",
+        known.join(", ")
+    )
 }
 
 /// The levers of a what-if, resolved: where each changed allocation is
@@ -137,10 +139,7 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
                 scales.join(", ")
             ));
         } else {
-            return Err(format!(
-                "unknown lever `{name}` for --what-if (levers: {})",
-                lever_names(input.catalogue).join(", ")
-            ));
+            return Err(unknown_lever(name, &lever_names(input.catalogue)));
         }
     }
     Ok(out)

@@ -13,7 +13,7 @@ pub mod text;
 
 use crate::model::Category;
 use crate::schema::{BeforeRecordingPart, DeviceReport, Peak, Plan, PlanStep, Report, Verdict};
-use crate::units::{human_bytes, human_bytes as h, human_duration_us, percent};
+use crate::units::{human_bytes, human_duration_us, percent};
 
 /// Output formats of a report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -202,11 +202,11 @@ pub(crate) fn finding_line(f: &crate::schema::Finding) -> String {
     format!(
         "{}: {} at the peak; fix {}: peak {} → {} (saves {})",
         f.kind.as_str(),
-        h(f.bytes_at_peak),
+        human_bytes(f.bytes_at_peak),
         f.fix,
-        h(f.peak_after_bytes + f.saving_bytes),
-        h(f.peak_after_bytes),
-        h(f.saving_bytes)
+        human_bytes(f.peak_after_bytes + f.saving_bytes),
+        human_bytes(f.peak_after_bytes),
+        human_bytes(f.saving_bytes)
     )
 }
 
@@ -219,15 +219,15 @@ pub(crate) fn what_if_line(d: &DeviceReport, w: &crate::schema::WhatIf) -> Strin
     format!(
         "{}: peak {} → {}{} ({} {}, at event {})",
         w.levers.join(","),
-        h(before),
+        human_bytes(before),
         if w.estimate { "≈ " } else { "" },
-        h(w.peak_allocated_bytes),
+        human_bytes(w.peak_allocated_bytes),
         if w.peak_allocated_bytes <= before {
             "saves"
         } else {
             "adds"
         },
-        h(before.abs_diff(w.peak_allocated_bytes)),
+        human_bytes(before.abs_diff(w.peak_allocated_bytes)),
         w.peak_event_index
     )
 }
