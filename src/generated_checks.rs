@@ -69,7 +69,11 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+        // 300 cases, or `PROPTEST_CASES` for a longer run.
+        #![proptest_config(ProptestConfig {
+            cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(300),
+            ..ProptestConfig::default()
+        })]
         /// The plain path, the fast paths (whole and trickled) and the
         /// read-ahead path give the same trace or error, and the analysis a
         /// report or a one-line error. (The fuzz target `snapshot` runs the

@@ -716,6 +716,15 @@ impl Sites {
         id
     }
 
+    /// A new site of `frames` that no other list of the same frames shares
+    /// (a reader marks a site this way to check later whether the trace
+    /// uses it).
+    pub(crate) fn site_apart(&mut self, frames: &[Frame]) -> SiteId {
+        let id = self.sites.len() as SiteId;
+        self.sites.push(frames.into());
+        id
+    }
+
     pub fn str(&self, id: StrId) -> &str {
         &self.strings[id as usize]
     }

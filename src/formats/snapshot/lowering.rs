@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::super::pickle::{Handle, Hook, Item, Lowered, Records, Value};
 use super::allocator_state::{self, BlockFields, SegmentFields};
@@ -38,9 +38,12 @@ pub(super) struct EntryLowering {
     frame_handles: FxHashMap<Frame, Handle>,
     /// `addr`/`size`/`device_free` values that are negative or not integers.
     pub(super) bad_numbers: u64,
-    /// Items of `frames` lists that are trace entries (dicts with an
-    /// `action`), not frames: the snapshot is refused (see [`build_trace`]).
-    pub(super) entries_in_frames: u64,
+    /// The sites of `frames` lists that hold a trace entry (a dict with an
+    /// `action`), not only frames, each a site of its own: a snapshot whose
+    /// events or blocks use one is refused (see [`build_trace`]). Only the
+    /// sites the trace uses count: a list in a value a later key replaced
+    /// is no part of the snapshot.
+    pub(super) sites_with_entries: FxHashSet<SiteId>,
     /// Entries lowered by the fast paths ([`Records`]) straight from the
     /// pickle's bytes: the benchmark shapes' tests require all of them.
     pub(super) in_place: u64,
@@ -415,6 +418,7 @@ impl EntryLowering {
             }
         }
         let mut resolved = Vec::with_capacity(items.len());
+        let mut holds_an_entry = false;
         for item in items.iter() {
             match item {
                 Value::Handle(h) => match h.lowered() {
@@ -422,7 +426,7 @@ impl EntryLowering {
                     // The lowered first batch of a list appended to more than once.
                     Lowered::Site(site) => resolved.extend_from_slice(self.sites.frames(site)),
                     Lowered::Event(_) | Lowered::Events(_) | Lowered::Skipped => {
-                        self.entries_in_frames += 1
+                        holds_an_entry = true
                     }
                     // A block or segment dict read as a frame: the empty
                     // frame (they have no `filename`, `name` or `line`).
@@ -447,7 +451,13 @@ impl EntryLowering {
                 _ => {}
             }
         }
-        let site = self.sites.intern_site(&resolved);
+        let site = if holds_an_entry {
+            let site = self.sites.site_apart(&resolved);
+            self.sites_with_entries.insert(site);
+            site
+        } else {
+            self.sites.intern_site(&resolved)
+        };
         *items = vec![Value::Handle(Handle::site(site))];
         site
     }

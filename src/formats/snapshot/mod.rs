@@ -23,7 +23,7 @@ use std::io::BufRead;
 
 use super::pickle::{self, Limits, Value};
 use crate::error::{Error, Result};
-use crate::model::{Annotation, DeviceTrace, Diagnostic, Event, Format, Segment, Trace};
+use crate::model::{Annotation, DeviceTrace, Diagnostic, Event, Format, Segment, SiteId, Trace};
 
 mod allocator_state;
 mod lowering;
@@ -166,7 +166,18 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
                 .push(fields.segment);
         }
     }
-    if lowering.entries_in_frames > 0 {
+    let uses_an_entry_site = |site: SiteId| lowering.sites_with_entries.contains(&site);
+    if !lowering.sites_with_entries.is_empty()
+        && (per_device
+            .iter()
+            .flatten()
+            .any(|e| uses_an_entry_site(e.site))
+            || segs_by_device
+                .values()
+                .flatten()
+                .flat_map(|s| &s.blocks)
+                .any(|b| uses_an_entry_site(b.site)))
+    {
         // PyTorch writes frames as `{filename, line, name}`; an entry there
         // is no traceback memcut can attribute (and was once misread as one).
         return Err(Error::Schema(

@@ -168,6 +168,45 @@ pub(crate) mod record_tests {
         101, 101, 117, 46,
     ];
 
+    /// A live block whose `frames` list holds a trace entry is refused
+    /// where the snapshot has it, and is no part of the snapshot where a
+    /// repeated `segments` key replaced its list (`pickle.loads` keeps the
+    /// last value): every path reads that as if it were never there, also
+    /// the one that reads blocks after the parse (the proptest case of
+    /// issue 33, shrunk, was this).
+    #[test]
+    fn an_entry_in_frames_counts_only_where_the_snapshot_keeps_it() {
+        use crate::formats::pickle::writer::{dumps, Py};
+        let entry = Py::dict([("action", Py::str("free_requested"))]);
+        let block = Py::dict([
+            ("size", Py::Int(512)),
+            ("state", Py::str("active_allocated")),
+            ("frames", Py::List(vec![entry])),
+        ]);
+        let segment = Py::dict([
+            ("device", Py::Int(0)),
+            ("address", Py::Int(4096)),
+            ("total_size", Py::Int(1024)),
+            ("blocks", Py::List(vec![block])),
+        ]);
+        let snapshot = |replaced: bool| {
+            let mut pairs = vec![(Py::str("segments"), Py::List(vec![segment.clone()]))];
+            if replaced {
+                pairs.push((Py::str("segments"), Py::List(vec![])));
+            }
+            pairs.push((Py::str("device_traces"), Py::List(vec![Py::List(vec![])])));
+            dumps(&Py::Dict(pairs), 4)
+        };
+        let kept = generate::all_ways(&snapshot(false));
+        assert!(
+            kept.as_ref()
+                .is_err_and(|e| e.contains("holds a trace entry")),
+            "{kept:?}"
+        );
+        let replaced = generate::all_ways(&snapshot(true));
+        assert!(replaced.is_ok(), "{replaced:?}");
+    }
+
     #[test]
     fn an_entry_in_its_own_frames_is_no_panic() {
         both_ways(SELF_FRAMED_ENTRY, "self-framed entry");
