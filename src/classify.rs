@@ -88,10 +88,16 @@ impl From<Builtin> for Rule {
     }
 }
 
-/// Declares the built-in rules and their names (the names are in reports).
+/// Declares the built-in rules: each rule's name (in reports), the category
+/// it gives (`None`: the file states it), the phase it saw the allocation
+/// made in (`None`: none observed) and how it knows. The one place a rule's
+/// meaning is written: everything else asks the rule.
 macro_rules! builtin_rules {
-    ($($(#[$doc:meta])* $rule:ident = $name:literal,)*) => {
-        /// The built-in rules, in the order [`classify`] tries them.
+    ($($(#[$doc:meta])* $rule:ident = $name:literal, $category:expr, $phase:expr, $provenance:expr;)*) => {
+        /// The built-in rules. `classify_one` tries them as a decision tree
+        /// (user rules first, then the file's own category, the framework's
+        /// buffers, memory from before recording, then by the phase of the
+        /// allocation); this lists them grouped the same way.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum Builtin {
             $($(#[$doc])* $rule,)*
@@ -107,126 +113,168 @@ macro_rules! builtin_rules {
                 }
             }
 
-            /// Whether the rule infers rather than observes (`inferred_…`).
-            pub fn infers(self) -> bool {
-                self.as_str().starts_with("inferred_")
+            /// The category the rule gives; `None` for the file's own
+            /// (`category_from_file`).
+            pub fn category(self) -> Option<Category> {
+                match self {
+                    $(Builtin::$rule => $category,)*
+                }
             }
 
-            /// Whether the rule classifies only memory that existed before
-            /// recording began.
-            pub fn before_recording(self) -> bool {
-                matches!(
-                    self,
-                    Builtin::AllocatedBeforeProfilingUnattributed
-                        | Builtin::ExistedBeforeTraceOptimizerSite
-                        | Builtin::ExistedBeforeTraceBackwardSite
-                        | Builtin::ExistedBeforeTraceInitSite
-                        | Builtin::ExistedBeforeTraceCacheSite
-                        | Builtin::ExistedBeforeTraceForwardSite
-                        | Builtin::ExistedBeforeTraceFreedByZeroGrad
-                        | Builtin::ExistedBeforeTraceNoEvidence
-                        | Builtin::InferredParameterFromGradients
-                        | Builtin::InferredParameterFromShapes
-                        | Builtin::InferredGradientKept
-                        | Builtin::InferredOptimizerState
-                        | Builtin::InferredKvCachePool
-                        | Builtin::InferredCublasWorkspace
-                        | Builtin::InferredWeightsForwardOnly
-                        | Builtin::InferredParameterUpdatedLast
-                        | Builtin::InferredOptimizerStateUpdatedFirst
-                )
+            /// The phase the rule saw the allocation made in, if it saw one
+            /// (for memory from before recording: the phase its site shows).
+            pub fn phase(self) -> Option<Phase> {
+                match self {
+                    $(Builtin::$rule => $phase,)*
+                }
             }
 
-            /// The built-in rule of this name.
-            pub fn from_name(name: &str) -> Option<Builtin> {
-                Builtin::ALL.iter().copied().find(|b| b.as_str() == name)
+            /// How the rule knows.
+            pub fn provenance(self) -> Provenance {
+                match self {
+                    $(Builtin::$rule => $provenance,)*
+                }
             }
         }
     };
 }
 
+impl Builtin {
+    /// Whether the rule infers rather than observes (`inferred_…`).
+    pub fn infers(self) -> bool {
+        matches!(
+            self.provenance(),
+            Provenance::Inferred | Provenance::InferredBeforeRecording
+        )
+    }
+
+    /// Whether the rule classifies only memory that existed before
+    /// recording began.
+    pub fn before_recording(self) -> bool {
+        matches!(
+            self.provenance(),
+            Provenance::BeforeRecording | Provenance::InferredBeforeRecording
+        )
+    }
+
+    /// The phase the rule saw the allocation made in during the recording:
+    /// memory from before it has none (its interval starts at 0).
+    pub fn phase_observed(self) -> Option<Phase> {
+        self.phase()
+            .filter(|_| self.provenance() == Provenance::Observed)
+    }
+
+    /// The classification this rule gives (for `category_from_file`, whose
+    /// category is the file's: `unknown`; callers give the file's).
+    pub fn class(self) -> Classification {
+        Classification {
+            category: self.category().unwrap_or(Category::Unknown),
+            rule: self.into(),
+        }
+    }
+
+    /// The built-in rule of this name.
+    pub fn from_name(name: &str) -> Option<Builtin> {
+        Builtin::ALL.iter().copied().find(|b| b.as_str() == name)
+    }
+}
+
+/// How a rule knows an allocation's category.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Provenance {
+    /// Seen on the allocation itself: its frames, phase and lifetime.
+    Observed,
+    /// Memory that existed before recording began, named by the frames of
+    /// what freed or used it, or by none (`existed_before_trace_…`).
+    BeforeRecording,
+    /// Inferred from evidence elsewhere in the trace (`inferred_…`).
+    Inferred,
+    /// Memory from before recording, inferred from evidence elsewhere.
+    InferredBeforeRecording,
+}
+
 builtin_rules! {
     /// A memory-timeline export states the category.
-    CategoryFromFile = "category_from_file",
+    CategoryFromFile = "category_from_file", None, None, Provenance::Observed;
     /// Memory a Chrome trace's totals show but no event names.
-    AllocatedBeforeProfilingUnattributed = "allocated_before_profiling_unattributed",
-    AccumulateGradOutlivesBackward = "accumulate_grad_outlives_backward",
+    AllocatedBeforeProfilingUnattributed = "allocated_before_profiling_unattributed", Some(Category::Unknown), None, Provenance::BeforeRecording;
+    AccumulateGradOutlivesBackward = "accumulate_grad_outlives_backward", Some(Category::Gradient), Some(Phase::Backward), Provenance::Observed;
     /// Freed within the operator call that allocated it, in the optimizer step.
-    OptimizerStepScratch = "optimizer_step_scratch",
+    OptimizerStepScratch = "optimizer_step_scratch", Some(Category::Temporary), Some(Phase::Optimizer), Provenance::Observed;
     /// Freed before the optimizer step that allocated it ends: an
     /// intermediate of the update (`exp_avg_sq.sqrt()`, `_foreach_sqrt`).
-    FreedWithinOptimizerStep = "freed_within_optimizer_step",
-    AllocatedInOptimizerStepOutlivesIt = "allocated_in_optimizer_step_outlives_it",
-    AllocatedInZeroGrad = "allocated_in_zero_grad",
-    AllocatedInBackwardOutlivesIt = "allocated_in_backward_outlives_it",
-    ShortLivedInBackward = "short_lived_in_backward",
-    RecomputedActivationInBackward = "recomputed_activation_in_backward",
-    FreedWithinBackward = "freed_within_backward",
-    ModuleInitOrLoad = "module_init_or_load",
-    DataLoading = "data_loading",
-    ShortLivedInForward = "short_lived_in_forward",
-    InferenceCacheOutlivesForward = "inference_cache_outlives_forward",
+    FreedWithinOptimizerStep = "freed_within_optimizer_step", Some(Category::Temporary), Some(Phase::Optimizer), Provenance::Observed;
+    AllocatedInOptimizerStepOutlivesIt = "allocated_in_optimizer_step_outlives_it", Some(Category::OptimizerState), Some(Phase::Optimizer), Provenance::Observed;
+    AllocatedInZeroGrad = "allocated_in_zero_grad", Some(Category::Gradient), Some(Phase::ZeroGrad), Provenance::Observed;
+    AllocatedInBackwardOutlivesIt = "allocated_in_backward_outlives_it", Some(Category::Gradient), Some(Phase::Backward), Provenance::Observed;
+    ShortLivedInBackward = "short_lived_in_backward", Some(Category::Temporary), Some(Phase::Backward), Provenance::Observed;
+    RecomputedActivationInBackward = "recomputed_activation_in_backward", Some(Category::Activation), Some(Phase::Backward), Provenance::Observed;
+    FreedWithinBackward = "freed_within_backward", Some(Category::AutogradDetail), Some(Phase::Backward), Provenance::Observed;
+    ModuleInitOrLoad = "module_init_or_load", Some(Category::Parameter), Some(Phase::Init), Provenance::Observed;
+    DataLoading = "data_loading", Some(Category::Input), Some(Phase::DataLoading), Provenance::Observed;
+    ShortLivedInForward = "short_lived_in_forward", Some(Category::Temporary), Some(Phase::Forward), Provenance::Observed;
+    InferenceCacheOutlivesForward = "inference_cache_outlives_forward", Some(Category::KvCache), Some(Phase::Forward), Provenance::Observed;
     /// Inference, no cache frames: replaced by a longer concatenation of
     /// itself (`cache = torch.cat([cache, new])`), the way a cache grows.
-    InferredCacheGrowsByConcatenation = "inferred_cache_grows_by_concatenation",
+    InferredCacheGrowsByConcatenation = "inferred_cache_grows_by_concatenation", Some(Category::KvCache), Some(Phase::Forward), Provenance::Inferred;
     /// Inference: allocated by attention code and still live when the same
     /// code runs in the next layer (keys and values of the first pass).
-    InferredCacheKeptAcrossLayers = "inferred_cache_kept_across_layers",
-    ForwardOutputFreedInBackward = "forward_output_freed_in_backward",
-    ForwardOutput = "forward_output",
-    ShortLived = "short_lived",
+    InferredCacheKeptAcrossLayers = "inferred_cache_kept_across_layers", Some(Category::KvCache), Some(Phase::Forward), Provenance::Inferred;
+    ForwardOutputFreedInBackward = "forward_output_freed_in_backward", Some(Category::Activation), Some(Phase::Forward), Provenance::Observed;
+    ForwardOutput = "forward_output", Some(Category::Activation), Some(Phase::Forward), Provenance::Observed;
+    ShortLived = "short_lived", Some(Category::Temporary), None, Provenance::Observed;
     /// Created (not computed), alive to the end, and in a training run the
     /// size of a gradient: a weight whose construction had no Python stack.
-    InferredWeightsGradientSized = "inferred_weights_gradient_sized",
+    InferredWeightsGradientSized = "inferred_weights_gradient_sized", Some(Category::Parameter), None, Provenance::Inferred;
     /// Created (not computed) and alive to the end of an inference run.
-    InferredWeightsCreatedAliveToEnd = "inferred_weights_created_alive_to_end",
+    InferredWeightsCreatedAliveToEnd = "inferred_weights_created_alive_to_end", Some(Category::Parameter), None, Provenance::Inferred;
     /// Freed by the user function (or its caller) that allocated it before
     /// that call returned, seen from the free's own stack (`calls.rs`).
-    InferredTemporaryFreedInAllocatingCall = "inferred_temporary_freed_in_allocating_call",
+    InferredTemporaryFreedInAllocatingCall = "inferred_temporary_freed_in_allocating_call", Some(Category::Temporary), None, Provenance::Inferred;
     /// Made in a Python constructor that is not `torch.nn`'s and alive to
     /// the end: the weights of a user's or a library's own module
     /// (`nn.Parameter(torch.randn(…))` in `__init__`, `transformers`' `Conv1D`).
-    InferredWeightsMadeInConstructor = "inferred_weights_made_in_constructor",
-    AllocatedOutsideModelLiveDuringForward = "allocated_outside_model_live_during_forward",
-    NoEvidence = "no_evidence",
-    ExistedBeforeTraceOptimizerSite = "existed_before_trace_optimizer_site",
-    ExistedBeforeTraceBackwardSite = "existed_before_trace_backward_site",
-    ExistedBeforeTraceInitSite = "existed_before_trace_init_site",
-    ExistedBeforeTraceCacheSite = "existed_before_trace_cache_site",
-    ExistedBeforeTraceForwardSite = "existed_before_trace_forward_site",
+    InferredWeightsMadeInConstructor = "inferred_weights_made_in_constructor", Some(Category::Parameter), None, Provenance::Inferred;
+    AllocatedOutsideModelLiveDuringForward = "allocated_outside_model_live_during_forward", Some(Category::Input), None, Provenance::Observed;
+    NoEvidence = "no_evidence", Some(Category::Unknown), None, Provenance::Observed;
+    ExistedBeforeTraceOptimizerSite = "existed_before_trace_optimizer_site", Some(Category::OptimizerState), Some(Phase::Optimizer), Provenance::BeforeRecording;
+    ExistedBeforeTraceBackwardSite = "existed_before_trace_backward_site", Some(Category::Gradient), Some(Phase::Backward), Provenance::BeforeRecording;
+    ExistedBeforeTraceInitSite = "existed_before_trace_init_site", Some(Category::Parameter), Some(Phase::Init), Provenance::BeforeRecording;
+    ExistedBeforeTraceCacheSite = "existed_before_trace_cache_site", Some(Category::KvCache), None, Provenance::BeforeRecording;
+    ExistedBeforeTraceForwardSite = "existed_before_trace_forward_site", Some(Category::Activation), Some(Phase::Forward), Provenance::BeforeRecording;
     /// Freed by `Optimizer.zero_grad`: a gradient from the step before.
-    ExistedBeforeTraceFreedByZeroGrad = "existed_before_trace_freed_by_zero_grad",
-    ExistedBeforeTraceNoEvidence = "existed_before_trace_no_evidence",
+    ExistedBeforeTraceFreedByZeroGrad = "existed_before_trace_freed_by_zero_grad", Some(Category::Gradient), Some(Phase::ZeroGrad), Provenance::BeforeRecording;
+    ExistedBeforeTraceNoEvidence = "existed_before_trace_no_evidence", Some(Category::Unknown), None, Provenance::BeforeRecording;
     /// Megatron's contiguous `param_data` buffer (`buffers.rs`).
-    MegatronParamBuffer = "megatron_param_buffer",
+    MegatronParamBuffer = "megatron_param_buffer", Some(Category::Parameter), None, Provenance::Observed;
     /// Megatron's contiguous `grad_data` buffer.
-    MegatronGradBuffer = "megatron_grad_buffer",
+    MegatronGradBuffer = "megatron_grad_buffer", Some(Category::Gradient), None, Provenance::Observed;
     /// The cuBLAS / cuBLASLt workspace (`getNewWorkspace`).
-    CublasWorkspace = "cublas_workspace",
+    CublasWorkspace = "cublas_workspace", Some(Category::Temporary), None, Provenance::Observed;
     /// Buffers of one site sized exactly like the parameters.
-    InferredStateSizedLikeParameters = "inferred_optimizer_state_sized_like_parameters",
+    InferredStateSizedLikeParameters = "inferred_optimizer_state_sized_like_parameters", Some(Category::OptimizerState), None, Provenance::Inferred;
     /// Existed before recording: parameter bytes from the gradients' sizes
     /// (`classify/prerecorded.rs`, like every `inferred_…` rule).
-    InferredParameterFromGradients = "inferred_parameter_from_gradient_sizes",
+    InferredParameterFromGradients = "inferred_parameter_from_gradient_sizes", Some(Category::Parameter), None, Provenance::InferredBeforeRecording;
     /// Existed before recording: parameter bytes from the weights operators read.
-    InferredParameterFromShapes = "inferred_parameter_from_operator_shapes",
+    InferredParameterFromShapes = "inferred_parameter_from_operator_shapes", Some(Category::Parameter), None, Provenance::InferredBeforeRecording;
     /// Existed before recording: gradients kept between steps.
-    InferredGradientKept = "inferred_gradient_kept_between_steps",
+    InferredGradientKept = "inferred_gradient_kept_between_steps", Some(Category::Gradient), None, Provenance::InferredBeforeRecording;
     /// Existed before recording: optimizer state, its tensors per parameter × the parameters.
-    InferredOptimizerState = "inferred_optimizer_state_per_parameter",
+    InferredOptimizerState = "inferred_optimizer_state_per_parameter", Some(Category::OptimizerState), None, Provenance::InferredBeforeRecording;
     /// Existed before recording: the KV-cache pool cache-writing operators write into.
-    InferredKvCachePool = "inferred_kv_cache_pool_from_cache_writes",
+    InferredKvCachePool = "inferred_kv_cache_pool_from_cache_writes", Some(Category::KvCache), None, Provenance::InferredBeforeRecording;
     /// Existed before recording: PyTorch's cuBLAS workspace for the device's
     /// compute capability, in a trace that runs matrix multiplies.
-    InferredCublasWorkspace = "inferred_cublas_workspace_default_size",
+    InferredCublasWorkspace = "inferred_cublas_workspace_default_size", Some(Category::Temporary), None, Provenance::InferredBeforeRecording;
     /// Existed before recording and alive to the end of a forward-only history.
-    InferredWeightsForwardOnly = "inferred_weights_alive_through_forward_only_history",
+    InferredWeightsForwardOnly = "inferred_weights_alive_through_forward_only_history", Some(Category::Parameter), None, Provenance::InferredBeforeRecording;
     /// Existed before recording, updated in place by the optimizer step
     /// after the other tensors of its size (`classify/update_order.rs`).
-    InferredParameterUpdatedLast = "inferred_parameter_updated_last_in_optimizer_step",
+    InferredParameterUpdatedLast = "inferred_parameter_updated_last_in_optimizer_step", Some(Category::Parameter), None, Provenance::InferredBeforeRecording;
     /// Existed before recording, updated in place by the optimizer step
     /// before its parameter.
-    InferredOptimizerStateUpdatedFirst = "inferred_optimizer_state_updated_before_its_parameter",
+    InferredOptimizerStateUpdatedFirst = "inferred_optimizer_state_updated_before_its_parameter", Some(Category::OptimizerState), None, Provenance::InferredBeforeRecording;
 }
 
 /// What the program was doing.
@@ -875,10 +923,6 @@ fn classify_one(
     user_rules: &[UserRule],
     user_sites: &[Option<Vec<bool>>],
 ) -> Classification {
-    let pick = |category, rule: Builtin| Classification {
-        category,
-        rule: rule.into(),
-    };
     let alive_at_end = interval.end >= ctx.positions;
     if let Some((i, rule)) = user_rules
         .iter()
@@ -892,7 +936,10 @@ fn classify_one(
     }
     if ctx.trust_given {
         if let Some(c) = interval.given {
-            return pick(c, Builtin::CategoryFromFile);
+            return Classification {
+                category: c,
+                rule: Builtin::CategoryFromFile.into(),
+            };
         }
     }
     if let Some(c) = ctx.framework[interval.site as usize] {
@@ -900,10 +947,7 @@ fn classify_one(
     }
     let facts = ctx.facts[interval.site as usize];
     if interval.origin == Origin::Untracked {
-        return pick(
-            Category::Unknown,
-            Builtin::AllocatedBeforeProfilingUnattributed,
-        );
+        return Builtin::AllocatedBeforeProfilingUnattributed.class();
     }
     if interval.origin.is_baseline() {
         // A tensor from before recording that the optimizer step updates in
@@ -926,63 +970,54 @@ fn classify_one(
         .unwrap_or(!alive_at_end && allocs_between == 0);
 
     if facts.accumulate_grad && free_phase != Some(Phase::Backward) {
-        return pick(Category::Gradient, Builtin::AccumulateGradOutlivesBackward);
+        return Builtin::AccumulateGradOutlivesBackward.class();
     }
     match alloc_phase {
         Phase::Optimizer => {
             if short_lived {
-                pick(Category::Temporary, Builtin::OptimizerStepScratch)
+                Builtin::OptimizerStepScratch.class()
             } else if !alive_at_end && ctx.same_phase_throughout(interval.start, interval.end) {
-                pick(Category::Temporary, Builtin::FreedWithinOptimizerStep)
+                Builtin::FreedWithinOptimizerStep.class()
             } else {
-                pick(
-                    Category::OptimizerState,
-                    Builtin::AllocatedInOptimizerStepOutlivesIt,
-                )
+                Builtin::AllocatedInOptimizerStepOutlivesIt.class()
             }
         }
-        Phase::ZeroGrad => pick(Category::Gradient, Builtin::AllocatedInZeroGrad),
+        Phase::ZeroGrad => Builtin::AllocatedInZeroGrad.class(),
         Phase::Backward => {
             if free_phase != Some(Phase::Backward) {
-                pick(Category::Gradient, Builtin::AllocatedInBackwardOutlivesIt)
+                Builtin::AllocatedInBackwardOutlivesIt.class()
             } else if short_lived {
-                pick(Category::Temporary, Builtin::ShortLivedInBackward)
+                Builtin::ShortLivedInBackward.class()
             } else if facts.recompute {
-                pick(
-                    Category::Activation,
-                    Builtin::RecomputedActivationInBackward,
-                )
+                Builtin::RecomputedActivationInBackward.class()
             } else {
-                pick(Category::AutogradDetail, Builtin::FreedWithinBackward)
+                Builtin::FreedWithinBackward.class()
             }
         }
         // Freed during init too: in-place initialisation (`kaiming_uniform_`)
         // can show up as free + alloc of the same weight.
-        Phase::Init => pick(Category::Parameter, Builtin::ModuleInitOrLoad),
-        Phase::DataLoading => pick(Category::Input, Builtin::DataLoading),
+        Phase::Init => Builtin::ModuleInitOrLoad.class(),
+        Phase::DataLoading => Builtin::DataLoading.class(),
         Phase::Forward => {
             if short_lived {
-                pick(Category::Temporary, Builtin::ShortLivedInForward)
+                Builtin::ShortLivedInForward.class()
             } else if facts.kv_cache && !ctx.training {
-                pick(Category::KvCache, Builtin::InferenceCacheOutlivesForward)
+                Builtin::InferenceCacheOutlivesForward.class()
             } else if !ctx.training && replay_facts.kept_across_layers(index) {
-                pick(Category::KvCache, Builtin::InferredCacheKeptAcrossLayers)
+                Builtin::InferredCacheKeptAcrossLayers.class()
             } else if !ctx.training && ctx.replaced_by_longer_concatenation(interval) {
-                pick(
-                    Category::KvCache,
-                    Builtin::InferredCacheGrowsByConcatenation,
-                )
+                Builtin::InferredCacheGrowsByConcatenation.class()
             } else if free_phase == Some(Phase::Backward) {
-                pick(Category::Activation, Builtin::ForwardOutputFreedInBackward)
+                Builtin::ForwardOutputFreedInBackward.class()
             } else {
-                pick(Category::Activation, Builtin::ForwardOutput)
+                Builtin::ForwardOutput.class()
             }
         }
         Phase::Unknown => {
             if short_lived {
-                pick(Category::Temporary, Builtin::ShortLived)
+                Builtin::ShortLived.class()
             } else if facts.forward {
-                pick(Category::Activation, Builtin::ForwardOutput)
+                Builtin::ForwardOutput.class()
             } else if !alive_at_end
                 && calls::freed_in_allocating_call(
                     ctx.sites,
@@ -990,69 +1025,61 @@ fn classify_one(
                     ctx.events[interval.end as usize - 1].site,
                 )
             {
-                pick(
-                    Category::Temporary,
-                    Builtin::InferredTemporaryFreedInAllocatingCall,
-                )
+                Builtin::InferredTemporaryFreedInAllocatingCall.class()
             } else if facts.constructor && alive_at_end {
-                pick(
-                    Category::Parameter,
-                    Builtin::InferredWeightsMadeInConstructor,
-                )
+                Builtin::InferredWeightsMadeInConstructor.class()
             } else if facts.creates && alive_at_end && !ctx.training {
-                pick(
-                    Category::Parameter,
-                    Builtin::InferredWeightsCreatedAliveToEnd,
-                )
+                Builtin::InferredWeightsCreatedAliveToEnd.class()
             } else if facts.creates
                 && alive_at_end
                 && replay_facts.gradient_sizes.contains(&interval.size)
             {
-                pick(Category::Parameter, Builtin::InferredWeightsGradientSized)
+                Builtin::InferredWeightsGradientSized.class()
             } else if ctx.next_forward[interval.start as usize] < interval.end {
-                pick(
-                    Category::Input,
-                    Builtin::AllocatedOutsideModelLiveDuringForward,
-                )
+                Builtin::AllocatedOutsideModelLiveDuringForward.class()
             } else {
-                pick(Category::Unknown, Builtin::NoEvidence)
+                Builtin::NoEvidence.class()
             }
         }
     }
 }
 
 fn classify_baseline(facts: &SiteFacts, alive_at_end: bool) -> Classification {
-    let pick = |category, rule: Builtin| Classification {
-        category,
-        rule: rule.into(),
-    };
     if facts.zero_grad {
-        pick(
-            Category::Gradient,
-            Builtin::ExistedBeforeTraceFreedByZeroGrad,
-        )
+        Builtin::ExistedBeforeTraceFreedByZeroGrad.class()
     } else if facts.optimizer {
-        pick(
-            Category::OptimizerState,
-            Builtin::ExistedBeforeTraceOptimizerSite,
-        )
+        Builtin::ExistedBeforeTraceOptimizerSite.class()
     } else if facts.accumulate_grad || (facts.backward && alive_at_end) {
-        pick(Category::Gradient, Builtin::ExistedBeforeTraceBackwardSite)
+        Builtin::ExistedBeforeTraceBackwardSite.class()
     } else if facts.module_init {
-        pick(Category::Parameter, Builtin::ExistedBeforeTraceInitSite)
+        Builtin::ExistedBeforeTraceInitSite.class()
     } else if facts.kv_cache {
-        pick(Category::KvCache, Builtin::ExistedBeforeTraceCacheSite)
+        Builtin::ExistedBeforeTraceCacheSite.class()
     } else if facts.forward {
-        pick(Category::Activation, Builtin::ExistedBeforeTraceForwardSite)
+        Builtin::ExistedBeforeTraceForwardSite.class()
     } else {
         // Decided by evidence elsewhere in the trace, if any: see `prerecorded`.
-        pick(Category::Unknown, Builtin::ExistedBeforeTraceNoEvidence)
+        Builtin::ExistedBeforeTraceNoEvidence.class()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The JSON's readers (and `schema::BeforeRecordingPart::inferred`)
+    /// know an inferring rule by its name; the table says it once more.
+    #[test]
+    fn rule_names_say_which_rules_infer() {
+        for &b in Builtin::ALL {
+            assert_eq!(b.as_str().starts_with("inferred_"), b.infers(), "{b:?}");
+            assert_eq!(
+                b.category().is_none(),
+                b == Builtin::CategoryFromFile,
+                "{b:?}"
+            );
+        }
+    }
     use crate::model::{DeviceTrace, Event, Frame, Trace};
     use crate::timeline::replay;
     use proptest::prelude::*;

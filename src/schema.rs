@@ -280,6 +280,9 @@ impl BeforeRecordingPart {
     }
 
     /// Whether the rule inferred the category rather than observing it.
+    /// A reader of the JSON knows it by the name, as this does: inferring
+    /// rules, and only they, are named `inferred_…` (the rule table's test
+    /// `rule_names_say_which_rules_infer` holds the table to it).
     pub fn inferred(&self) -> bool {
         self.rule.starts_with("inferred_")
     }

@@ -53,25 +53,18 @@ pub(super) fn by_site(sites: &Sites) -> Vec<Option<Classification>> {
         .map(|site| {
             if let Some(line) = lines[site as usize] {
                 return Some(if Some(line) == param_line {
-                    class(Category::Parameter, Builtin::MegatronParamBuffer)
+                    Builtin::MegatronParamBuffer.class()
                 } else {
-                    class(Category::Gradient, Builtin::MegatronGradBuffer)
+                    Builtin::MegatronGradBuffer.class()
                 });
             }
             let cublas = sites
                 .frames(site)
                 .iter()
                 .any(|f| workspace[f.name as usize]);
-            cublas.then(|| class(Category::Temporary, Builtin::CublasWorkspace))
+            cublas.then(|| Builtin::CublasWorkspace.class())
         })
         .collect()
-}
-
-fn class(category: Category, rule: Builtin) -> Classification {
-    Classification {
-        category,
-        rule: rule.into(),
-    }
 }
 
 /// (file, line, function) of a Python frame: a snapshot frame
@@ -118,10 +111,7 @@ pub(super) fn per_parameter_buffers(replay: &Replay, classes: &mut [Classificati
             by_site.entry(i.site).or_default().push(k);
         }
     }
-    let state = class(
-        Category::OptimizerState,
-        Builtin::InferredStateSizedLikeParameters,
-    );
+    let state = Builtin::InferredStateSizedLikeParameters.class();
     let mut groups: Vec<&Vec<usize>> = by_site.values().filter(|g| g.len() >= 2).collect();
     groups.sort_unstable();
     for group in groups {

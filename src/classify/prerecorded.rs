@@ -42,13 +42,6 @@ pub struct Inference {
     pub from: String,
 }
 
-fn class(category: Category, rule: Builtin) -> Classification {
-    Classification {
-        category,
-        rule: rule.into(),
-    }
-}
-
 /// Categorises the baseline intervals no rule could: blocks by size, and
 /// the untracked lump split into one interval per part (in place of the
 /// lump in `replay.intervals`, with `classes` kept parallel). Returns what
@@ -142,7 +135,7 @@ fn match_by_size(
     }
     let Some(params) = evidence.params.as_ref().filter(|_| evidence.training) else {
         if !evidence.training {
-            let weight = class(Category::Parameter, Builtin::InferredWeightsForwardOnly);
+            let weight = Builtin::InferredWeightsForwardOnly.class();
             for &k in &open {
                 if replay.intervals[k].end >= ctx.positions {
                     classes[k] = weight;
@@ -154,22 +147,17 @@ fn match_by_size(
     };
     // Roles a block of each parameter size can have, in order, and how
     // many blocks per parameter.
-    let mut roles: Vec<(Classification, u64)> = vec![(
-        class(Category::Parameter, Builtin::InferredParameterFromGradients),
-        1,
-    )];
+    let mut roles: Vec<(Classification, u64)> =
+        vec![(Builtin::InferredParameterFromGradients.class(), 1)];
     if evidence.gradients_kept {
-        roles.push((class(Category::Gradient, Builtin::InferredGradientKept), 1));
+        roles.push((Builtin::InferredGradientKept.class(), 1));
     }
     if let Some(o) = evidence
         .optimizer
         .as_ref()
         .filter(|o| o.states_per_param > 0)
     {
-        roles.push((
-            class(Category::OptimizerState, Builtin::InferredOptimizerState),
-            o.states_per_param,
-        ));
+        roles.push((Builtin::InferredOptimizerState.class(), o.states_per_param));
     }
     let mut per_size: BTreeMap<u64, u64> = BTreeMap::new();
     for &s in &params.sizes {
@@ -293,17 +281,12 @@ fn split_lump(
         });
     if let Some((p, rule, why)) = &params {
         let want = p.saturating_sub(shown(Category::Parameter));
-        take(
-            want,
-            class(Category::Parameter, *rule),
-            why.clone(),
-            &mut rest,
-        );
+        take(want, rule.class(), why.clone(), &mut rest);
         if evidence.gradients_kept {
             let want = p.saturating_sub(shown(Category::Gradient));
             take(
                 want,
-                class(Category::Gradient, Builtin::InferredGradientKept),
+                Builtin::InferredGradientKept.class(),
                 gradients_kept_reason(),
                 &mut rest,
             );
@@ -315,7 +298,7 @@ fn split_lump(
             let why = format!("{} × {}", optimizer_reason(o), human_bytes(*p));
             take(
                 want,
-                class(Category::OptimizerState, Builtin::InferredOptimizerState),
+                Builtin::InferredOptimizerState.class(),
                 why,
                 &mut rest,
             );
@@ -342,12 +325,7 @@ fn split_lump(
                 ),
             )
         };
-        take(
-            want,
-            class(Category::KvCache, Builtin::InferredKvCachePool),
-            why,
-            &mut rest,
-        );
+        take(want, Builtin::InferredKvCachePool.class(), why, &mut rest);
     }
     // Only whole: part of a workspace is no evidence of one.
     if let Some(ws) = evidence
@@ -357,7 +335,7 @@ fn split_lump(
     {
         take(
             ws.bytes,
-            class(Category::Temporary, Builtin::InferredCublasWorkspace),
+            Builtin::InferredCublasWorkspace.class(),
             ws.from.clone(),
             &mut rest,
         );
@@ -365,10 +343,7 @@ fn split_lump(
     if rest > 0 {
         parts.push((
             rest,
-            class(
-                Category::Unknown,
-                Builtin::AllocatedBeforeProfilingUnattributed,
-            ),
+            Builtin::AllocatedBeforeProfilingUnattributed.class(),
             "no evidence in the trace says what it is".into(),
         ));
     }

@@ -26,7 +26,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::Category;
 use crate::timeline::Replay;
 
 use super::chains::Chains;
@@ -45,10 +44,7 @@ pub(super) fn classify(
     from: &mut BTreeMap<Rule, String>,
 ) {
     let order = last_updated_order(ctx, replay, chains);
-    let open = Classification {
-        category: Category::Unknown,
-        rule: Builtin::ExistedBeforeTraceNoEvidence.into(),
-    };
+    let open = Builtin::ExistedBeforeTraceNoEvidence.class();
     if order.is_empty() || order.iter().any(|&k| classes[k] != open) {
         return;
     }
@@ -66,14 +62,8 @@ pub(super) fn classify(
     let Some(params) = parameters(&sizes, evidence) else {
         return;
     };
-    let parameter = Classification {
-        category: Category::Parameter,
-        rule: Builtin::InferredParameterUpdatedLast.into(),
-    };
-    let state = Classification {
-        category: Category::OptimizerState,
-        rule: Builtin::InferredOptimizerStateUpdatedFirst.into(),
-    };
+    let parameter = Builtin::InferredParameterUpdatedLast.class();
+    let state = Builtin::InferredOptimizerStateUpdatedFirst.class();
     for (j, &k) in order.iter().enumerate() {
         classes[k] = if params[j] { parameter } else { state };
     }

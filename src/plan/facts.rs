@@ -18,7 +18,7 @@
 //!
 //! A fact is known (with the evidence), or unknown (saying what would tell).
 
-use crate::classify::{Builtin, Classification, Rule};
+use crate::classify::{Builtin, Classification, Phase, Provenance, Rule};
 use crate::model::{Action, Category, DeviceTrace, Trace};
 use crate::schema::{LiveAllocation, PlanFact};
 use crate::units::human_bytes as h;
@@ -355,31 +355,19 @@ struct Allocations {
 
 impl Allocations {
     fn count(device: &DeviceTrace, classes: &[Classification]) -> Allocations {
-        use Builtin as B;
         let mut a = Allocations::default();
         for c in classes {
             let Rule::Builtin(b) = c.rule else { continue };
-            match b {
-                B::ShortLivedInForward
-                | B::InferenceCacheOutlivesForward
-                | B::ForwardOutputFreedInBackward
-                | B::ForwardOutput => a.forward += 1,
-                B::AccumulateGradOutlivesBackward
-                | B::AllocatedInBackwardOutlivesIt
-                | B::ShortLivedInBackward
-                | B::FreedWithinBackward => a.backward += 1,
-                B::RecomputedActivationInBackward => {
-                    a.backward += 1;
-                    a.recomputed += 1;
-                }
-                B::OptimizerStepScratch
-                | B::FreedWithinOptimizerStep
-                | B::AllocatedInOptimizerStepOutlivesIt => a.optimizer += 1,
-                B::ExistedBeforeTraceOptimizerSite | B::ExistedBeforeTraceBackwardSite => {
+            match (b.provenance(), b.phase()) {
+                (Provenance::Observed, Some(Phase::Forward)) => a.forward += 1,
+                (Provenance::Observed, Some(Phase::Backward)) => a.backward += 1,
+                (Provenance::Observed, Some(Phase::Optimizer)) => a.optimizer += 1,
+                (Provenance::BeforeRecording, Some(Phase::Optimizer | Phase::Backward)) => {
                     a.training_state_before += 1
                 }
                 _ => {}
             }
+            a.recomputed += u64::from(b == Builtin::RecomputedActivationInBackward);
         }
         a.with_frames = device
             .events
@@ -973,7 +961,7 @@ fn inferred(peak: &[LiveAllocation]) -> Vec<(Category, String)> {
     let mut by: Vec<(Category, u64, u64)> = Vec::new();
     for a in peak {
         let inferred =
-            a.rule.starts_with("existed_before_trace_") || a.rule.starts_with("inferred_");
+            Builtin::from_name(&a.rule).is_some_and(|b| b.provenance() != Provenance::Observed);
         match by.iter_mut().find(|(c, ..)| *c == a.category) {
             Some(e) => {
                 e.1 += a.size;

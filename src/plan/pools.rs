@@ -14,7 +14,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::classify::{Builtin, Classification, Rule};
+use crate::classify::{Builtin, Classification, Phase, Rule};
 use crate::model::Category;
 use crate::timeline::DeviceTimeline;
 
@@ -196,34 +196,6 @@ pub struct OverlayInput {
     pub training: bool,
 }
 
-/// Allocation phases as the classification rules record them.
-fn phase_of(rule: Rule) -> Option<Phase> {
-    use Builtin as B;
-    let Rule::Builtin(b) = rule else { return None };
-    Some(match b {
-        B::ShortLivedInForward
-        | B::InferenceCacheOutlivesForward
-        | B::ForwardOutputFreedInBackward
-        | B::ForwardOutput => Phase::Forward,
-        B::AccumulateGradOutlivesBackward
-        | B::AllocatedInBackwardOutlivesIt
-        | B::ShortLivedInBackward
-        | B::RecomputedActivationInBackward
-        | B::FreedWithinBackward => Phase::Backward,
-        B::OptimizerStepScratch
-        | B::FreedWithinOptimizerStep
-        | B::AllocatedInOptimizerStepOutlivesIt => Phase::Optimizer,
-        _ => return None,
-    })
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Forward,
-    Backward,
-    Optimizer,
-}
-
 impl Overlay {
     /// The parts of one classified device (`classes[i]` is the class of
     /// `timeline.replay.intervals[i]`). O(intervals · log).
@@ -250,11 +222,14 @@ impl Overlay {
         // allocation order; baseline ones start at 0 and carry no phase).
         let (mut forward, mut backward, mut optimizer) = (Vec::new(), Vec::new(), Vec::new());
         for (interval, class) in replay.intervals.iter().zip(classes) {
-            match phase_of(class.rule) {
+            let Rule::Builtin(rule) = class.rule else {
+                continue;
+            };
+            match rule.phase_observed() {
                 Some(Phase::Forward) => forward.push(interval.start),
                 Some(Phase::Backward) => backward.push(interval.start),
                 Some(Phase::Optimizer) => optimizer.push(interval.start),
-                None => {}
+                _ => {}
             }
         }
         let (mut forward, mut backward, mut optimizer) = (
