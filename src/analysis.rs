@@ -6,7 +6,7 @@ mod site_names;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::classify::{self, site_facts, Builtin, Classification, Phase, Rule, UserRule};
+use crate::classify::{self, Builtin, Classification, Phase, Rule, UserRule};
 use crate::instant::At;
 use crate::model::{Action, BlockState, Category, DeviceTrace, Sites, Trace};
 use crate::schema::{
@@ -16,6 +16,7 @@ use crate::schema::{
 };
 use crate::segments;
 use crate::timeline::{self, DeviceTimeline, Interval, Replay};
+use crate::vocabulary::site_facts;
 
 mod stacks;
 

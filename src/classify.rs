@@ -27,21 +27,18 @@
 mod calls;
 mod chains;
 mod layers;
-mod operators;
 mod update_order;
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 
 use crate::model::{
-    is_backward_function, Action, Category, DeviceTrace, Event, Format, Frame, OpCall, SiteId,
-    Sites, StrId, Trace,
+    Action, Category, DeviceTrace, Event, Format, Frame, OpCall, SiteId, Sites, Trace,
 };
 use crate::timeline::{Interval, Origin, Replay};
 use chains::{version_bumps, Chains};
-use operators::Outermost;
 
 mod buffers;
 mod evidence;
@@ -277,253 +274,7 @@ builtin_rules! {
     InferredOptimizerStateUpdatedFirst = "inferred_optimizer_state_updated_before_its_parameter", Some(Category::OptimizerState), None, Provenance::InferredBeforeRecording;
 }
 
-/// What the program was doing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Phase {
-    Unknown,
-    Init,
-    DataLoading,
-    Forward,
-    Backward,
-    Optimizer,
-    ZeroGrad,
-}
-
-/// Evidence read off one site's frames, computed once per site.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SiteFacts {
-    pub optimizer: bool,
-    pub zero_grad: bool,
-    pub backward: bool,
-    pub accumulate_grad: bool,
-    pub forward: bool,
-    pub module_init: bool,
-    pub data_loading: bool,
-    pub kv_cache: bool,
-    pub recompute: bool,
-    /// No Python frame, and the outermost operator call computes (Chrome
-    /// traces recorded without stacks).
-    pub computes: bool,
-    /// No Python frame, and the outermost operator call creates a tensor
-    /// from nothing (`aten::empty`, `aten::randn`, `aten::to`, …).
-    pub creates: bool,
-    /// Some frame concatenates (`aten::cat`).
-    pub concatenates: bool,
-    /// Made in a Python constructor (`__init__` of any class), outside any
-    /// forward pass or cache.
-    pub constructor: bool,
-    /// Some frame is attention code (`attn`, `Attention`).
-    pub attention: bool,
-    /// Some frame is a Python frame (snapshot stacks, `with_stack=True`
-    /// traces): the site names a line of the program.
-    pub python: bool,
-}
-
-impl SiteFacts {
-    pub fn phase(&self) -> Phase {
-        if self.zero_grad {
-            Phase::ZeroGrad
-        } else if self.optimizer {
-            Phase::Optimizer
-        } else if self.backward || self.accumulate_grad {
-            Phase::Backward
-        } else if self.module_init {
-            Phase::Init
-        } else if self.data_loading {
-            Phase::DataLoading
-        } else if self.forward || self.computes {
-            Phase::Forward
-        } else {
-            Phase::Unknown
-        }
-    }
-}
-
-/// Evidence read off one frame; a site's facts are the union over its frames.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct FrameFacts {
-    facts: SiteFacts,
-    attention: bool,
-    concat_or_copy: bool,
-    /// A Python `__init__` frame, of any class.
-    init: bool,
-    /// A Python frame (snapshot stacks, `with_stack=True` traces).
-    python: bool,
-    /// What the frame's operator call does (operator frames only). Frames
-    /// are merged innermost first, so a site keeps its outermost call's.
-    outermost: Option<Outermost>,
-}
-
-impl FrameFacts {
-    fn merge(&mut self, o: &FrameFacts) {
-        let (f, g) = (&mut self.facts, &o.facts);
-        f.optimizer |= g.optimizer;
-        f.zero_grad |= g.zero_grad;
-        f.backward |= g.backward;
-        f.accumulate_grad |= g.accumulate_grad;
-        f.forward |= g.forward;
-        f.module_init |= g.module_init;
-        f.data_loading |= g.data_loading;
-        f.kv_cache |= g.kv_cache;
-        f.recompute |= g.recompute;
-        f.concatenates |= g.concatenates;
-        self.attention |= o.attention;
-        self.concat_or_copy |= o.concat_or_copy;
-        self.init |= o.init;
-        self.python |= o.python;
-        if o.outermost.is_some() {
-            self.outermost = o.outermost;
-        }
-    }
-
-    fn finish(self) -> SiteFacts {
-        let mut f = self.facts;
-        // A cache grows by concatenating or copying new keys/values under attention.
-        f.kv_cache |= self.attention && self.concat_or_copy;
-        f.attention = self.attention;
-        f.python = self.python;
-        // Caches are built by constructors too, and say so in their frames;
-        // objects built inside a forward pass are part of it.
-        f.constructor = self.init && !f.forward && !f.kv_cache;
-        // Operators are the evidence only where Python frames, which say
-        // more (which module, which user line), are missing. What a
-        // constructor computes (`torch.randn(…) * 0.02`) is no forward pass.
-        f.computes = self.outermost == Some(Outermost::Computes) && !self.python;
-        f.creates = self.outermost == Some(Outermost::Creates) && !self.python;
-        f
-    }
-}
-
-/// Reads a site's frames for evidence. Patterns cover Python frames
-/// (`filename`, `name`), C++ frames and profiler operator names.
-pub fn site_facts(sites: &Sites, site: SiteId) -> SiteFacts {
-    let mut acc = FrameFacts::default();
-    for frame in sites.frames(site) {
-        acc.merge(&frame_facts(sites, frame));
-    }
-    acc.finish()
-}
-
-/// [`site_facts`] of every site. Sites share most of their frames, so each
-/// distinct (file, name) pair is read once (1M-entry snapshot: ~2k sites,
-/// ~75k frames, ~400 distinct).
-fn all_site_facts(sites: &Sites) -> Vec<SiteFacts> {
-    let mut by_frame: FxHashMap<(StrId, StrId), FrameFacts> = FxHashMap::default();
-    (0..sites.len() as SiteId)
-        .map(|site| {
-            let mut acc = FrameFacts::default();
-            for frame in sites.frames(site) {
-                let ff = by_frame
-                    .entry((frame.filename, frame.name))
-                    .or_insert_with(|| frame_facts(sites, frame));
-                acc.merge(ff);
-            }
-            acc.finish()
-        })
-        .collect()
-}
-
-fn frame_facts(sites: &Sites, frame: &Frame) -> FrameFacts {
-    let mut ff = FrameFacts::default();
-    let f = &mut ff.facts;
-    let mut attention = false;
-    let mut concat_or_copy = false;
-    // Windows stacks use backslashes; patterns are written with `/`.
-    let file = sites.str(frame.filename).replace('\\', "/");
-    let name = sites.str(frame.name).replace('\\', "/");
-    let (file, name) = (file.as_str(), name.as_str());
-    let has = |needle: &str| file.contains(needle) || name.contains(needle);
-    f.optimizer |= has("torch/optim/")
-        || file.contains("/optimizer/")
-        || file.contains("/optim/")
-        || has("Optimizer.step")
-        || name.starts_with("Optimizer.")
-        || (file.contains("optimizer") && name == "step");
-    f.zero_grad |= has("zero_grad");
-    f.accumulate_grad |= has("AccumulateGrad");
-    f.backward |= has("run_backward")
-        || has("autograd::engine::evaluate_function")
-        || has("torch::autograd::Engine")
-        || (!frees_a_graph(name) && (name.contains("Backward0") || name.contains("Backward1")))
-        || has("CompiledFunction(Backward)")
-        || (file.contains("torch/autograd/") && name == "backward")
-        || (file.contains("torch/_tensor.py") && name.contains("backward"));
-    f.forward |= is_module_frame(name)
-        || has("torch/nn/functional.py")
-        || name.contains("_call_impl")
-        || name == "forward"
-        || name.contains("): forward")
-        || name.contains("## forward ##");
-    f.module_init |= (file.contains("torch/nn/modules/") && name.contains("__init__"))
-        || name.contains("torch/nn/modules/") && name.contains("__init__")
-        || has("reset_parameters")
-        || has("torch/nn/init.py")
-        || has("load_state_dict")
-        || name.ends_with("): _apply")
-        || (file.contains("torch/nn/modules/module.py")
-            && matches!(name, "_apply" | "to" | "cuda" | "convert"))
-        || has("from_pretrained");
-    // A Python constructor: `__init__` in a snapshot frame, `…py(12): __init__`
-    // in a profiler's Python frame.
-    ff.init = name == "__init__" || (name.ends_with("): __init__") && name.contains(".py("));
-    ff.python = file.ends_with(".py")
-        || file == "python_function"
-        || name.contains(".py(")
-        || name.starts_with("<built-in")
-        || is_module_frame(name);
-    f.data_loading |= has("DataLoader") || has("dataloader.py") || has("collate");
-    f.kv_cache |= has("cache_utils")
-        || has("past_key")
-        || has("kv_cache")
-        || has("key_cache")
-        || has("value_cache")
-        || has("KVCache")
-        || has("DynamicCache")
-        || has("StaticCache");
-    f.recompute |= has("torch/utils/checkpoint.py") || has("CheckpointFunction");
-    attention |= has("attn") || has("attention") || has("Attention");
-    concat_or_copy |= name.contains("method cat>")
-        || name.contains("aten::cat")
-        || name.contains("index_copy")
-        || name.contains("aten::copy_")
-        || name.contains("scatter");
-    f.concatenates = operators::concatenates(name);
-    if file == "cpu_op" || file == "operator" {
-        ff.outermost = operators::outermost(name);
-        f.backward |= is_backward_function(name);
-    }
-    ff.attention = attention;
-    ff.concat_or_copy = concat_or_copy;
-    ff
-}
-
-/// Whether a frame is autograd freeing a graph's saved tensors rather than
-/// computing a backward: `BmmBackward0::release_variables()`,
-/// `SavedVariable::reset_data()`, `deleteNode`, a node's destructor. A
-/// forward-only run whose outputs are dropped frees its graph this way, so
-/// such a frame is no evidence of a backward pass (a real backward shows the
-/// engine's frames, `evaluate_function`, as well).
-pub fn frees_a_graph(name: &str) -> bool {
-    name.contains("release_variables")
-        || name.contains("SavedVariable::reset_data")
-        || name.contains("deleteNode")
-        || (name.contains("Backward") && name.contains("::~"))
-}
-
-/// Whether a frame names a module instance, as the profiler's stacks do
-/// (`nn.Module: Block_1`): one call of that module allocated below it.
-pub fn is_module_frame(name: &str) -> bool {
-    name.starts_with("nn.Module:")
-}
-
-/// The innermost module instance a site's frames name, if any.
-pub fn innermost_module(sites: &Sites, site: SiteId) -> Option<StrId> {
-    sites
-        .frames(site)
-        .iter()
-        .find(|f| is_module_frame(sites.str(f.name)))
-        .map(|f| f.name)
-}
+pub use crate::vocabulary::{Phase, SiteFacts};
 
 /// A user rule (from `--rules FILE`, a JSON list), tried before the built-in ones.
 /// Every present condition must hold.
@@ -737,7 +488,7 @@ impl<'a> Context<'a> {
 
     pub fn new(trace: &'a Trace, device: &'a DeviceTrace) -> Context<'a> {
         let sites = &trace.sites;
-        let facts = all_site_facts(sites);
+        let facts = crate::vocabulary::all_site_facts(sites);
         // As `Replay::positions`: the start, then after each event.
         let positions = device.events.len() as u32 + 1;
         let mut phase_at = Vec::with_capacity(positions as usize);
@@ -1307,77 +1058,6 @@ mod tests {
             let expected = ranges.iter().any(|&(s, e)| s <= t && t <= e);
             prop_assert_eq!(Ranges::new(ranges.into_iter()).contains(t), expected);
         }
-    }
-
-    /// A graph freed without a backward (the output of a forward-only run
-    /// dropped) shows its nodes' `release_variables`: no backward pass. The
-    /// engine's frames in a real backward still are one.
-    #[test]
-    fn a_graph_being_freed_is_no_backward() {
-        let mut sites = Sites::default();
-        let mut site = |names: &[&str]| {
-            let frames: Vec<Frame> = names
-                .iter()
-                .map(|n| Frame {
-                    filename: sites.intern_str("??"),
-                    line: 0,
-                    name: sites.intern_str(n),
-                })
-                .collect();
-            sites.intern_site(&frames)
-        };
-        let freed = site(&[
-            "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::free",
-            "torch::autograd::SavedVariable::reset_data()",
-            "torch::autograd::generated::BmmBackward0::release_variables()",
-            "infer.py:47 main",
-        ]);
-        let backward = site(&[
-            "torch::autograd::generated::BmmBackward0::release_variables()",
-            "torch::autograd::Engine::evaluate_function(...)",
-        ]);
-        let computing = site(&["torch::autograd::generated::BmmBackward0::apply(...)"]);
-        assert!(!site_facts(&sites, freed).backward);
-        assert_ne!(site_facts(&sites, freed).phase(), Phase::Backward);
-        assert!(site_facts(&sites, backward).backward);
-        assert!(site_facts(&sites, computing).backward);
-        assert!(frees_a_graph(
-            "torch::autograd::generated::MmBackward0::~MmBackward0()"
-        ));
-        assert!(!frees_a_graph(
-            "torch::autograd::generated::MmBackward0::apply"
-        ));
-    }
-
-    /// The cached per-frame evidence gives what reading each site does.
-    #[test]
-    fn all_site_facts_equal_site_facts() {
-        let mut sites = Sites::default();
-        let mut frame = |file: &str, name: &str| Frame {
-            filename: sites.intern_str(file),
-            line: 1,
-            name: sites.intern_str(name),
-        };
-        let attn = frame("model.py", "attention");
-        let cat = frame("??", "aten::cat");
-        let opt = frame("/x/torch/optim/adamw.py", "step");
-        let bwd = frame("??", "MulBackward0");
-        let fwd = frame("m.py", "forward");
-        for frames in [
-            vec![attn, cat],
-            vec![attn],
-            vec![cat, fwd],
-            vec![opt, bwd],
-            vec![fwd, attn, fwd, cat],
-        ] {
-            sites.intern_site(&frames);
-        }
-        let all = all_site_facts(&sites);
-        assert_eq!(all.len(), sites.len());
-        for (s, f) in all.iter().enumerate() {
-            assert_eq!(*f, site_facts(&sites, s as SiteId));
-        }
-        assert!(all[1].kv_cache && !all[2].kv_cache && !all[3].kv_cache);
     }
 
     // Agreement of memcut's categories with PyTorch's own, on real runs.

@@ -19,7 +19,7 @@
 //! - **`autograd_in_inference`**: releases in a run with no backward pass
 //!   and no optimizer step: the graph was recorded for a backward that never
 //!   came (frames such as `BmmBackward0::release_variables` are the graph
-//!   being freed, not a backward: see [`crate::classify::frees_a_graph`]).
+//!   being freed, not a backward: see [`crate::vocabulary::frees_a_graph`]).
 //! - **`autocast_weight_cache`**: allocations made in a forward at a cast
 //!   (`cached_cast`, `aten::_to_copy`, or a matmul-like call when the stack
 //!   is Python only) whose sizes are exactly half those of the run's weights,

@@ -85,6 +85,7 @@ mod segments;
 mod test_support;
 mod timeline;
 mod units;
+mod vocabulary;
 
 pub use analysis::Options as AnalysisOptions;
 pub use classify::{parse_rules, RulesError, UserRule};

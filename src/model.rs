@@ -284,34 +284,6 @@ pub struct DeviceTrace {
     pub op_calls: Vec<Option<OpCall>>,
 }
 
-/// Whether a profiler operator (`cpu_op`) named `name` is one *call* in
-/// the sense of PyTorch's memory profiler (`torch/profiler/_memory_profiler.py`,
-/// `_extract_leaf_events`): an operator with a schema (a namespaced name:
-/// `aten::addmm`, `torchvision::nms`, `torch::autograd::AccumulateGrad`) or
-/// an autograd backward function (`AddmmBackward0`, a custom `FooBackward`).
-/// What such a call allocates and frees before it returns is its scratch
-/// space, whatever it calls inside.
-///
-/// Not calls: the autograd engine's wrapper
-/// `autograd::engine::evaluate_function: …`, which runs a backward function
-/// *and* accumulates its outputs into other gradients, and un-namespaced
-/// ranges (`ProfilerStep#N`, `Optimizer.step#…` in traces that file them as
-/// operators), which group many calls.
-pub fn is_operator_call(name: &str) -> bool {
-    if name.starts_with("autograd::engine::evaluate_function") {
-        return false;
-    }
-    name.contains("::") || is_backward_function(name)
-}
-
-/// Whether a profiler operator named `name` is an autograd backward function:
-/// `MulBackward0`, `CopyBackwards`, a custom `MyFunctionBackward`, and the
-/// digitless names of PyTorch before 1.10 (`AddmmBackward`).
-pub fn is_backward_function(name: &str) -> bool {
-    let stem = name.trim_end_matches(|c: char| c.is_ascii_digit());
-    !name.contains("::") && (stem.ends_with("Backward") || stem.ends_with("Backwards"))
-}
-
 /// One operator call of a Chrome trace: the outermost operator that was open
 /// around an event on its thread and that PyTorch's memory profiler counts
 /// as one op (an ATen operator or an autograd backward function). Two events

@@ -17,7 +17,8 @@
 use std::borrow::Cow;
 
 use super::{clean_name, format_frame, is_category, is_noise, is_python};
-use crate::model::{is_operator_call, SiteId, Sites};
+use crate::model::{SiteId, Sites};
+use crate::vocabulary::is_operator_call;
 
 /// One frame as read: file, line, name.
 #[derive(Clone, Copy)]

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use crate::model::{Action, Category, EvidenceOp, OperatorCall, TensorShape};
 use crate::timeline::{Origin, Replay};
 use crate::units::human_bytes;
+use crate::vocabulary::optimizer_class;
 
 use super::{Classification, Context};
 
@@ -409,11 +410,11 @@ fn optimizer(ctx: &Context<'_>) -> Option<Optimizer> {
         .trace
         .annotations
         .iter()
-        .find_map(|a| class_of_step(&a.name));
+        .find_map(|a| optimizer_class(&a.name));
     let sites = ctx.sites;
     let mut frames = (0..sites.len() as u32).flat_map(|s| sites.frames(s).iter());
     if name.is_none() {
-        // The strings that can name one (`class_of_step`, `class_of_file`).
+        // The strings that can name one (`optimizer_class`).
         let may_name =
             sites.strings_where(|s| s.starts_with("Optimizer.step#") || s.contains("optim"));
         name = frames.find_map(|f| {
@@ -421,9 +422,7 @@ fn optimizer(ctx: &Context<'_>) -> Option<Optimizer> {
                 return None;
             }
             let (file, fname) = (sites.str(f.filename), sites.str(f.name));
-            class_of_step(fname)
-                .or_else(|| class_of_file(file))
-                .or_else(|| class_of_file(fname))
+            optimizer_class(fname).or_else(|| optimizer_class(file))
         });
     }
     let name = name?;
@@ -485,38 +484,6 @@ fn optimizer(ctx: &Context<'_>) -> Option<Optimizer> {
         states_per_param: n,
         because: because.to_owned(),
     })
-}
-
-/// `Optimizer.step#AdamW.step` → `AdamW`.
-fn class_of_step(name: &str) -> Option<String> {
-    let rest = name.strip_prefix("Optimizer.step#")?;
-    let class = rest.strip_suffix(".step").unwrap_or(rest);
-    (!class.is_empty()).then(|| class.to_owned())
-}
-
-/// `…/torch/optim/adamw.py` (a file, or a frame name that starts with
-/// one: `torch/optim/adamw.py(211): step`) → `AdamW`.
-fn class_of_file(file: &str) -> Option<String> {
-    // Most frames are not the optimizer's: refused before any allocation
-    // (called for every frame of every site of a trace without one).
-    if !file.contains("optim") {
-        return None;
-    }
-    let file = file.replace('\\', "/");
-    let stem = file.split("torch/optim/").nth(1)?.split(".py").next()?;
-    let class = match stem {
-        "adam" => "Adam",
-        "adamw" => "AdamW",
-        "sgd" => "SGD",
-        "adagrad" => "Adagrad",
-        "rmsprop" => "RMSprop",
-        "adamax" => "Adamax",
-        "nadam" => "NAdam",
-        "radam" => "RAdam",
-        "adadelta" => "Adadelta",
-        _ => return None,
-    };
-    Some(class.to_owned())
 }
 
 /// Which inputs of a weight-reading operator are weights (and biases,
@@ -752,27 +719,5 @@ mod tests {
         assert_eq!(shortest_period(&[4, 8, 16, 4, 8]), 3);
         assert_eq!(shortest_period(&[7, 7, 7]), 1);
         assert_eq!(shortest_period(&[]), 0);
-    }
-
-    #[test]
-    fn optimizer_class_from_annotation_and_file() {
-        assert_eq!(
-            class_of_step("Optimizer.step#AdamW.step").as_deref(),
-            Some("AdamW")
-        );
-        assert_eq!(class_of_step("Optimizer.zero_grad#AdamW.zero_grad"), None);
-        assert_eq!(
-            class_of_file("/x/torch/optim/sgd.py").as_deref(),
-            Some("SGD")
-        );
-        assert_eq!(
-            class_of_file("C:\\py\\torch\\optim\\adam.py").as_deref(),
-            Some("Adam")
-        );
-        assert_eq!(class_of_file("torch/optim/optimizer.py"), None);
-        assert_eq!(
-            class_of_file("torch/optim/adamw.py(211): step").as_deref(),
-            Some("AdamW")
-        );
     }
 }

@@ -77,7 +77,7 @@ impl Calls {
                 sites
                     .frames(e.site)
                     .iter()
-                    .filter(|f| crate::classify::is_module_frame(sites.str(f.name)))
+                    .filter(|f| crate::vocabulary::is_module_frame(sites.str(f.name)))
                     .filter(|f| only.is_none_or(|o| o.contains(&f.name)))
                     .map(|f| f.name)
                     .collect()

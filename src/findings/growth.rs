@@ -4,10 +4,10 @@ use std::collections::HashMap;
 
 use super::{calls, holder, Found};
 use crate::analysis::ClassifiedDevice;
-use crate::classify::innermost_module;
 use crate::model::{Category, DeviceTrace, SiteId, Sites, StrId, Trace};
 use crate::schema::FindingKind;
 use crate::units::human_bytes;
+use crate::vocabulary::innermost_module;
 
 /// Memory that grows run after run: lines (sites) whose tensors outlive
 /// their next two runs, each run a call of the line's innermost module. Parameters,

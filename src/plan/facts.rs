@@ -217,128 +217,24 @@ impl Signals {
             raw.into()
         };
         let n = name.as_ref();
-        let has = |p: &str| n.contains(p);
-        self.backward.note(
-            has("autograd::engine::evaluate_function")
-                || (!crate::classify::frees_a_graph(n) && (has("Backward0") || has("Backward1")))
-                || has("AccumulateGrad")
-                || has("run_backward")
-                || has("torch::autograd::Engine"),
-            n,
-            count,
-        );
-        let step = n.starts_with("Optimizer.step#") || has("torch/optim/");
-        self.optimizer_step.note(step, n, count);
+        let says = crate::vocabulary::name_says(n);
+        self.backward.note(says.backward, n, count);
+        self.optimizer_step.note(says.optimizer_step, n, count);
         if self.optimizer_name.is_none() {
-            self.optimizer_name = optimizer_name(n);
+            self.optimizer_name = crate::vocabulary::optimizer_class(n);
         }
-        self.foreach.note(
-            has("_multi_tensor_")
-                || n.starts_with("aten::_foreach_")
-                || has("method _foreach_")
-                || has("torch._foreach_"),
-            n,
-            count,
-        );
-        self.fused.note(
-            has("_fused_adam")
-                || has("_fused_sgd")
-                || n.starts_with("aten::_fused_")
-                || has("fused_adam")
-                || has("FusedAdam"),
-            n,
-            count,
-        );
-        self.single_tensor.note(has("_single_tensor_"), n, count);
-        self.eight_bit_optimizer.note(
-            has("bitsandbytes/optim") || (has("8bit") && has("optim")),
-            n,
-            count,
-        );
-        self.inference.note(
-            has("inference_mode")
-                || has("transformers/generation/")
-                || has("vllm/")
-                || has("sglang/")
-                || has("model_executor")
-                || n.ends_with(": generate"),
-            n,
-            count,
-        );
-        self.serving_engine.note(
-            has("vllm/")
-                || has("sglang/")
-                || n.starts_with("_C_cache_ops::")
-                || n.starts_with("sglang::")
-                || n.starts_with("vllm::"),
-            n,
-            count,
-        );
-        self.checkpoint.note(
-            has("torch/utils/checkpoint.py")
-                || has("CheckpointFunction")
-                || has("checkpoint_wrapper"),
-            n,
-            count,
-        );
-        self.collectives.note(
-            n.starts_with("nccl:")
-                || n.starts_with("c10d::")
-                || n.starts_with("record_param_comms")
-                || has("ProcessGroupNCCL")
-                || has("rccl"),
-            n,
-            count,
-        );
-        self.data_parallel.note(
-            has("torch/nn/parallel/distributed.py")
-                || has("DistributedDataParallel")
-                || has("megatron/core/distributed")
-                || has("deepspeed/runtime/engine.py"),
-            n,
-            count,
-        );
-        self.sharded.note(
-            has("torch/distributed/fsdp")
-                || has("FullyShardedDataParallel")
-                || has("fully_shard")
-                || has("deepspeed/runtime/zero/")
-                || has("distrib_optimizer"),
-            n,
-            count,
-        );
+        self.foreach.note(says.foreach, n, count);
+        self.fused.note(says.fused, n, count);
+        self.single_tensor.note(says.single_tensor, n, count);
+        self.eight_bit_optimizer
+            .note(says.eight_bit_optimizer, n, count);
+        self.inference.note(says.inference, n, count);
+        self.serving_engine.note(says.serving_engine, n, count);
+        self.checkpoint.note(says.checkpoint, n, count);
+        self.collectives.note(says.collectives, n, count);
+        self.data_parallel.note(says.data_parallel, n, count);
+        self.sharded.note(says.sharded, n, count);
     }
-}
-
-/// The optimizer a name shows: `Optimizer.step#AdamW.step` or a
-/// `torch/optim/<name>.py` frame.
-fn optimizer_name(n: &str) -> Option<String> {
-    if let Some(rest) = n.strip_prefix("Optimizer.step#") {
-        let name = rest.split('.').next().unwrap_or(rest);
-        return (!name.is_empty()).then(|| name.to_owned());
-    }
-    let file = n.split("torch/optim/").nth(1)?;
-    let stem = file.split(['.', '(', ':']).next()?;
-    let known = [
-        ("adamw", "AdamW"),
-        ("adam", "Adam"),
-        ("sgd", "SGD"),
-        ("adagrad", "Adagrad"),
-        ("adadelta", "Adadelta"),
-        ("adamax", "Adamax"),
-        ("nadam", "NAdam"),
-        ("radam", "RAdam"),
-        ("rmsprop", "RMSprop"),
-        ("rprop", "Rprop"),
-        ("asgd", "ASGD"),
-        ("lbfgs", "LBFGS"),
-        ("adafactor", "Adafactor"),
-        ("sparse_adam", "SparseAdam"),
-    ];
-    known
-        .iter()
-        .find(|(k, _)| *k == stem)
-        .map(|(_, v)| (*v).to_owned())
 }
 
 /// This device's allocations by the phase their rule records.

@@ -48,7 +48,8 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::model::{is_operator_call, Frame, OpCall, SiteId, Sites, StrId};
+use crate::model::{Frame, OpCall, SiteId, Sites, StrId};
+use crate::vocabulary::is_operator_call;
 
 /// Innermost operator frames kept per memory event.
 pub(super) const MAX_FRAMES: usize = 64;

@@ -194,7 +194,8 @@ mod prefixes_against_frames {
     use crate::formats::chrome::attribute::{
         attribute, sweep, Attributed, Instant, OpKind, OpRec, Operators, MAX_FRAMES,
     };
-    use crate::model::{is_operator_call, Frame, OpCall, Sites};
+    use crate::model::{Frame, OpCall, Sites};
+    use crate::vocabulary::is_operator_call;
 
     fn by_frames(ops: &Operators, instants: &[Instant], sites: &mut Sites) -> Attributed {
         let kinds = [

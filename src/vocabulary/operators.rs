@@ -8,7 +8,7 @@
 //! forward pass computing or a tensor being *created*. The two are told apart
 //! by the outermost operator call that allocated.
 
-use crate::model::is_operator_call;
+use super::is_operator_call;
 
 /// How the outermost operator call of a site made its memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,527 @@
+//! The frame vocabulary: every test memcut makes on the names PyTorch
+//! writes — Python frames (`torch/optim/adamw.py`, `nn.Module: Block_1`),
+//! C++ frames (`SavedVariable::reset_data()`), profiler operators and
+//! annotations (`aten::addmm`, `MulBackward0`, `Optimizer.step#AdamW.step`)
+//! — and what they say: the phase, the optimizer, autograd at work or
+//! freeing a graph, a module call, the way a tensor was made. Classify, the
+//! planner's facts and the findings read these, so each name is known in
+//! one place.
+//!
+//! Per site, [`site_facts`] is the union of what each frame says
+//! ([`frame_facts`]), computed once per site by the classifier
+//! ([`all_site_facts`]).
+
+mod operators;
+
+use rustc_hash::FxHashMap;
+
+use crate::model::{Frame, SiteId, Sites, StrId};
+use operators::Outermost;
+
+/// What the program was doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Phase {
+    Unknown,
+    Init,
+    DataLoading,
+    Forward,
+    Backward,
+    Optimizer,
+    ZeroGrad,
+}
+
+/// Evidence read off one site's frames, computed once per site.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SiteFacts {
+    pub optimizer: bool,
+    pub zero_grad: bool,
+    pub backward: bool,
+    pub accumulate_grad: bool,
+    pub forward: bool,
+    pub module_init: bool,
+    pub data_loading: bool,
+    pub kv_cache: bool,
+    pub recompute: bool,
+    /// No Python frame, and the outermost operator call computes (Chrome
+    /// traces recorded without stacks).
+    pub computes: bool,
+    /// No Python frame, and the outermost operator call creates a tensor
+    /// from nothing (`aten::empty`, `aten::randn`, `aten::to`, …).
+    pub creates: bool,
+    /// Some frame concatenates (`aten::cat`).
+    pub concatenates: bool,
+    /// Made in a Python constructor (`__init__` of any class), outside any
+    /// forward pass or cache.
+    pub constructor: bool,
+    /// Some frame is attention code (`attn`, `Attention`).
+    pub attention: bool,
+    /// Some frame is a Python frame (snapshot stacks, `with_stack=True`
+    /// traces): the site names a line of the program.
+    pub python: bool,
+}
+
+impl SiteFacts {
+    pub fn phase(&self) -> Phase {
+        if self.zero_grad {
+            Phase::ZeroGrad
+        } else if self.optimizer {
+            Phase::Optimizer
+        } else if self.backward || self.accumulate_grad {
+            Phase::Backward
+        } else if self.module_init {
+            Phase::Init
+        } else if self.data_loading {
+            Phase::DataLoading
+        } else if self.forward || self.computes {
+            Phase::Forward
+        } else {
+            Phase::Unknown
+        }
+    }
+}
+
+/// Evidence read off one frame; a site's facts are the union over its frames.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct FrameFacts {
+    facts: SiteFacts,
+    attention: bool,
+    concat_or_copy: bool,
+    /// A Python `__init__` frame, of any class.
+    init: bool,
+    /// A Python frame (snapshot stacks, `with_stack=True` traces).
+    python: bool,
+    /// What the frame's operator call does (operator frames only). Frames
+    /// are merged innermost first, so a site keeps its outermost call's.
+    outermost: Option<Outermost>,
+}
+
+impl FrameFacts {
+    fn merge(&mut self, o: &FrameFacts) {
+        let (f, g) = (&mut self.facts, &o.facts);
+        f.optimizer |= g.optimizer;
+        f.zero_grad |= g.zero_grad;
+        f.backward |= g.backward;
+        f.accumulate_grad |= g.accumulate_grad;
+        f.forward |= g.forward;
+        f.module_init |= g.module_init;
+        f.data_loading |= g.data_loading;
+        f.kv_cache |= g.kv_cache;
+        f.recompute |= g.recompute;
+        f.concatenates |= g.concatenates;
+        self.attention |= o.attention;
+        self.concat_or_copy |= o.concat_or_copy;
+        self.init |= o.init;
+        self.python |= o.python;
+        if o.outermost.is_some() {
+            self.outermost = o.outermost;
+        }
+    }
+
+    fn finish(self) -> SiteFacts {
+        let mut f = self.facts;
+        // A cache grows by concatenating or copying new keys/values under attention.
+        f.kv_cache |= self.attention && self.concat_or_copy;
+        f.attention = self.attention;
+        f.python = self.python;
+        // Caches are built by constructors too, and say so in their frames;
+        // objects built inside a forward pass are part of it.
+        f.constructor = self.init && !f.forward && !f.kv_cache;
+        // Operators are the evidence only where Python frames, which say
+        // more (which module, which user line), are missing. What a
+        // constructor computes (`torch.randn(…) * 0.02`) is no forward pass.
+        f.computes = self.outermost == Some(Outermost::Computes) && !self.python;
+        f.creates = self.outermost == Some(Outermost::Creates) && !self.python;
+        f
+    }
+}
+
+/// Reads a site's frames for evidence. Patterns cover Python frames
+/// (`filename`, `name`), C++ frames and profiler operator names.
+pub fn site_facts(sites: &Sites, site: SiteId) -> SiteFacts {
+    let mut acc = FrameFacts::default();
+    for frame in sites.frames(site) {
+        acc.merge(&frame_facts(sites, frame));
+    }
+    acc.finish()
+}
+
+/// [`site_facts`] of every site. Sites share most of their frames, so each
+/// distinct (file, name) pair is read once (1M-entry snapshot: ~2k sites,
+/// ~75k frames, ~400 distinct).
+pub(crate) fn all_site_facts(sites: &Sites) -> Vec<SiteFacts> {
+    let mut by_frame: FxHashMap<(StrId, StrId), FrameFacts> = FxHashMap::default();
+    (0..sites.len() as SiteId)
+        .map(|site| {
+            let mut acc = FrameFacts::default();
+            for frame in sites.frames(site) {
+                let ff = by_frame
+                    .entry((frame.filename, frame.name))
+                    .or_insert_with(|| frame_facts(sites, frame));
+                acc.merge(ff);
+            }
+            acc.finish()
+        })
+        .collect()
+}
+
+fn frame_facts(sites: &Sites, frame: &Frame) -> FrameFacts {
+    let mut ff = FrameFacts::default();
+    let f = &mut ff.facts;
+    let mut attention = false;
+    let mut concat_or_copy = false;
+    // Windows stacks use backslashes; patterns are written with `/`.
+    let file = sites.str(frame.filename).replace('\\', "/");
+    let name = sites.str(frame.name).replace('\\', "/");
+    let (file, name) = (file.as_str(), name.as_str());
+    let has = |needle: &str| file.contains(needle) || name.contains(needle);
+    f.optimizer |= has("torch/optim/")
+        || file.contains("/optimizer/")
+        || file.contains("/optim/")
+        || has("Optimizer.step")
+        || name.starts_with("Optimizer.")
+        || (file.contains("optimizer") && name == "step");
+    f.zero_grad |= has("zero_grad");
+    f.accumulate_grad |= has("AccumulateGrad");
+    f.backward |= has("run_backward")
+        || has("autograd::engine::evaluate_function")
+        || has("torch::autograd::Engine")
+        || (!frees_a_graph(name) && (name.contains("Backward0") || name.contains("Backward1")))
+        || has("CompiledFunction(Backward)")
+        || (file.contains("torch/autograd/") && name == "backward")
+        || (file.contains("torch/_tensor.py") && name.contains("backward"));
+    f.forward |= is_module_frame(name)
+        || has("torch/nn/functional.py")
+        || name.contains("_call_impl")
+        || name == "forward"
+        || name.contains("): forward")
+        || name.contains("## forward ##");
+    f.module_init |= (file.contains("torch/nn/modules/") && name.contains("__init__"))
+        || name.contains("torch/nn/modules/") && name.contains("__init__")
+        || has("reset_parameters")
+        || has("torch/nn/init.py")
+        || has("load_state_dict")
+        || name.ends_with("): _apply")
+        || (file.contains("torch/nn/modules/module.py")
+            && matches!(name, "_apply" | "to" | "cuda" | "convert"))
+        || has("from_pretrained");
+    // A Python constructor: `__init__` in a snapshot frame, `…py(12): __init__`
+    // in a profiler's Python frame.
+    ff.init = name == "__init__" || (name.ends_with("): __init__") && name.contains(".py("));
+    ff.python = file.ends_with(".py")
+        || file == "python_function"
+        || name.contains(".py(")
+        || name.starts_with("<built-in")
+        || is_module_frame(name);
+    f.data_loading |= has("DataLoader") || has("dataloader.py") || has("collate");
+    f.kv_cache |= has("cache_utils")
+        || has("past_key")
+        || has("kv_cache")
+        || has("key_cache")
+        || has("value_cache")
+        || has("KVCache")
+        || has("DynamicCache")
+        || has("StaticCache");
+    f.recompute |= has("torch/utils/checkpoint.py") || has("CheckpointFunction");
+    attention |= has("attn") || has("attention") || has("Attention");
+    concat_or_copy |= name.contains("method cat>")
+        || name.contains("aten::cat")
+        || name.contains("index_copy")
+        || name.contains("aten::copy_")
+        || name.contains("scatter");
+    f.concatenates = operators::concatenates(name);
+    if file == "cpu_op" || file == "operator" {
+        ff.outermost = operators::outermost(name);
+        f.backward |= is_backward_function(name);
+    }
+    ff.attention = attention;
+    ff.concat_or_copy = concat_or_copy;
+    ff
+}
+
+/// Whether a frame is autograd freeing a graph's saved tensors rather than
+/// computing a backward: `BmmBackward0::release_variables()`,
+/// `SavedVariable::reset_data()`, `deleteNode`, a node's destructor. A
+/// forward-only run whose outputs are dropped frees its graph this way, so
+/// such a frame is no evidence of a backward pass (a real backward shows the
+/// engine's frames, `evaluate_function`, as well).
+pub fn frees_a_graph(name: &str) -> bool {
+    name.contains("release_variables")
+        || name.contains("SavedVariable::reset_data")
+        || name.contains("deleteNode")
+        || (name.contains("Backward") && name.contains("::~"))
+}
+
+/// Whether a frame names a module instance, as the profiler's stacks do
+/// (`nn.Module: Block_1`): one call of that module allocated below it.
+pub fn is_module_frame(name: &str) -> bool {
+    name.starts_with("nn.Module:")
+}
+
+/// The innermost module instance a site's frames name, if any.
+pub fn innermost_module(sites: &Sites, site: SiteId) -> Option<StrId> {
+    sites
+        .frames(site)
+        .iter()
+        .find(|f| is_module_frame(sites.str(f.name)))
+        .map(|f| f.name)
+}
+
+/// Whether a profiler operator (`cpu_op`) named `name` is one *call* in
+/// the sense of PyTorch's memory profiler (`torch/profiler/_memory_profiler.py`,
+/// `_extract_leaf_events`): an operator with a schema (a namespaced name:
+/// `aten::addmm`, `torchvision::nms`, `torch::autograd::AccumulateGrad`) or
+/// an autograd backward function (`AddmmBackward0`, a custom `FooBackward`).
+/// What such a call allocates and frees before it returns is its scratch
+/// space, whatever it calls inside.
+///
+/// Not calls: the autograd engine's wrapper
+/// `autograd::engine::evaluate_function: …`, which runs a backward function
+/// *and* accumulates its outputs into other gradients, and un-namespaced
+/// ranges (`ProfilerStep#N`, `Optimizer.step#…` in traces that file them as
+/// operators), which group many calls.
+pub fn is_operator_call(name: &str) -> bool {
+    if name.starts_with("autograd::engine::evaluate_function") {
+        return false;
+    }
+    name.contains("::") || is_backward_function(name)
+}
+
+/// Whether a profiler operator named `name` is an autograd backward function:
+/// `MulBackward0`, `CopyBackwards`, a custom `MyFunctionBackward`, and the
+/// digitless names of PyTorch before 1.10 (`AddmmBackward`).
+pub fn is_backward_function(name: &str) -> bool {
+    let stem = name.trim_end_matches(|c: char| c.is_ascii_digit());
+    !name.contains("::") && (stem.ends_with("Backward") || stem.ends_with("Backwards"))
+}
+
+/// What a name anywhere in a trace (an annotation, an operator, a frame's
+/// file or function) says about the run as a whole: the planner's facts
+/// count these over every name. (A site's phase is [`frame_facts`]'s, which
+/// reads each frame's file and function apart.)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NameSays {
+    /// A backward pass runs (the engine, backward functions, gradient accumulation); a graph being freed is none.
+    pub backward: bool,
+    /// An optimizer's step.
+    pub optimizer_step: bool,
+    /// A multi-tensor (`foreach`) optimizer step.
+    pub foreach: bool,
+    /// A fused optimizer step.
+    pub fused: bool,
+    /// A single-tensor (for-loop) optimizer step.
+    pub single_tensor: bool,
+    /// An 8-bit optimizer (bitsandbytes).
+    pub eight_bit_optimizer: bool,
+    /// Inference: `inference_mode`, `generate`, a serving engine.
+    pub inference: bool,
+    /// A serving engine (vLLM, SGLang).
+    pub serving_engine: bool,
+    /// Activation checkpointing.
+    pub checkpoint: bool,
+    /// Collective communication (NCCL, c10d).
+    pub collectives: bool,
+    /// Data parallelism (DDP, Megatron, DeepSpeed).
+    pub data_parallel: bool,
+    /// Sharded data parallelism (FSDP, ZeRO).
+    pub sharded: bool,
+}
+
+/// [`NameSays`] of one name, `\` already read as `/`.
+pub fn name_says(n: &str) -> NameSays {
+    let has = |p: &str| n.contains(p);
+    NameSays {
+        backward: has("autograd::engine::evaluate_function")
+            || (!frees_a_graph(n) && (has("Backward0") || has("Backward1")))
+            || has("AccumulateGrad")
+            || has("run_backward")
+            || has("torch::autograd::Engine"),
+        optimizer_step: n.starts_with("Optimizer.step#") || has("torch/optim/"),
+        foreach: has("_multi_tensor_")
+            || n.starts_with("aten::_foreach_")
+            || has("method _foreach_")
+            || has("torch._foreach_"),
+        fused: has("_fused_adam")
+            || has("_fused_sgd")
+            || n.starts_with("aten::_fused_")
+            || has("fused_adam")
+            || has("FusedAdam"),
+        single_tensor: has("_single_tensor_"),
+        eight_bit_optimizer: has("bitsandbytes/optim") || (has("8bit") && has("optim")),
+        inference: has("inference_mode")
+            || has("transformers/generation/")
+            || has("vllm/")
+            || has("sglang/")
+            || has("model_executor")
+            || n.ends_with(": generate"),
+        serving_engine: has("vllm/")
+            || has("sglang/")
+            || n.starts_with("_C_cache_ops::")
+            || n.starts_with("sglang::")
+            || n.starts_with("vllm::"),
+        checkpoint: has("torch/utils/checkpoint.py")
+            || has("CheckpointFunction")
+            || has("checkpoint_wrapper"),
+        collectives: n.starts_with("nccl:")
+            || n.starts_with("c10d::")
+            || n.starts_with("record_param_comms")
+            || has("ProcessGroupNCCL")
+            || has("rccl"),
+        data_parallel: has("torch/nn/parallel/distributed.py")
+            || has("DistributedDataParallel")
+            || has("megatron/core/distributed")
+            || has("deepspeed/runtime/engine.py"),
+        sharded: has("torch/distributed/fsdp")
+            || has("FullyShardedDataParallel")
+            || has("fully_shard")
+            || has("deepspeed/runtime/zero/")
+            || has("distrib_optimizer"),
+    }
+}
+
+/// The optimizer class a name shows: a step annotation
+/// (`Optimizer.step#AdamW.step`) or a frame in `torch/optim/<file>.py`
+/// (a file name, or a profiler frame name that starts with one:
+/// `torch/optim/adamw.py(211): step`). One table for every reader.
+pub fn optimizer_class(name: &str) -> Option<String> {
+    if let Some(rest) = name.strip_prefix("Optimizer.step#") {
+        // Any class the annotation names: a user's own optimizer too.
+        let class = rest.split('.').next().unwrap_or(rest);
+        return (!class.is_empty()).then(|| class.to_owned());
+    }
+    // Most names are not the optimizer's: refused before any allocation.
+    if !name.contains("optim") {
+        return None;
+    }
+    let name = name.replace('\\', "/");
+    let file = name.split("torch/optim/").nth(1)?;
+    let stem = file.split(['.', '(', ':']).next()?;
+    OPTIMIZERS
+        .iter()
+        .find(|(s, _)| *s == stem)
+        .map(|(_, c)| (*c).to_owned())
+}
+
+/// `torch/optim/` file stems and the optimizer classes they define.
+const OPTIMIZERS: &[(&str, &str)] = &[
+    ("adam", "Adam"),
+    ("adamw", "AdamW"),
+    ("sgd", "SGD"),
+    ("adagrad", "Adagrad"),
+    ("adadelta", "Adadelta"),
+    ("adamax", "Adamax"),
+    ("nadam", "NAdam"),
+    ("radam", "RAdam"),
+    ("rmsprop", "RMSprop"),
+    ("rprop", "Rprop"),
+    ("asgd", "ASGD"),
+    ("lbfgs", "LBFGS"),
+    ("adafactor", "Adafactor"),
+    ("sparse_adam", "SparseAdam"),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Frame;
+
+    #[test]
+    fn optimizer_class_from_annotation_and_file() {
+        assert_eq!(
+            optimizer_class("Optimizer.step#AdamW.step").as_deref(),
+            Some("AdamW")
+        );
+        assert_eq!(optimizer_class("Optimizer.zero_grad#AdamW.zero_grad"), None);
+        assert_eq!(
+            optimizer_class("Optimizer.step#Lion.step").as_deref(),
+            Some("Lion")
+        );
+        assert_eq!(
+            optimizer_class("/x/torch/optim/adafactor.py").as_deref(),
+            Some("Adafactor")
+        );
+        assert_eq!(
+            optimizer_class("/x/torch/optim/sgd.py").as_deref(),
+            Some("SGD")
+        );
+        assert_eq!(
+            optimizer_class("C:\\py\\torch\\optim\\adam.py").as_deref(),
+            Some("Adam")
+        );
+        assert_eq!(optimizer_class("torch/optim/optimizer.py"), None);
+        assert_eq!(
+            optimizer_class("torch/optim/adamw.py(211): step").as_deref(),
+            Some("AdamW")
+        );
+    }
+
+    /// A graph freed without a backward (the output of a forward-only run
+    /// dropped) shows its nodes' `release_variables`: no backward pass. The
+    /// engine's frames in a real backward still are one.
+    #[test]
+    fn a_graph_being_freed_is_no_backward() {
+        let mut sites = Sites::default();
+        let mut site = |names: &[&str]| {
+            let frames: Vec<Frame> = names
+                .iter()
+                .map(|n| Frame {
+                    filename: sites.intern_str("??"),
+                    line: 0,
+                    name: sites.intern_str(n),
+                })
+                .collect();
+            sites.intern_site(&frames)
+        };
+        let freed = site(&[
+            "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::free",
+            "torch::autograd::SavedVariable::reset_data()",
+            "torch::autograd::generated::BmmBackward0::release_variables()",
+            "infer.py:47 main",
+        ]);
+        let backward = site(&[
+            "torch::autograd::generated::BmmBackward0::release_variables()",
+            "torch::autograd::Engine::evaluate_function(...)",
+        ]);
+        let computing = site(&["torch::autograd::generated::BmmBackward0::apply(...)"]);
+        assert!(!site_facts(&sites, freed).backward);
+        assert_ne!(site_facts(&sites, freed).phase(), Phase::Backward);
+        assert!(site_facts(&sites, backward).backward);
+        assert!(site_facts(&sites, computing).backward);
+        assert!(frees_a_graph(
+            "torch::autograd::generated::MmBackward0::~MmBackward0()"
+        ));
+        assert!(!frees_a_graph(
+            "torch::autograd::generated::MmBackward0::apply"
+        ));
+    }
+
+    /// The cached per-frame evidence gives what reading each site does.
+    #[test]
+    fn all_site_facts_equal_site_facts() {
+        let mut sites = Sites::default();
+        let mut frame = |file: &str, name: &str| Frame {
+            filename: sites.intern_str(file),
+            line: 1,
+            name: sites.intern_str(name),
+        };
+        let attn = frame("model.py", "attention");
+        let cat = frame("??", "aten::cat");
+        let opt = frame("/x/torch/optim/adamw.py", "step");
+        let bwd = frame("??", "MulBackward0");
+        let fwd = frame("m.py", "forward");
+        for frames in [
+            vec![attn, cat],
+            vec![attn],
+            vec![cat, fwd],
+            vec![opt, bwd],
+            vec![fwd, attn, fwd, cat],
+        ] {
+            sites.intern_site(&frames);
+        }
+        let all = all_site_facts(&sites);
+        assert_eq!(all.len(), sites.len());
+        for (s, f) in all.iter().enumerate() {
+            assert_eq!(*f, site_facts(&sites, s as SiteId));
+        }
+        assert!(all[1].kv_cache && !all[2].kv_cache && !all[3].kv_cache);
+    }
+}
