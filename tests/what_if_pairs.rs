@@ -79,6 +79,24 @@ fn score(set: &str) -> Vec<(String, f64, Vec<String>)> {
             let predicted = before as f64 - b.what_if.as_ref().unwrap().peak_allocated_bytes as f64;
             let truth = before as f64 - f.peak.allocated_bytes as f64;
             let error = (predicted - truth).abs() / before as f64;
+            if set.starts_with("levers") {
+                // Catalogue levers on clean runs: no finding on either run,
+                // and the prediction within the worst case.
+                for (run, r) in [(&p.baseline, b), (&p.fixed, f)] {
+                    if let Some(x) = r.findings.first() {
+                        problems.push(format!("{run} names {:?}", x.kind));
+                    }
+                }
+                if error > 0.10 {
+                    problems.push(format!("error {:.1}% of the peak", error * 100.0));
+                }
+                rows.push((
+                    format!("{} {} ({format})", p.baseline, p.lever),
+                    error,
+                    problems,
+                ));
+                continue;
+            }
             let fix = |r: &memcut::DeviceReport| {
                 r.findings
                     .iter()
@@ -135,6 +153,28 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
             ("autocast_no_cache", 0.03, 0.05),
             ("drop_growing_refs", 0.03, 0.10),
         ],
+        // Catalogue levers (`generate_pairs.py --levers`): today's values
+        // rounded up, to catch regressions; the target is 3% / 10%.
+        // zero_grad_set_to_none is modelled from the run (each kept
+        // gradient is needed again where the next backward computes a
+        // tensor of its size); the others scale their pools by the
+        // catalogue's factors.
+        "levers" => &[
+            ("zero_grad_set_to_none", 0.04, 0.10),
+            ("fused_optimizer", 0.01, 0.01),
+            ("halve_micro_batch", 0.01, 0.10),
+            ("activation_checkpointing", 0.05, 0.08),
+            ("halve_batch", 0.01, 0.08),
+        ],
+        // Recorded after the models above were settled (a Llama, a CNN, a
+        // deeper TinyLM; other seeds): never tuned on.
+        "levers_untuned" => &[
+            ("zero_grad_set_to_none", 0.01, 0.09),
+            ("fused_optimizer", 0.01, 0.01),
+            ("halve_micro_batch", 0.01, 0.01),
+            ("activation_checkpointing", 0.03, 0.05),
+            ("halve_batch", 0.01, 0.10),
+        ],
         _ => LIMITS,
     }
 }
@@ -149,6 +189,45 @@ const LIMITS: &[(&str, f64, f64)] = &[
 /// Predictions known to miss, each with why. Every other row must pass,
 /// and each of these must still be a miss (so the list stays true).
 const KNOWN_MISSES: &[(&str, &str)] = &[
+    // A warm run's Chrome trace counts only what is allocated while it
+    // records: the baseline's gradients were made before it, the fixed
+    // run's are made again in its backward, so the fixed run's peak is
+    // higher (true saving -162%) and no prediction from the baseline can
+    // be compared with it.
+    (
+        "levers/train.mlp.warm.waste zero_grad_set_to_none (trace.json.gz)",
+        "the truth is not comparable",
+    ),
+    // A warm `_profile_to_snapshot` snapshot has the kept gradients from
+    // before recording, which no backward in it computes again where the
+    // fixed run would: predicted 0, true 10.2%.
+    (
+        "levers/train.tinylm.warm.waste zero_grad_set_to_none (snapshot.pickle.gz)",
+        "gradients from before recording",
+    ),
+    (
+        "levers_untuned/train.llama.warm.waste zero_grad_set_to_none (snapshot.pickle.gz)",
+        "gradients from before recording",
+    ),
+    // Checkpointing by the catalogue's factor (×0.3 of what is saved for
+    // backward): a CNN whose segments' inputs are most of what it saves
+    // keeps far more; the model from the run's blocks is still to come.
+    (
+        "levers_untuned/train.cnn.cold.waste activation_checkpointing (trace.json.gz)",
+        "checkpointing by a factor",
+    ),
+    (
+        "levers_untuned/train.cnn.cold.waste activation_checkpointing (snapshot.pickle.gz)",
+        "checkpointing by a factor",
+    ),
+    (
+        "levers_untuned/train.cnn.warm.waste activation_checkpointing (trace.json.gz)",
+        "checkpointing by a factor",
+    ),
+    (
+        "levers_untuned/train.cnn.warm.waste activation_checkpointing (snapshot.pickle.gz)",
+        "checkpointing by a factor",
+    ),
     // The CNN's autocast copies save 11 KB (0.2% of the peak); the
     // finding says 47 KB: off by 0.9% of the peak, four times the truth.
     (
@@ -407,4 +486,18 @@ fn fresh_pairs_come_true() {
 #[test]
 fn final_pairs_come_true() {
     check("final");
+}
+
+/// Catalogue levers, each recorded applied for real on clean training and
+/// inference runs (TinyLM, an MLP, GPT-2 from a config; cold and warm).
+#[test]
+fn lever_pairs_come_true() {
+    check("levers");
+}
+
+/// The catalogue levers' set kept apart (`--levers_untuned`), reported
+/// apart: its misses are listed in [`KNOWN_MISSES`].
+#[test]
+fn untuned_lever_pairs_come_true() {
+    check("levers_untuned");
 }

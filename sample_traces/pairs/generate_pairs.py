@@ -5,6 +5,8 @@
     VENV/bin/python sample_traces/pairs/generate_pairs.py --untuned  # the set kept apart (other seeds, shapes, models)
     VENV/bin/python sample_traces/pairs/generate_pairs.py --fresh    # recorded last, reported apart
     VENV/bin/python sample_traces/pairs/generate_pairs.py --tuned --only leak   # one workload again
+    VENV/bin/python sample_traces/pairs/generate_pairs.py --levers          # catalogue levers, clean runs
+    VENV/bin/python sample_traces/pairs/generate_pairs.py --levers_untuned  # the same, kept apart
 
 Each run is recorded in a fresh process (on CPU the profiler's `Total Allocated` counts from the
 first profile in a process), the whole run inside the recording when `start` is cold (model built
@@ -45,6 +47,16 @@ WORKLOADS = {
     "autocast": ["autocast_no_cache"],
 }
 
+# Catalogue levers, on runs without a waste: training (AdamW, foreach, zero_grad keeping the
+# gradients, no checkpointing) and batched inference. Each fixed run applies the lever for real.
+LEVER_WORKLOADS = {
+    # Two optimizer steps (cold: model built inside the recording; warm: the third step).
+    "train": ["zero_grad_set_to_none", "fused_optimizer", "halve_micro_batch",
+              "activation_checkpointing"],
+    # Two forwards under inference_mode. Fix: half the batch.
+    "infer": ["halve_batch"],
+}
+
 SETS = {
     # seed, model, shapes
     "tuned": [
@@ -63,6 +75,18 @@ SETS = {
         {"seed": 20, "model": "bert", "d": 128, "layers": 3, "batch": 4, "seq": 64},
         {"seed": 21, "model": "gpt2", "d": 160, "layers": 3, "batch": 2, "seq": 96},
         {"seed": 22, "model": "mlp", "d": 512, "layers": 2, "batch": 32, "seq": 1},
+    ],
+    # Catalogue levers (LEVER_WORKLOADS): the set the lever models are tuned on, and the one
+    # kept apart from them.
+    "levers": [
+        {"seed": 40, "model": "tinylm", "d": 128, "layers": 3, "batch": 8, "seq": 64},
+        {"seed": 41, "model": "mlp", "d": 256, "layers": 4, "batch": 64, "seq": 1},
+        {"seed": 42, "model": "gpt2", "d": 96, "layers": 2, "batch": 4, "seq": 48},
+    ],
+    "levers_untuned": [
+        {"seed": 50, "model": "llama", "d": 128, "layers": 3, "batch": 6, "seq": 40},
+        {"seed": 51, "model": "cnn", "d": 16, "layers": 3, "batch": 8, "seq": 32},
+        {"seed": 52, "model": "tinylm", "d": 96, "layers": 4, "batch": 6, "seq": 80},
     ],
     # Recorded after the fresh set was looked at (and memory_growth's runs changed for it):
     # untouched, with a CNN, an architecture no set above has.
@@ -90,6 +114,9 @@ def record(spec):
     torch.manual_seed(cfg["seed"])
     d, layers, batch, seq = cfg["d"], cfg["layers"], cfg["batch"], cfg["seq"]
     vocab = 256
+    checkpointing = variant == "activation_checkpointing"
+    if variant in ("halve_micro_batch", "halve_batch"):
+        batch //= 2
 
     class Block(nn.Module):
         def __init__(self):
@@ -116,7 +143,10 @@ def record(spec):
         def forward(self, idx):
             x = self.tok(idx)
             for blk in self.blocks:
-                x = blk(x)
+                if checkpointing:
+                    x = torch.utils.checkpoint.checkpoint(blk, x, use_reentrant=False)
+                else:
+                    x = blk(x)
             return self.head(self.ln(x))
 
     if cfg["model"] in ("gpt2", "llama", "bert"):
@@ -162,11 +192,53 @@ def record(spec):
         return torch.randint(0, vocab, (batch, seq))
 
     def forward(model, x):
+        if checkpointing and cfg["model"] in ("mlp", "cnn"):
+            # One segment per layer (conv/BN/ReLU, or Linear/GELU/Linear).
+            n = len(model) - (3 if cfg["model"] == "cnn" else 1)
+            per = 3
+            out = torch.utils.checkpoint.checkpoint_sequential(
+                model[:n], n // per, x, use_reentrant=False)
+            return model[n:](out)
         out = model(x)
         return out.logits if hasattr(out, "logits") else out
 
+    def targets():
+        if cfg["model"] in ("mlp", "cnn"):
+            return torch.randint(0, 10, (batch,))
+        return torch.randint(0, vocab, (batch, seq))
+
+    optimizer = None
+
+    def train_step(model):
+        nonlocal optimizer
+        if optimizer is None:
+            model.train()
+            if checkpointing and hasattr(model, "gradient_checkpointing_enable"):
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3,
+                                          fused=variant == "fused_optimizer")
+        micro_steps = 2 if variant == "halve_micro_batch" else 1
+        for _ in range(micro_steps):
+            x, y = inputs(), targets()
+            logits = forward(model, x)
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+            loss.backward()
+            del logits, loss
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=variant == "zero_grad_set_to_none")
+
     def step(model):
+        if workload == "train":
+            train_step(model)
+            return
         x = inputs()
+        if workload == "infer":
+            with torch.inference_mode():
+                for _ in range(2):
+                    out = forward(model, x)
+                    out.argmax(-1)
+                    del out
+            return
         if workload == "kept_graph":
             if variant == "inference_mode":
                 with torch.inference_mode():
@@ -212,10 +284,12 @@ def record(spec):
     sched = schedule(wait=0 if cold else 1, warmup=0 if cold else 1, active=1, repeat=1)
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
                  with_stack=True, schedule=sched) as prof:
-        for _ in range(1 if cold else 3):
+        for i in range(1 if cold else 3):
             if cold:
                 model = build()
-            step(model)
+            # Cold training runs two steps: the optimizer's state is made in the first.
+            for _ in range(2 if cold and workload == "train" else 1):
+                step(model)
             prof.step()
     out_dir = os.path.join(HERE, spec["set"])
     os.makedirs(out_dir, exist_ok=True)
@@ -254,8 +328,9 @@ def main(argv):
     if only and os.path.exists(pairs_path):
         with open(pairs_path) as f:
             pairs = [p for p in json.load(f)["pairs"] if not p["baseline"].startswith(only + ".")]
+    workloads = LEVER_WORKLOADS if set_name.startswith("levers") else WORKLOADS
     for cfg in SETS[set_name]:
-        for workload, levers in WORKLOADS.items():
+        for workload, levers in workloads.items():
             if only and workload != only:
                 continue
             for start in ("cold", "warm"):
@@ -272,7 +347,7 @@ def main(argv):
                     fixed = run_name(workload, cfg, start, lever)
                     pairs.append({"baseline": base, "lever": lever, "fixed": fixed,
                                   "baseline_peak": peaks[base], "fixed_peak": peaks[fixed]})
-    pairs.sort(key=lambda p: (p["baseline"].split(".")[1], list(WORKLOADS).index(p["baseline"].split(".")[0])))
+    pairs.sort(key=lambda p: (p["baseline"].split(".")[1], list(workloads).index(p["baseline"].split(".")[0])))
     with open(pairs_path, "w") as f:
         json.dump({"set": set_name, "configs": SETS[set_name], "pairs": pairs}, f, indent=1)
         f.write("\n")

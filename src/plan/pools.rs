@@ -227,18 +227,68 @@ impl Overlay {
             };
             match rule.phase_observed() {
                 Some(Phase::Forward) => forward.push(interval.start),
-                Some(Phase::Backward) => backward.push(interval.start),
+                // (Not gradients: a snapshot's `zero_()` restarts a kept
+                // gradient with its backward frames, after the step.)
+                Some(Phase::Backward) if class.category != Category::Gradient => {
+                    backward.push(interval.start)
+                }
                 Some(Phase::Optimizer) => optimizer.push(interval.start),
                 _ => {}
             }
         }
+        // Where backward makes each new gradient: with gradients kept
+        // (`zero_grad(set_to_none=False)`), the gradient an op computes is a
+        // new tensor of the gradient's size, added into the kept one and
+        // freed within backward; with `set_to_none=True` that tensor becomes
+        // the gradient. So a kept gradient is needed from the first such
+        // tensor of its size in the next backward, not from the backward's
+        // first allocation.
+        let mut computed = Computed::default();
+        if input.training {
+            for (interval, class) in replay.intervals.iter().zip(classes) {
+                if matches!(
+                    class.rule,
+                    Rule::Builtin(B::ShortLivedInBackward | B::FreedWithinBackward)
+                ) {
+                    computed
+                        .by_size
+                        .entry(interval.size)
+                        .or_default()
+                        .push((interval.start, false));
+                }
+            }
+        }
+        // Whether a position comes after an optimizer step and before any
+        // backward after it: a gradient that starts there is one the step
+        // left (a snapshot made by `_profile_to_snapshot` ends a tensor and
+        // starts another at each in-place change, so `zero_()` starts one).
+        let after_a_step = |p: u32| {
+            let last = |list: &[u32]| {
+                let i = list.partition_point(|&x| x < p);
+                i.checked_sub(1).map(|i| list[i])
+            };
+            last(&optimizer).is_some_and(|o| last(&backward).is_none_or(|b| o > b))
+        };
+        let starts_after_a_step: Vec<bool> = replay
+            .intervals
+            .iter()
+            .zip(classes)
+            .map(|(iv, c)| {
+                c.category == Category::Gradient && input.training && after_a_step(iv.start)
+            })
+            .collect();
         let (mut forward, mut backward, mut optimizer) = (
             Ascending::new(&forward),
             Ascending::new(&backward),
             Ascending::new(&optimizer),
         );
         let mut kept_after_a_step = false;
-        for (interval, class) in replay.intervals.iter().zip(classes) {
+        for ((interval, class), after_step) in replay
+            .intervals
+            .iter()
+            .zip(classes)
+            .zip(starts_after_a_step)
+        {
             let (start, end, size) = (interval.start, interval.end, interval.size);
             let alive_at_end = end >= positions;
             match class.category {
@@ -268,7 +318,7 @@ impl Overlay {
                     // `pending`: held from before the recording, so the
                     // first forward may already be a new step's.
                     let mut from = start;
-                    let mut pending = interval.origin.is_baseline();
+                    let mut pending = interval.origin.is_baseline() || after_step;
                     loop {
                         let held_from = if pending {
                             Some(from)
@@ -289,8 +339,12 @@ impl Overlay {
                             from = b;
                             continue;
                         }
-                        push(f, b, Part::KeptAcrossSteps, size);
-                        kept_after_a_step |= !pending;
+                        // Needed again where the next backward computes
+                        // one of its size (before the step after it).
+                        let next_step = optimizer.first_after(b).unwrap_or(u32::MAX);
+                        let needed = computed.take(size, b, next_step.min(end)).unwrap_or(b);
+                        push(f, needed, Part::KeptAcrossSteps, size);
+                        kept_after_a_step |= !pending || after_step;
                         pending = false;
                         if b >= end {
                             break;
@@ -319,6 +373,28 @@ impl Overlay {
 
     pub fn is_empty(&self) -> bool {
         self.enter.is_empty()
+    }
+}
+
+/// Tensors backward computes and frees within it, by size, in allocation
+/// order: each can stand for one kept gradient's new value.
+#[derive(Default)]
+struct Computed {
+    by_size: rustc_hash::FxHashMap<u64, Vec<(u32, bool)>>,
+}
+
+impl Computed {
+    /// The position of the first tensor of `size` made in `[from, before)`
+    /// that no gradient has taken yet, taken now.
+    fn take(&mut self, size: u64, from: u32, before: u32) -> Option<u32> {
+        let list = self.by_size.get_mut(&size)?;
+        let first = list.partition_point(|&(p, _)| p < from);
+        let (start, taken) = list[first..]
+            .iter_mut()
+            .take_while(|(p, _)| *p < before)
+            .find(|(_, taken)| !*taken)?;
+        *taken = true;
+        Some(*start)
     }
 }
 
