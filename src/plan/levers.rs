@@ -159,6 +159,20 @@ impl Lever {
         f
     }
 
+    /// How the lever is modelled from the run, when the pools it scales are
+    /// ones the run itself delimits and it removes them entirely (its
+    /// factor is no estimate): zeroing the gradients kept from a step
+    /// through the next forward is `zero_grad(set_to_none=True)` exactly,
+    /// as far as the windows are right (see `pools::Overlay::build`).
+    pub fn modelled_from_run(&self) -> Option<&'static str> {
+        let kept = Target::part(Part::KeptAcrossSteps);
+        let only_kept =
+            !self.scales.is_empty() && self.scales.iter().all(|(t, s)| *t == kept && *s == 0.0);
+        only_kept.then_some(
+            "each gradient kept from the optimizer step is freed there and made again where the next backward computes its new value (a tensor of its size that backward adds into it)",
+        )
+    }
+
     /// The categories this lever actually shrinks (factor < 1 for some part).
     pub fn categories(&self) -> Vec<Category> {
         let mut out: Vec<Category> = self

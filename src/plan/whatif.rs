@@ -128,6 +128,11 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
             for (a, b) in out.factors.iter_mut().zip(lever.factors()) {
                 *a *= b;
             }
+            if let Some(how) = lever.modelled_from_run() {
+                out.because
+                    .push(format!("{name}: modelled from the run: {how}"));
+                continue;
+            }
             out.estimate = true;
             let scales: Vec<String> = lever
                 .scales
