@@ -126,6 +126,11 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
             .as_ref()
             .map(|(facts, _)| options.plan.levers(facts))
             .unwrap_or_default();
+        let checkpointed = what_if
+            .iter()
+            .any(|l| l == whatif::CHECKPOINTING)
+            .then(|| plan::checkpointing::model(&trace.sites, &cd.timeline, &cd.classes))
+            .flatten();
         let sim = |levers: &[String]| {
             let input = whatif::Input {
                 timeline: &cd.timeline,
@@ -133,6 +138,7 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
                 findings: &found,
                 demand: planned.as_ref().map(|(_, demand)| demand),
                 catalogue: &catalogue,
+                checkpointing: checkpointed.as_ref(),
             };
             whatif::what_if(&input, levers)
         };
@@ -204,6 +210,7 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
             findings: &found,
             demand: Some(&demand),
             catalogue: &[],
+            checkpointing: None,
         };
         let fixed_demand = |k: usize| {
             let levers: Vec<String> = fixes[..=k].iter().map(|f| f.lever.clone()).collect();

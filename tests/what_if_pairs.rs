@@ -155,15 +155,17 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
         ],
         // Catalogue levers (`generate_pairs.py --levers`): today's values
         // rounded up, to catch regressions; the target is 3% / 10%.
-        // zero_grad_set_to_none is modelled from the run (each kept
-        // gradient is needed again where the next backward computes a
-        // tensor of its size); the others scale their pools by the
-        // catalogue's factors.
+        // zero_grad_set_to_none and activation_checkpointing are modelled
+        // from the run (each kept gradient is needed again where the next
+        // backward computes a tensor of its size; each block's saved
+        // tensors go when it returns and are back just before its
+        // backward); the others scale their pools by the catalogue's
+        // factors.
         "levers" => &[
             ("zero_grad_set_to_none", 0.04, 0.10),
             ("fused_optimizer", 0.01, 0.01),
             ("halve_micro_batch", 0.01, 0.10),
-            ("activation_checkpointing", 0.05, 0.08),
+            ("activation_checkpointing", 0.01, 0.08),
             ("halve_batch", 0.01, 0.08),
         ],
         // Recorded after the models above were settled (a Llama, a CNN, a
@@ -172,7 +174,7 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
             ("zero_grad_set_to_none", 0.01, 0.09),
             ("fused_optimizer", 0.01, 0.01),
             ("halve_micro_batch", 0.01, 0.01),
-            ("activation_checkpointing", 0.03, 0.05),
+            ("activation_checkpointing", 0.01, 0.02),
             ("halve_batch", 0.01, 0.10),
         ],
         _ => LIMITS,
@@ -209,24 +211,25 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
         "levers_untuned/train.llama.warm.waste zero_grad_set_to_none (snapshot.pickle.gz)",
         "gradients from before recording",
     ),
-    // Checkpointing by the catalogue's factor (×0.3 of what is saved for
-    // backward): a CNN whose segments' inputs are most of what it saves
-    // keeps far more; the model from the run's blocks is still to come.
+    // Checkpointing modelled from the run's blocks (conv, batch norm, ReLU):
+    // their recomputation also makes each block's output again (ReLU saves
+    // its output, so backward needs it), a tensor as large as the others,
+    // which the model does not count: 30-43% predicted, 13% true.
     (
         "levers_untuned/train.cnn.cold.waste activation_checkpointing (trace.json.gz)",
-        "checkpointing by a factor",
+        "recomputation's own tensors not counted",
     ),
     (
         "levers_untuned/train.cnn.cold.waste activation_checkpointing (snapshot.pickle.gz)",
-        "checkpointing by a factor",
+        "recomputation's own tensors not counted",
     ),
     (
         "levers_untuned/train.cnn.warm.waste activation_checkpointing (trace.json.gz)",
-        "checkpointing by a factor",
+        "recomputation's own tensors not counted",
     ),
     (
         "levers_untuned/train.cnn.warm.waste activation_checkpointing (snapshot.pickle.gz)",
-        "checkpointing by a factor",
+        "recomputation's own tensors not counted",
     ),
     // The CNN's autocast copies save 11 KB (0.2% of the peak); the
     // finding says 47 KB: off by 0.9% of the peak, four times the truth.

@@ -5,6 +5,7 @@
     VENV/bin/python sample_traces/pairs/generate_pairs.py --untuned  # the set kept apart (other seeds, shapes, models)
     VENV/bin/python sample_traces/pairs/generate_pairs.py --fresh    # recorded last, reported apart
     VENV/bin/python sample_traces/pairs/generate_pairs.py --tuned --only leak   # one workload again
+    VENV/bin/python sample_traces/pairs/generate_pairs.py --levers --only train --models mlp  # and model
     VENV/bin/python sample_traces/pairs/generate_pairs.py --levers          # catalogue levers, clean runs
     VENV/bin/python sample_traces/pairs/generate_pairs.py --levers_untuned  # the same, kept apart
 
@@ -193,11 +194,12 @@ def record(spec):
 
     def forward(model, x):
         if checkpointing and cfg["model"] in ("mlp", "cnn"):
-            # One segment per layer (conv/BN/ReLU, or Linear/GELU/Linear).
+            # Each block checkpointed (conv/BN/ReLU, or Linear/GELU/Linear), as the lever says:
+            # checkpoint_sequential would leave the last one out.
             n = len(model) - (3 if cfg["model"] == "cnn" else 1)
-            per = 3
-            out = torch.utils.checkpoint.checkpoint_sequential(
-                model[:n], n // per, x, use_reentrant=False)
+            out = x
+            for i in range(0, n, 3):
+                out = torch.utils.checkpoint.checkpoint(model[i:i + 3], out, use_reentrant=False)
             return model[n:](out)
         out = model(x)
         return out.logits if hasattr(out, "logits") else out
@@ -323,13 +325,19 @@ def main(argv):
     set_name = next((s for s in SETS if f"--{s}" in argv), "tuned")
     # --only WORKLOAD records that workload again and keeps the other pairs.
     only = argv[argv.index("--only") + 1] if "--only" in argv else None
+    # --models a,b: only those models' runs of that workload.
+    models = argv[argv.index("--models") + 1].split(",") if "--models" in argv else None
     pairs, peaks = [], {}
     pairs_path = os.path.join(HERE, set_name, "pairs.json")
     if only and os.path.exists(pairs_path):
         with open(pairs_path) as f:
-            pairs = [p for p in json.load(f)["pairs"] if not p["baseline"].startswith(only + ".")]
+            pairs = [p for p in json.load(f)["pairs"]
+                     if not (p["baseline"].startswith(only + ".")
+                             and (models is None or p["baseline"].split(".")[1] in models))]
     workloads = LEVER_WORKLOADS if set_name.startswith("levers") else WORKLOADS
     for cfg in SETS[set_name]:
+        if models is not None and cfg["model"] not in models:
+            continue
         for workload, levers in workloads.items():
             if only and workload != only:
                 continue

@@ -13,6 +13,7 @@
 //!   headroom, verdict and reason that reports render, and returns the plan
 //!   for the caller to put into the report.
 
+pub mod checkpointing;
 pub mod components;
 pub mod demand;
 pub mod facts;

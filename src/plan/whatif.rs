@@ -14,6 +14,7 @@ use crate::model::Category;
 use crate::schema::FindingKind;
 use crate::timeline::DeviceTimeline;
 
+use super::checkpointing::Checkpointed;
 use super::demand::{allocator_overhead, scale, Demand, Row};
 use super::levers::Lever;
 use super::pools::{Part, NPOOL};
@@ -44,6 +45,9 @@ pub struct Input<'a> {
     pub demand: Option<&'a Demand<'a>>,
     /// The levers a factor can come from (the catalogue, or `--levers`).
     pub catalogue: &'a [Lever],
+    /// Checkpointing each block, modelled from the run's module calls
+    /// (`None`: the catalogue's factor stands in).
+    pub checkpointing: Option<&'a Checkpointed>,
 }
 
 /// Names `--what-if` takes: every finding's fix, then the catalogue's.
@@ -79,6 +83,8 @@ fn unknown_lever(name: &str, known: &[String]) -> String {
 /// freed now, the factors by pool, and how each lever was modelled.
 struct Applied {
     ends: HashMap<usize, u32>,
+    /// `(interval, from, to)`: not live in `[from, to)` (checkpointing).
+    gaps: Vec<(usize, u32, u32)>,
     factors: [f64; NPOOL],
     because: Vec<String>,
     estimate: bool,
@@ -88,11 +94,13 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
     let intervals = &input.timeline.replay.intervals;
     let mut out = Applied {
         ends: HashMap::new(),
+        gaps: Vec::new(),
         factors: [1.0; NPOOL],
         because: Vec::new(),
         estimate: false,
     };
     let mut applied: Vec<FindingKind> = Vec::new();
+    let mut checkpointed = false;
     for name in levers {
         if let Some(kind) = FindingKind::for_lever(name) {
             let Some(found) = input.findings.iter().find(|f| f.kind == kind) else {
@@ -124,6 +132,18 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
                 found.intervals.len()
             ));
             applied.push(kind);
+        } else if let Some(c) = input.checkpointing.filter(|_| name == CHECKPOINTING) {
+            if checkpointed {
+                continue;
+            }
+            checkpointed = true;
+            out.gaps.extend_from_slice(&c.gaps);
+            out.because.push(format!(
+                "{name}: modelled from the run: {} calls of `{}` checkpointed, {} saved tensors dropped when each returns and made again just before its backward (recomputation's own temporaries not counted)",
+                c.calls,
+                c.block,
+                c.gaps.len()
+            ));
         } else if let Some(lever) = input.catalogue.iter().find(|l| &l.name == name) {
             for (a, b) in out.factors.iter_mut().zip(lever.factors()) {
                 *a *= b;
@@ -150,21 +170,26 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
     Ok(out)
 }
 
+/// The catalogue's lever that the run's module calls can model.
+pub const CHECKPOINTING: &str = "activation_checkpointing";
+
 /// Re-simulates the timeline with `levers` applied in order. An unknown
 /// lever name is an error naming the ones there are.
 pub fn what_if(input: &Input<'_>, levers: &[String]) -> Result<Outcome, String> {
     let Applied {
         ends,
+        gaps,
         factors,
         because,
         estimate,
     } = apply(input, levers)?;
+    let windows = windows(input.timeline, &ends, gaps);
     let curve = match (factors.iter().all(|f| *f == 1.0), input.demand) {
-        (true, _) => edited_curve(input.timeline, &ends),
+        (true, _) => edited_curve(input.timeline, &windows),
         (false, Some(demand)) => {
             let cache = Category::AllocatorCache.index();
             let mut curve = Vec::with_capacity(input.timeline.replay.positions() as usize);
-            for_each_edited_row(input, demand, &ends, |_, row| {
+            for_each_edited_row(input, demand, &windows, |_, row| {
                 curve.push(
                     (0..NPOOL)
                         .filter(|&q| q != cache)
@@ -204,34 +229,57 @@ pub fn what_if(input: &Input<'_>, levers: &[String]) -> Result<Outcome, String> 
 /// findings are fixed. Only findings' fixes change rows here; a factor
 /// lever is the search's own business.
 pub fn fixed_rows(input: &Input<'_>, demand: &Demand<'_>, levers: &[String]) -> Vec<Row> {
-    let ends = apply(input, levers).map(|a| a.ends).unwrap_or_default();
+    let windows = apply(input, levers)
+        .map(|a| windows(input.timeline, &a.ends, a.gaps))
+        .unwrap_or_default();
     let mut rows = Vec::with_capacity(input.timeline.replay.positions() as usize);
-    for_each_edited_row(input, demand, &ends, |_, row| rows.push(*row));
+    for_each_edited_row(input, demand, &windows, |_, row| rows.push(*row));
     rows
 }
 
-/// Bytes no longer live at each position once each edited interval ends
-/// at its new end, as (position, category, ±bytes) changes in order.
-fn removals(tl: &DeviceTimeline, ends: &HashMap<usize, u32>) -> Vec<(u32, usize, i64)> {
+/// Where each edited interval is not live: from its new end to its old
+/// one, and its gaps, merged per interval so no byte is taken out twice.
+fn windows(
+    tl: &DeviceTimeline,
+    ends: &HashMap<usize, u32>,
+    mut gaps: Vec<(usize, u32, u32)>,
+) -> Vec<(usize, u32, u32)> {
     let intervals = &tl.replay.intervals;
-    let mut out = Vec::with_capacity(ends.len() * 2);
-    for (&i, &end) in ends {
-        let iv = &intervals[i];
-        if end >= iv.end {
-            continue;
+    gaps.extend(
+        ends.iter()
+            .filter(|(&i, &end)| end < intervals[i].end)
+            .map(|(&i, &end)| (i, end, intervals[i].end)),
+    );
+    gaps.sort_unstable();
+    let mut out: Vec<(usize, u32, u32)> = Vec::with_capacity(gaps.len());
+    for (i, from, to) in gaps {
+        match out.last_mut() {
+            Some(last) if last.0 == i && from <= last.2 => last.2 = last.2.max(to),
+            _ => out.push((i, from, to)),
         }
-        out.push((end, i, iv.size as i64));
-        if iv.end < tl.replay.positions() {
-            out.push((iv.end, i, -(iv.size as i64)));
+    }
+    out
+}
+
+/// Bytes no longer live at each position, as (position, interval, ±bytes)
+/// changes in order.
+fn removals(tl: &DeviceTimeline, windows: &[(usize, u32, u32)]) -> Vec<(u32, usize, i64)> {
+    let intervals = &tl.replay.intervals;
+    let mut out = Vec::with_capacity(windows.len() * 2);
+    for &(i, from, to) in windows {
+        let size = intervals[i].size as i64;
+        out.push((from, i, size));
+        if to < tl.replay.positions() {
+            out.push((to, i, -size));
         }
     }
     out.sort_unstable();
     out
 }
 
-fn edited_curve(tl: &DeviceTimeline, ends: &HashMap<usize, u32>) -> Vec<u64> {
+fn edited_curve(tl: &DeviceTimeline, windows: &[(usize, u32, u32)]) -> Vec<u64> {
     let mut curve = tl.replay.allocated.clone();
-    let changes = removals(tl, ends);
+    let changes = removals(tl, windows);
     let mut removed = 0i64;
     let mut next = changes.iter().peekable();
     for (p, v) in curve.iter_mut().enumerate() {
@@ -248,10 +296,10 @@ fn edited_curve(tl: &DeviceTimeline, ends: &HashMap<usize, u32>) -> Vec<u64> {
 fn for_each_edited_row(
     input: &Input<'_>,
     demand: &Demand<'_>,
-    ends: &HashMap<usize, u32>,
+    windows: &[(usize, u32, u32)],
     mut visit: impl FnMut(usize, &Row),
 ) {
-    let changes = removals(input.timeline, ends);
+    let changes = removals(input.timeline, windows);
     let mut removed = [0i64; NCAT];
     let mut next = changes.iter().peekable();
     demand.for_each_row(|p, row| {
