@@ -173,37 +173,14 @@ pub struct BudgetArgs {
     pub what_if: Vec<String>,
 }
 
-/// `--headroom`: a percentage or a size with a unit. A bare number other
-/// than 0 is refused: `10` would be ten bytes, which nobody means.
-/// `--budget`: a share of the observed peak (`80%`), or a positive size (a
-/// bare number of bytes under a MiB is refused the same way).
+/// `--budget` ([`memcut::parse_budget`]).
 fn parse_budget(s: &str) -> Result<BudgetSpec, memcut::SizeError> {
-    let t = s.trim();
-    if t.ends_with('%') {
-        return BudgetSpec::parse(s);
-    }
-    let bytes = memcut::parse_positive_size(s)?;
-    // A bare number is bytes; under a MiB nobody means bytes.
-    if is_bare_number(t) && bytes < 1 << 20 {
-        return Err(memcut::SizeError::BareBudget(t.to_owned()));
-    }
-    Ok(BudgetSpec::Bytes(bytes))
+    memcut::parse_budget(s)
 }
 
-/// A number without a unit (`40`, `0.5`).
-fn is_bare_number(t: &str) -> bool {
-    !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.')
-}
-
+/// `--headroom` ([`memcut::parse_headroom`]).
 fn parse_headroom(s: &str) -> Result<Headroom, memcut::SizeError> {
-    let t = s.trim();
-    if t.starts_with('-') {
-        return Err(memcut::SizeError::Negative(s.to_owned()));
-    }
-    if is_bare_number(t) && t.parse::<f64>().is_ok_and(|v| v != 0.0) {
-        return Err(memcut::SizeError::NoUnit(t.to_owned()));
-    }
-    Headroom::parse(t)
+    memcut::parse_headroom(s)
 }
 
 /// In what order the planner tries levers (the library's [`Order`]).

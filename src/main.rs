@@ -341,26 +341,12 @@ fn warn(name: &str, report: &Report) -> bool {
 
 /// The planner's options from the command line (`--levers` is read here).
 fn plan_options(args: &BudgetArgs) -> Result<memcut::PlanOptions, String> {
-    if let (Some(memcut::BudgetSpec::Bytes(budget)), memcut::Headroom::Bytes(room)) =
-        (args.budget, args.headroom)
-    {
-        if room >= budget {
-            return Err(format!(
-                "--headroom {} leaves nothing of --budget {}: the headroom must be smaller than the budget",
-                memcut::human_bytes(room),
-                memcut::human_bytes(budget)
-            ));
-        }
-    }
+    let mut options = memcut::PlanOptions::default();
+    options.set_budget_and_headroom(args.budget, args.headroom)?;
     let levers = match &args.levers {
         Some(path) => Some(memcut::read_levers_file(path).map_err(|e| e.to_string())?),
         None => None,
     };
-    let mut options = memcut::PlanOptions::default();
-    if let Some(budget) = args.budget {
-        options.set_budget(budget);
-    }
-    options.headroom = args.headroom;
     options.dp_ranks = args.dp_ranks;
     options.levers = levers;
     options.order = args.order.into();

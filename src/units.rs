@@ -61,6 +61,9 @@ pub enum SizeError {
     BadPercentage(String),
     #[error("headroom `{0}` must be in [0%, 100%)")]
     PercentageOutOfRange(String),
+    /// A budget's share of the peak out of `(0%, 1000%]`.
+    #[error("budget `{0}` must be more than 0% and at most 1000% of the peak")]
+    BudgetPercentageOutOfRange(String),
     /// A leading minus sign.
     #[error("`{0}`: a size cannot be negative")]
     Negative(String),

@@ -69,7 +69,9 @@ def _size(value: Optional[Size], what: str) -> Optional[str]:
     if isinstance(value, int):
         if value < 0:
             raise MemcutError(f"{what}: {value} is not a size (bytes must be >= 0)")
-        return str(value)
+        # An int is bytes: said so, since a bare number is refused where it
+        # would be read as a handful of bytes (`headroom="10"`, `budget="40"`).
+        return f"{value}B"
     return value
 
 

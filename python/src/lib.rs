@@ -9,7 +9,7 @@
 //! --summary x.jsonl`). The Python package (`python/memcut/`) shapes the API.
 //!
 //! Library calls made here: `analyze_path`, `analyze_bytes`, `render` and
-//! `Report::from_json`; the options' parsers (`parse_size`, `Headroom::parse`,
+//! `Report::from_json`; the options' parsers (`parse_budget`, `parse_headroom`,
 //! `parse_levers`, `parse_rules`, `read_levers_file`, `read_rules_file`, the
 //! same the CLI uses); the seed's `components` module; and the batch
 //! summary's `batch::{rows_of_bytes, sort_rows, SummaryFormat, COLUMNS, Row}`
@@ -22,7 +22,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use memcut::batch::{self, Row};
-use memcut::{components, AnalyzeOptions, Headroom, Order, OutputFormat, Report};
+use memcut::{components, AnalyzeOptions, Order, OutputFormat, Report};
 
 create_exception!(
     _native,
@@ -110,13 +110,25 @@ impl Options {
         what_if: Vec<String>,
     ) -> PyResult<Options> {
         let mut inner = AnalyzeOptions::new();
-        // The same parsers as the CLI's --budget and --headroom.
-        if let Some(b) = &budget {
-            inner.plan.budget =
-                Some(memcut::parse_size(b).map_err(|e| error(format!("budget: {e}")))?);
-        }
-        inner.plan.headroom =
-            Headroom::parse(&headroom).map_err(|e| error(format!("headroom: {e}")))?;
+        // The same parsers and check as the CLI's --budget and --headroom,
+        // and the same messages with the options spelled as here.
+        let spelled = |e: String| {
+            error(
+                e.replace("--budget", "budget")
+                    .replace("--headroom", "headroom"),
+            )
+        };
+        let budget_spec = budget
+            .as_deref()
+            .map(memcut::parse_budget)
+            .transpose()
+            .map_err(|e| error(format!("budget: {e}")))?;
+        let room =
+            memcut::parse_headroom(&headroom).map_err(|e| error(format!("headroom: {e}")))?;
+        inner
+            .plan
+            .set_budget_and_headroom(budget_spec, room)
+            .map_err(spelled)?;
         if dp_ranks < 1 {
             return Err(error(format!(
                 "dp_ranks must be at least 1, got {dp_ranks}"

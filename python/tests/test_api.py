@@ -166,6 +166,30 @@ def test_option_errors_carry_the_cli_message(cli, in_root, tmp_path):
             with pytest.raises(memcut.MemcutError) as e:
                 memcut.analyze(ADAMW, **{flag[2:]: path})
             assert f"memcut: error: {e.value}" == line
+    # The CLI and Python refuse the same bad budgets and headrooms with the
+    # same message (the options spelled as each spells them).
+    for args, kwargs in [
+        (["--budget", "40"], {"budget": "40"}),
+        (["--budget", "0%"], {"budget": "0%"}),
+        (["--headroom", "10"], {"headroom": "10"}),
+        (["--headroom", "-1MiB"], {"headroom": "-1MiB"}),
+        (["--budget", "1GiB", "--headroom", "2GiB"], {"budget": "1GiB", "headroom": "2GiB"}),
+    ]:
+        out = run_cli(cli, ["analyze", ADAMW, *args])
+        assert out.returncode == 2, args
+        line = out.stderr.decode().strip().splitlines()[0]
+        with pytest.raises(memcut.MemcutError) as e:
+            memcut.analyze(ADAMW, **kwargs)
+        said = str(e.value)
+        if line.startswith("error: invalid value"):
+            # clap: "error: invalid value 'V' for '--budget <…>': WHY"; Python: "budget: WHY".
+            assert line.endswith(said.split(": ", 1)[1]), (line, said)
+        else:
+            # The library's check: the same sentence with the options spelled as Python's.
+            assert line == "memcut: error: " + said.replace("headroom", "--headroom", 1).replace(
+                "budget", "--budget", 1), (line, said)
+    # A share of the peak, as the CLI takes it.
+    assert memcut.analyze(ADAMW, budget="80%") == cli_json(cli, [ADAMW, "--budget", "80%"])
     with pytest.raises(memcut.MemcutError, match="budget: unknown unit `X` in `80X`"):
         memcut.analyze(ADAMW, budget="80X")
     with pytest.raises(memcut.MemcutError, match=r"headroom: headroom `100%` must be in \[0%, 100%\)"):

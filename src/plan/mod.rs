@@ -100,11 +100,47 @@ impl BudgetSpec {
     pub fn parse(s: &str) -> Result<BudgetSpec, SizeError> {
         match parse_percent(s, 1_000.000_001) {
             Some(Ok(p)) if p > 0.0 => Ok(BudgetSpec::PercentOfPeak(p)),
-            Some(Ok(_)) => Err(SizeError::PercentageOutOfRange(s.to_owned())),
+            Some(Ok(_)) | Some(Err(SizeError::PercentageOutOfRange(_))) => {
+                Err(SizeError::BudgetPercentageOutOfRange(s.to_owned()))
+            }
             Some(Err(e)) => Err(e),
             None => parse_size(s.trim()).map(BudgetSpec::Bytes),
         }
     }
+}
+
+/// `--budget` (and Python's `budget=`): a share of the observed peak
+/// (`80%`), or a positive size; a bare number of bytes under a MiB is
+/// refused (`--budget 40` means no budget of 40 bytes).
+pub fn parse_budget(s: &str) -> Result<BudgetSpec, SizeError> {
+    let t = s.trim();
+    if t.ends_with('%') {
+        return BudgetSpec::parse(s);
+    }
+    let bytes = crate::units::parse_positive_size(s)?;
+    if is_bare_number(t) && bytes < 1 << 20 {
+        return Err(SizeError::BareBudget(t.to_owned()));
+    }
+    Ok(BudgetSpec::Bytes(bytes))
+}
+
+/// `--headroom` (and Python's `headroom=`): a percentage or a size with a
+/// unit. A bare number other than 0 is refused: `10` would be ten bytes,
+/// which nobody means.
+pub fn parse_headroom(s: &str) -> Result<Headroom, SizeError> {
+    let t = s.trim();
+    if t.starts_with('-') {
+        return Err(SizeError::Negative(s.to_owned()));
+    }
+    if is_bare_number(t) && t.parse::<f64>().is_ok_and(|v| v != 0.0) {
+        return Err(SizeError::NoUnit(t.to_owned()));
+    }
+    Headroom::parse(t)
+}
+
+/// A number without a unit (`40`, `0.5`).
+fn is_bare_number(t: &str) -> bool {
+    !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.')
 }
 
 /// Where a budget comes from and how large it is.
@@ -142,6 +178,30 @@ impl PlanOptions {
             let fp32 = facts.weights.value == Some(facts::Dtype::Fp32);
             catalogue(facts.dp_ranks(), fp32)
         })
+    }
+
+    /// Sets the budget and the headroom below it, refusing a headroom that
+    /// leaves nothing of a budget in bytes (the message names the options
+    /// as the CLI spells them: `--budget`, `--headroom`).
+    pub fn set_budget_and_headroom(
+        &mut self,
+        budget: Option<BudgetSpec>,
+        headroom: Headroom,
+    ) -> Result<(), String> {
+        if let (Some(BudgetSpec::Bytes(budget)), Headroom::Bytes(room)) = (budget, headroom) {
+            if room >= budget {
+                return Err(format!(
+                    "--headroom {} leaves nothing of --budget {}: the headroom must be smaller than the budget",
+                    crate::units::human_bytes(room),
+                    crate::units::human_bytes(budget)
+                ));
+            }
+        }
+        if let Some(budget) = budget {
+            self.set_budget(budget);
+        }
+        self.headroom = headroom;
+        Ok(())
     }
 
     /// Sets the budget from a [`BudgetSpec`].
@@ -748,6 +808,48 @@ pub fn plan_for(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The CLI and Python take budgets and headrooms through these, so both
+    /// refuse the same values with the same words.
+    #[test]
+    fn budgets_and_headrooms_are_refused_alike() {
+        let err = |r: Result<(), String>| r.unwrap_err();
+        assert_eq!(
+            parse_budget("80%").unwrap(),
+            BudgetSpec::PercentOfPeak(80.0)
+        );
+        assert_eq!(parse_budget("2MiB").unwrap(), BudgetSpec::Bytes(2 << 20));
+        assert!(parse_budget("40")
+            .unwrap_err()
+            .to_string()
+            .contains("has no unit and is under a MiB"));
+        for bad in ["0%", "1001%"] {
+            assert_eq!(
+                parse_budget(bad).unwrap_err().to_string(),
+                format!("budget `{bad}` must be more than 0% and at most 1000% of the peak")
+            );
+        }
+        assert!(parse_headroom("10")
+            .unwrap_err()
+            .to_string()
+            .contains("has no unit"));
+        assert_eq!(parse_headroom("0").unwrap(), Headroom::Bytes(0));
+        assert!(parse_headroom("-1MiB")
+            .unwrap_err()
+            .to_string()
+            .contains("cannot be negative"));
+        let mut o = PlanOptions::default();
+        assert_eq!(
+            err(o.set_budget_and_headroom(Some(BudgetSpec::Bytes(1 << 30)), Headroom::Bytes(2 << 30))),
+            "--headroom 2.00 GiB leaves nothing of --budget 1.00 GiB: the headroom must be smaller than the budget"
+        );
+        o.set_budget_and_headroom(
+            Some(BudgetSpec::PercentOfPeak(80.0)),
+            Headroom::Bytes(2 << 30),
+        )
+        .unwrap();
+        assert_eq!(o.budget_percent_of_peak, Some(80.0));
+    }
     use facts::Mode;
 
     #[test]
