@@ -766,10 +766,21 @@ fn verdict_and_reason(
         Verdict::DoesNotFit,
         gap,
         format!(
-            "{after} the peak is still {}, {} over the target {}; the largest part left is {} ({}){hint}{conditional}",
-            h(cuts.estimated_peak_bytes),
-            h(gap),
-            h(target),
+            "{after} the peak is still {}; the largest part left is {} ({}){hint}{conditional}",
+            if h(cuts.estimated_peak_bytes) == h(target) {
+                // Equal-looking numbers either side of the verdict: the gap in bytes.
+                format!(
+                    "{gap} B over the target {} (within rounding of it)",
+                    h(target)
+                )
+            } else {
+                format!(
+                    "{}, {} over the target {}",
+                    h(cuts.estimated_peak_bytes),
+                    h(gap),
+                    h(target)
+                )
+            },
             largest,
             h(bytes)
         ),

@@ -83,7 +83,8 @@ pub struct Search<'a> {
 /// Each round looks at the bytes by pool at the *current* peak and, among
 /// the unused eligible levers that shrink something there, simulates each
 /// over the whole timeline: its saving is the drop of the peak (which can
-/// move). Levers that lower it by less than `min_step` are not steps. The
+/// move). Levers that lower it by less than `min_step` (or than what is
+/// left of the gap, when that is less) are not steps. The
 /// next step is the best of the rest by `order`, certain levers before
 /// conditional ones. The savings of the steps add up to the total
 /// reduction by construction. Cost: O(rounds × levers) peak searches.
@@ -96,6 +97,10 @@ pub fn plan_timeline_cuts(demand: &Demand, search: &Search) -> TimelineCuts {
     let mut steps = Vec::new();
     let min_step = search.min_step.max(1);
     while peak > search.target {
+        // A lever that closes what is left of the gap is a step however
+        // little that is (a cheap certain one then beats a conditional
+        // one: a sub-MiB gap is no reason to cost accuracy).
+        let min_step = min_step.min(peak - search.target);
         let here = demand.scaled_at(pos, &factors);
         // (lever, realized saving, contribution, new peak, new position, factors)
         let mut best: Option<(usize, u64, u64, u64, usize, [f64; NPOOL])> = None;
@@ -323,6 +328,37 @@ mod tests {
         let excluded = [Eligibility::Excluded; 3];
         let none = plan_timeline_cuts(&demand, &search(&levers, &excluded, 400, Order::Largest));
         assert!(none.steps.is_empty() && none.leftovers.is_empty());
+    }
+
+    /// Issue 33: a gap smaller than the smallest step is closed by the
+    /// certain lever that closes it, not by a conditional one that costs
+    /// accuracy.
+    #[test]
+    fn a_step_that_closes_a_small_gap_is_taken_however_small() {
+        let demand = Demand::from_series(&[
+            (Category::Parameter, vec![300]),
+            (Category::Activation, vec![695]),
+            (Category::Temporary, vec![5]),
+        ]);
+        let levers = vec![
+            lever("bf16", Cost::Accuracy, &[(Category::Parameter, 0.5)]),
+            lever("chunk", Cost::Free, &[(Category::Temporary, 0.0)]),
+            lever("ckpt", Cost::Compute, &[(Category::Activation, 0.3)]),
+        ];
+        let eligibility = [
+            Eligibility::Conditional,
+            Eligibility::Certain,
+            Eligibility::Certain,
+        ];
+        // ckpt leaves 300 + 209 + 5 = 514: 4 B over a target of 510.
+        let s = Search {
+            min_step: 10,
+            ..search(&levers, &eligibility, 510, Order::Cheapest)
+        };
+        let cuts = plan_timeline_cuts(&demand, &s);
+        let order: Vec<usize> = cuts.steps.iter().map(|s| s.lever).collect();
+        assert_eq!(order, [2, 1]);
+        assert!(cuts.estimated_peak_bytes <= 510);
     }
 
     #[test]

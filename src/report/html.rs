@@ -355,7 +355,10 @@ fn write_plan(out: &mut String, plan: &Plan) {
                 &PLAN_STEP_COLUMNS,
                 &[0, 4, 5],
                 None,
-                steps.iter().enumerate().map(|(i, s)| plan_step_row(i, s)),
+                steps
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| plan_step_row(i, s, plan.target_bytes)),
             );
         }
     };

@@ -294,7 +294,7 @@ fn write_plan(out: &mut String, plan: &Plan) {
     if let Some(o) = &plan.oom_plan {
         rows = MAX_STEPS / 2;
         let _ = writeln!(out, "#### At the OOM (event {})\n", o.event_index);
-        steps_table(out, &o.steps, rows);
+        steps_table(out, &o.steps, rows, plan.target_bytes);
         verdict(
             out,
             o.verdict.as_str(),
@@ -303,7 +303,7 @@ fn write_plan(out: &mut String, plan: &Plan) {
         );
         let _ = writeln!(out, "#### At the replayed peak\n");
     }
-    steps_table(out, &plan.steps, rows);
+    steps_table(out, &plan.steps, rows, plan.target_bytes);
     verdict(
         out,
         plan.verdict.as_str(),
@@ -342,7 +342,7 @@ fn verdict(out: &mut String, verdict: &str, reason: &str, estimate: Option<&str>
 }
 
 /// A plan's steps as a table (at most `max` rows).
-fn steps_table(out: &mut String, steps: &[PlanStep], max: usize) {
+fn steps_table(out: &mut String, steps: &[PlanStep], max: usize, target: u64) {
     if steps.is_empty() {
         return;
     }
@@ -352,7 +352,10 @@ fn steps_table(out: &mut String, steps: &[PlanStep], max: usize) {
         PLAN_STEP_COLUMNS.join(" | ")
     );
     for (i, s) in steps.iter().enumerate().take(max) {
-        let cells: Vec<String> = plan_step_row(i, s).iter().map(|c| cell(c)).collect();
+        let cells: Vec<String> = plan_step_row(i, s, target)
+            .iter()
+            .map(|c| cell(c))
+            .collect();
         let _ = writeln!(out, "| {} |", cells.join(" | "));
     }
     if steps.len() > max {

@@ -101,7 +101,7 @@ pub(crate) const PLAN_STEP_COLUMNS: [&str; 7] = [
     "Peak moves to",
 ];
 
-pub(crate) fn plan_step_row(index: usize, step: &PlanStep) -> [String; 7] {
+pub(crate) fn plan_step_row(index: usize, step: &PlanStep, target: u64) -> [String; 7] {
     let action = match &step.condition {
         Some(c) => format!("{}: {}", condition_words(c), step.action),
         None => step.action.clone(),
@@ -121,7 +121,7 @@ pub(crate) fn plan_step_row(index: usize, step: &PlanStep) -> [String; 7] {
         action,
         cost,
         saves,
-        human_bytes(step.peak_after_bytes),
+        peak_against(step.peak_after_bytes, target),
         if step.peak_moved {
             phase_label(&step.peak_moved_to)
         } else {
@@ -135,13 +135,28 @@ pub(crate) fn condition_words(condition: &str) -> &str {
     condition.split(": ").next().unwrap_or(condition)
 }
 
+/// A peak after a step, and how far from the target in bytes when the two
+/// would read the same (`5.40 GiB (328595 B over the target)`): never two
+/// equal-looking numbers on either side of a verdict.
+pub(crate) fn peak_against(peak: u64, target: u64) -> String {
+    let shown = human_bytes(peak);
+    if peak == target || shown != human_bytes(target) {
+        return shown;
+    }
+    if peak > target {
+        format!("{shown} ({} B over the target)", peak - target)
+    } else {
+        format!("{shown} ({} B under the target)", target - peak)
+    }
+}
+
 /// A plan step as one line: `halve_batch -> peak 1.53 GiB (saves 526.3 MiB,
 /// cheap)`, with its condition and whether the saving is an estimate.
-pub(crate) fn plan_step_line(step: &PlanStep) -> String {
+pub(crate) fn plan_step_line(step: &PlanStep, target: u64) -> String {
     let mut line = format!(
         "{} -> peak {} (saves {}{}, {})",
         step.lever,
-        human_bytes(step.peak_after_bytes),
+        peak_against(step.peak_after_bytes, target),
         if step.estimate { "≈ " } else { "" },
         human_bytes(step.saved_bytes),
         step.cost

@@ -43,7 +43,12 @@ pub fn render(report: &Report) -> String {
 fn write_plan(out: &mut String, plan: &Plan) {
     let steps = |out: &mut String, steps: &[PlanStep]| {
         for (i, s) in steps.iter().enumerate() {
-            let _ = writeln!(out, "    {}. {}", i + 1, plan_step_line(s));
+            let _ = writeln!(
+                out,
+                "    {}. {}",
+                i + 1,
+                plan_step_line(s, plan.target_bytes)
+            );
         }
     };
     let target = format!(
