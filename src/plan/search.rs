@@ -288,9 +288,10 @@ mod tests {
         );
     }
 
-    #[test]
-    fn small_savings_are_not_steps_and_conditional_levers_come_last() {
-        // A 1000-byte peak: 5 bytes of temporaries (0.5%), 300 of parameters.
+    /// A 1000-byte peak: 300 bytes of parameters (halved by a conditional
+    /// lever that costs accuracy), 695 of activations (checkpointing), 5 of
+    /// temporaries (a free lever).
+    fn small_and_conditional() -> (Demand<'static>, Vec<Lever>, [Eligibility; 3]) {
         let demand = Demand::from_series(&[
             (Category::Parameter, vec![300]),
             (Category::Activation, vec![695]),
@@ -306,6 +307,13 @@ mod tests {
             Eligibility::Certain,
             Eligibility::Certain,
         ];
+        (demand, levers, eligibility)
+    }
+
+    #[test]
+    fn small_savings_are_not_steps_and_conditional_levers_come_last() {
+        // A 1000-byte peak: 5 bytes of temporaries (0.5%), 300 of parameters.
+        let (demand, levers, eligibility) = small_and_conditional();
         let s = Search {
             min_step: 10,
             ..search(&levers, &eligibility, 400, Order::Cheapest)
@@ -335,21 +343,7 @@ mod tests {
     /// accuracy.
     #[test]
     fn a_step_that_closes_a_small_gap_is_taken_however_small() {
-        let demand = Demand::from_series(&[
-            (Category::Parameter, vec![300]),
-            (Category::Activation, vec![695]),
-            (Category::Temporary, vec![5]),
-        ]);
-        let levers = vec![
-            lever("bf16", Cost::Accuracy, &[(Category::Parameter, 0.5)]),
-            lever("chunk", Cost::Free, &[(Category::Temporary, 0.0)]),
-            lever("ckpt", Cost::Compute, &[(Category::Activation, 0.3)]),
-        ];
-        let eligibility = [
-            Eligibility::Conditional,
-            Eligibility::Certain,
-            Eligibility::Certain,
-        ];
+        let (demand, levers, eligibility) = small_and_conditional();
         // ckpt leaves 300 + 209 + 5 = 514: 4 B over a target of 510.
         let s = Search {
             min_step: 10,
