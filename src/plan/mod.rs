@@ -34,7 +34,7 @@ use demand::{Demand, Row};
 use facts::{Check, RunFacts};
 use levers::{catalogue, Lever};
 use pools::{pool_category, NPOOL};
-use search::{plan_timeline_cuts, Eligibility, Order, Search, TimelineCuts};
+use search::{Eligibility, Order, Search, TimelineCuts};
 
 const NCAT: usize = Category::ALL.len();
 
@@ -331,7 +331,7 @@ pub fn no_fixed_demand(_: usize) -> Demand<'static> {
     unreachable!("no fixes to apply")
 }
 
-/// Plans one device: runs [`plan_timeline_cuts`] against budget − headroom
+/// Plans one device: runs [`search::plan_for_either_mode`] against budget − headroom
 /// and writes the verdict and reason.
 pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions) -> Plan {
     let catalogue = options.levers(input.facts);
@@ -466,7 +466,7 @@ fn run_search(
     min_step: u64,
 ) -> TimelineCuts {
     let eligibility: Vec<Eligibility> = decisions.iter().map(|d| d.eligibility).collect();
-    plan_timeline_cuts(
+    search::plan_for_either_mode(
         demand,
         &Search {
             levers,

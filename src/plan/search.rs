@@ -3,7 +3,7 @@
 //! the peak fits the target or no lever lowers it by enough.
 
 use super::demand::Demand;
-use super::levers::Lever;
+use super::levers::{Condition, Lever};
 use super::pools::NPOOL;
 
 /// In what order levers are tried.
@@ -78,6 +78,58 @@ pub struct Search<'a> {
     pub min_step: u64,
 }
 
+/// [`plan_timeline_cuts`] for a run that may train or infer: where the
+/// trace does not tell (levers of both kinds are conditional), the plan
+/// assuming training and the one assuming inference are both made and the
+/// better kept (one that fits, else the lower peak; then fewer steps).
+pub fn plan_for_either_mode(demand: &Demand, search: &Search) -> TimelineCuts {
+    let assumes = |mode: Condition| {
+        search
+            .levers
+            .iter()
+            .zip(search.eligibility)
+            .any(|(l, e)| *e == Eligibility::Conditional && l.when.contains(&mode))
+    };
+    if !(assumes(Condition::Training) && assumes(Condition::Inference)) {
+        return plan_timeline_cuts(demand, search);
+    }
+    let without = |mode: Condition| {
+        let eligibility: Vec<Eligibility> = search
+            .levers
+            .iter()
+            .zip(search.eligibility)
+            .map(|(l, e)| {
+                if l.when.contains(&mode) {
+                    Eligibility::Excluded
+                } else {
+                    *e
+                }
+            })
+            .collect();
+        plan_timeline_cuts(
+            demand,
+            &Search {
+                eligibility: &eligibility,
+                ..*search
+            },
+        )
+    };
+    let training = without(Condition::Inference);
+    let inference = without(Condition::Training);
+    let key = |c: &TimelineCuts| {
+        (
+            c.estimated_peak_bytes > search.target,
+            c.estimated_peak_bytes.max(search.target),
+            c.steps.len(),
+        )
+    };
+    if key(&inference) < key(&training) {
+        inference
+    } else {
+        training
+    }
+}
+
 /// Applies levers one at a time until the peak is at most `target`.
 ///
 /// Each round looks at the bytes by pool at the *current* peak and, among
@@ -148,6 +200,21 @@ pub fn plan_timeline_cuts(demand: &Demand, search: &Search) -> TimelineCuts {
             break;
         };
         used[i] = true;
+        // One run trains or infers, not both: once a step assumes one
+        // (a conditional step, where the trace does not tell), the levers
+        // that assume the other are no longer steps.
+        for (mode, other) in [
+            (Condition::Training, Condition::Inference),
+            (Condition::Inference, Condition::Training),
+        ] {
+            if levers[i].when.contains(&mode) {
+                for (j, l) in levers.iter().enumerate() {
+                    if l.when.contains(&other) {
+                        used[j] = true;
+                    }
+                }
+            }
+        }
         factors = next;
         steps.push(TimelineStep {
             lever: i,
@@ -353,6 +420,46 @@ mod tests {
         let order: Vec<usize> = cuts.steps.iter().map(|s| s.lever).collect();
         assert_eq!(order, [2, 1]);
         assert!(cuts.estimated_peak_bytes <= 510);
+    }
+
+    /// A trace that does not tell training from inference gets no plan
+    /// that assumes both (a real snapshot's plan had 8-bit weights `if
+    /// this is inference` and bf16 weights `if this is a training run`).
+    #[test]
+    fn a_plan_assumes_training_or_inference_not_both() {
+        let demand = Demand::from_series(&[(Category::Parameter, vec![1000])]);
+        let mut quant = lever("quant", Cost::Accuracy, &[(Category::Parameter, 0.5)]);
+        quant.when = vec![Condition::Inference];
+        let mut bf16 = lever("bf16", Cost::Accuracy, &[(Category::Parameter, 0.5)]);
+        bf16.when = vec![Condition::Training];
+        let levers = vec![quant, bf16];
+        let eligibility = [Eligibility::Conditional, Eligibility::Conditional];
+        let cuts = plan_timeline_cuts(
+            &demand,
+            &search(&levers, &eligibility, 200, Order::Cheapest),
+        );
+        assert_eq!(cuts.steps.len(), 1, "{:?}", cuts.steps);
+        // Made both ways, the plan that fits is kept: only halving the
+        // activations (an inference lever here) reaches the target.
+        let demand = Demand::from_series(&[
+            (Category::Parameter, vec![100]),
+            (Category::Activation, vec![900]),
+        ]);
+        let mut halve = lever("halve", Cost::Cheap, &[(Category::Activation, 0.5)]);
+        halve.when = vec![Condition::Inference];
+        // A free training lever the greedy search takes first.
+        let mut free = lever("free", Cost::Free, &[(Category::Parameter, 0.5)]);
+        free.when = vec![Condition::Training];
+        let levers = vec![free, halve];
+        let s = search(&levers, &eligibility, 600, Order::Cheapest);
+        let greedy = plan_timeline_cuts(&demand, &s);
+        assert!(greedy.estimated_peak_bytes > 600);
+        let either = plan_for_either_mode(&demand, &s);
+        assert_eq!(
+            either.steps.iter().map(|s| s.lever).collect::<Vec<_>>(),
+            [1]
+        );
+        assert!(either.estimated_peak_bytes <= 600);
     }
 
     #[test]
