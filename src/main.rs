@@ -18,7 +18,7 @@ use cli::{
 use memcut::{AnalyzeOptions, Error, Level, OutputFormat, Report};
 use output::{Layout, Sink, WriteError};
 
-/// Exit codes (DESIGN.md §8; the README's output table).
+/// Exit codes (DESIGN.md §8; the output table in docs/outputs.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Exit {
     Ok = 0,

@@ -1,5 +1,5 @@
 //! Where `memcut analyze` writes its reports, and how several share one
-//! output (README, "Output rules"):
+//! output (docs/outputs.md, "Output rules"):
 //!
 //! | inputs | text, md | json | `--jsonl` | html |
 //! |---|---|---|---|---|

@@ -194,6 +194,45 @@ fn one_bad_file_does_not_stop_the_others() {
     );
 }
 
+/// Every example in the README runs on committed files, and each line it
+/// shows is a line of what the command prints today, in order (an example
+/// may leave lines out; it may not make any up or keep a stale one).
+#[test]
+fn the_readme_examples_run_on_committed_files_and_are_real_output() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let mut checked = 0;
+    for block in readme.split("```text\n").skip(1) {
+        let block = &block[..block.find("```").unwrap()];
+        let mut lines = block.lines();
+        let Some(command) = lines.next().and_then(|l| l.strip_prefix("$ memcut ")) else {
+            continue;
+        };
+        let args: Vec<&str> = command.split_whitespace().collect();
+        let file = args.get(1).expect("a file");
+        assert!(
+            std::path::Path::new(root).join(file).exists(),
+            "the README's example `memcut {command}` needs {file}, which is not committed"
+        );
+        let out = memcut()
+            .current_dir(root)
+            .args(&args)
+            .args(["-f", "text"])
+            .output()
+            .unwrap();
+        let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut printed_lines = printed.lines();
+        for shown in lines {
+            assert!(
+                printed_lines.any(|p| p == shown),
+                "README example `memcut {command}`: this line is not (or no longer, or not in this order) what it prints:\n{shown}\n\nit prints:\n{printed}"
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 2, "{checked} examples found");
+}
+
 /// The README's first example is what the first command prints (issue 33,
 /// item 3: it had gone stale).
 #[test]

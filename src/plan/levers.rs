@@ -282,8 +282,8 @@ const OTHER_TEMPORARIES: Target = Target::other(C::Temporary);
 
 /// The built-in levers. The factors are deliberately round, documented
 /// defaults, not measurements of your model; override them with `--levers`.
-/// Each applies under its conditions only (`when`); the README's lever
-/// table explains every condition, factor and cost.
+/// Each applies under its conditions only (`when`); the lever table in
+/// docs/plan.md explains every condition, factor and cost.
 pub const CATALOGUE: &[LeverSpec] = &[
     LeverSpec {
         name: "expandable_segments",
@@ -554,11 +554,11 @@ mod tests {
         }
     }
 
-    /// The README's lever table names every lever of the catalogue with
+    /// The lever table (docs/plan.md) names every lever of the catalogue with
     /// each of its conditions.
     #[test]
     fn the_readme_lever_table_follows_the_catalogue() {
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../docs/plan.md");
         for spec in CATALOGUE {
             let row = readme
                 .lines()
@@ -566,11 +566,11 @@ mod tests {
                     l.starts_with(&format!("| {} |", spec.name))
                         || (spec.name.ends_with("_sharding") && l.contains(" sharding | ×1/N"))
                 })
-                .unwrap_or_else(|| panic!("README: no row for {}", spec.name));
+                .unwrap_or_else(|| panic!("docs/plan.md: no row for {}", spec.name));
             for c in spec.when {
                 assert!(
                     row.contains(c.as_str()),
-                    "README, {}: no {}",
+                    "docs/plan.md, {}: no {}",
                     spec.name,
                     c.as_str()
                 );

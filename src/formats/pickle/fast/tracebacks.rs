@@ -29,7 +29,7 @@ use super::{put_all, scan_record, Put, Slots};
 /// in its slot when the next list is lowered, and dropping the answers
 /// each time made the 255 MB `untuned-nothanmin` bench snapshot resolve its
 /// tracebacks 346,803 times instead of fewer than 256 (counted in a debug
-/// build; `analyze` 1.84 → 1.52 s, see the README's Performance section).
+/// build; `analyze` 1.84 → 1.52 s, see docs/performance.md).
 #[derive(Default)]
 pub(in crate::formats::pickle) struct TracebackLists {
     by_bytes: FxHashMap<Box<[u8]>, Handle>,
