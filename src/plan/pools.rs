@@ -250,11 +250,7 @@ impl Overlay {
                     class.rule,
                     Rule::Builtin(B::ShortLivedInBackward | B::FreedWithinBackward)
                 ) {
-                    computed
-                        .by_size
-                        .entry(interval.size)
-                        .or_default()
-                        .push((interval.start, false));
+                    computed.push(interval.size, interval.start);
                 }
             }
         }
@@ -380,22 +376,48 @@ impl Overlay {
 /// order: each can stand for one kept gradient's new value.
 #[derive(Default)]
 struct Computed {
-    by_size: rustc_hash::FxHashMap<u64, Vec<(u32, bool)>>,
+    /// Per size: the tensors' positions, and for each index the first
+    /// index at or after it not taken yet (`len`: none), path-compressed so
+    /// that many gradients of one size do not scan what others took.
+    by_size: rustc_hash::FxHashMap<u64, (Vec<u32>, Vec<u32>)>,
 }
 
 impl Computed {
+    fn push(&mut self, size: u64, start: u32) {
+        let (starts, next) = self.by_size.entry(size).or_default();
+        next.push(starts.len() as u32);
+        starts.push(start);
+    }
+
     /// The position of the first tensor of `size` made in `[from, before)`
     /// that no gradient has taken yet, taken now.
     fn take(&mut self, size: u64, from: u32, before: u32) -> Option<u32> {
-        let list = self.by_size.get_mut(&size)?;
-        let first = list.partition_point(|&(p, _)| p < from);
-        let (start, taken) = list[first..]
-            .iter_mut()
-            .take_while(|(p, _)| *p < before)
-            .find(|(_, taken)| !*taken)?;
-        *taken = true;
-        Some(*start)
+        let (starts, next) = self.by_size.get_mut(&size)?;
+        let first = starts.partition_point(|&p| p < from);
+        let k = untaken(next, first);
+        let start = *starts.get(k)?;
+        if start >= before {
+            return None;
+        }
+        next[k] = k as u32 + 1;
+        Some(start)
     }
+}
+
+/// The first index at or after `i` whose entry is not taken (`next.len()`
+/// when none), compressing the path walked.
+fn untaken(next: &mut [u32], i: usize) -> usize {
+    let mut root = i;
+    while root < next.len() && next[root] as usize != root {
+        root = next[root] as usize;
+    }
+    let mut k = i;
+    while k < next.len() && next[k] as usize != k {
+        let after = next[k] as usize;
+        next[k] = root as u32;
+        k = after;
+    }
+    root
 }
 
 /// The first position after `p` in an ascending list, for queries that
@@ -460,6 +482,33 @@ impl OverlayWalk {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// Taking computed tensors through the compressed "next untaken"
+        /// links gives what a scan over every tensor gives.
+        #[test]
+        fn computed_takes_as_a_scan_does(
+            starts in proptest::collection::vec(0u32..100, 0..40),
+            queries in proptest::collection::vec((0u32..110, 0u32..120), 0..40),
+        ) {
+            let mut starts = starts;
+            starts.sort_unstable();
+            let mut computed = Computed::default();
+            for &p in &starts {
+                computed.push(8, p);
+            }
+            let mut taken = vec![false; starts.len()];
+            for (from, before) in queries {
+                let want = (0..starts.len())
+                    .find(|&k| starts[k] >= from && !taken[k])
+                    .filter(|&k| starts[k] < before);
+                if let Some(k) = want {
+                    taken[k] = true;
+                }
+                proptest::prop_assert_eq!(computed.take(8, from, before), want.map(|k| starts[k]));
+            }
+        }
+    }
 
     proptest::proptest! {
         /// Any sequence of queries gets what a binary search gives.
