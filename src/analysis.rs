@@ -360,6 +360,7 @@ fn live_allocations(
     // Live allocations share sites and rules: describe each once, and the
     // rows share the text.
     let mut described: HashMap<_, Arc<str>> = HashMap::new();
+    let mut freed_at: HashMap<_, Option<Arc<str>>> = HashMap::new();
     let mut rule_names: HashMap<Rule, Arc<str>> = HashMap::new();
     let untracked: Arc<str> = "(allocated before recording; no event)".into();
     let mut rows: Vec<(LiveAllocation, crate::model::SiteId)> = live
@@ -372,6 +373,22 @@ fn live_allocations(
                 site: if i.origin == timeline::Origin::Untracked {
                     // No event names it: the allocator's total says it is there.
                     untracked.clone()
+                } else if let Some(Some(freed)) = (i.origin == timeline::Origin::BeforeTraceFreed)
+                    .then(|| {
+                        // Made before recording: its only frames may be its
+                        // free's (a snapshot recorded with context="all").
+                        freed_at
+                            .entry(i.site)
+                            .or_insert_with(|| {
+                                site_facts(&trace.sites, i.site).free_stack.then(|| {
+                                    format!("freed at {}", describe_site(&trace.sites, i.site))
+                                        .into()
+                                })
+                            })
+                            .clone()
+                    })
+                {
+                    freed
                 } else {
                     described
                         .entry(i.site)

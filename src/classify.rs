@@ -239,6 +239,10 @@ builtin_rules! {
     ExistedBeforeTraceInitSite = "existed_before_trace_init_site", Some(Category::Parameter), Some(Phase::Init), Provenance::BeforeRecording;
     ExistedBeforeTraceCacheSite = "existed_before_trace_cache_site", Some(Category::KvCache), None, Provenance::BeforeRecording;
     ExistedBeforeTraceForwardSite = "existed_before_trace_forward_site", Some(Category::Activation), Some(Phase::Forward), Provenance::BeforeRecording;
+    /// Freed by autograd dropping what it saved for backward
+    /// (`SavedVariable::reset_data`, `release_variables` in the free's own
+    /// stack): an activation the forward saved.
+    ExistedBeforeTraceSavedForBackward = "existed_before_trace_saved_for_backward", Some(Category::Activation), None, Provenance::BeforeRecording;
     /// Freed by `Optimizer.zero_grad`: a gradient from the step before.
     ExistedBeforeTraceFreedByZeroGrad = "existed_before_trace_freed_by_zero_grad", Some(Category::Gradient), Some(Phase::ZeroGrad), Provenance::BeforeRecording;
     ExistedBeforeTraceNoEvidence = "existed_before_trace_no_evidence", Some(Category::Unknown), None, Provenance::BeforeRecording;
@@ -800,6 +804,8 @@ fn classify_baseline(facts: &SiteFacts, alive_at_end: bool) -> Classification {
         Builtin::ExistedBeforeTraceFreedByZeroGrad.class()
     } else if facts.optimizer {
         Builtin::ExistedBeforeTraceOptimizerSite.class()
+    } else if facts.frees_saved_tensor && !alive_at_end {
+        Builtin::ExistedBeforeTraceSavedForBackward.class()
     } else if facts.accumulate_grad || (facts.backward && alive_at_end) {
         Builtin::ExistedBeforeTraceBackwardSite.class()
     } else if facts.module_init {

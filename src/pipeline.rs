@@ -319,6 +319,47 @@ mod tests {
     use crate::report::{render, OutputFormat};
     use crate::schema::Verdict;
 
+    /// Issue 33 item 8: memory from before recording whose only frames are
+    /// its free's (a snapshot recorded with `context="all"`) is shown as
+    /// "freed at …", and autograd dropping a saved tensor there says it was
+    /// an activation.
+    #[test]
+    fn memory_known_only_by_its_free_is_shown_and_read_as_freed() {
+        let mut trace = Trace::new(Format::TorchSnapshot);
+        let frames: Vec<crate::model::Frame> = [
+            "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::free",
+            "torch::autograd::SavedVariable::reset_data()",
+            "torch::autograd::generated::BmmBackward0::release_variables()",
+        ]
+        .iter()
+        .map(|n| crate::model::Frame {
+            filename: 0,
+            line: 0,
+            name: trace.sites.intern_str(n),
+        })
+        .collect();
+        let site = trace.sites.intern_site(&frames);
+        let mut events = vec![Event::new(Action::Alloc, 0x9000, 1 << 20)];
+        let mut freed = Event::new(Action::FreeCompleted, 0x1000, 8 << 20);
+        freed.site = site;
+        events.push(freed);
+        trace.devices.push(DeviceTrace {
+            events,
+            ..DeviceTrace::default()
+        });
+        let source = SourceInfo::new("synthetic", "torch_snapshot", 0);
+        let report = analyze_trace(&trace, source, &AnalyzeOptions::new());
+        let a = report.devices[0]
+            .peak
+            .allocations
+            .iter()
+            .find(|a| a.size == 8 << 20)
+            .expect("the tensor from before recording");
+        assert_eq!(&*a.rule, "existed_before_trace_saved_for_backward");
+        assert_eq!(a.category, crate::model::Category::Activation);
+        assert!(a.site.starts_with("freed at "), "{}", a.site);
+    }
+
     /// Four 1 GiB allocations, then a failed 3 GiB request with 1 GiB free
     /// (no segments: reserved memory unknown).
     fn synthetic_oom_trace() -> Trace {

@@ -58,6 +58,16 @@ pub struct SiteFacts {
     /// Some frame is a Python frame (snapshot stacks, `with_stack=True`
     /// traces): the site names a line of the program.
     pub python: bool,
+    /// Some frame is autograd dropping a tensor it saved for backward
+    /// (`SavedVariable::reset_data`, `…Backward0::release_variables`): the
+    /// site is where a saved tensor was freed, so the tensor was saved for
+    /// a backward, an activation.
+    pub frees_saved_tensor: bool,
+    /// The frames are a free's stack, not an allocation's (the caching
+    /// allocator's `free`, a tensor's destructor, autograd releasing what
+    /// it saved): a snapshot recorded with `context="all"` gives frees
+    /// their own stacks.
+    pub free_stack: bool,
 }
 
 impl SiteFacts {
@@ -107,6 +117,8 @@ impl FrameFacts {
         f.data_loading |= g.data_loading;
         f.kv_cache |= g.kv_cache;
         f.recompute |= g.recompute;
+        f.frees_saved_tensor |= g.frees_saved_tensor;
+        f.free_stack |= g.free_stack;
         f.concatenates |= g.concatenates;
         self.attention |= o.attention;
         self.concat_or_copy |= o.concat_or_copy;
@@ -222,6 +234,9 @@ fn frame_facts(sites: &Sites, frame: &Frame) -> FrameFacts {
         || has("DynamicCache")
         || has("StaticCache");
     f.recompute |= has("torch/utils/checkpoint.py") || has("CheckpointFunction");
+    f.frees_saved_tensor |=
+        name.contains("SavedVariable::reset_data") || name.contains("release_variables");
+    f.free_stack |= f.frees_saved_tensor || is_free_frame(name);
     attention |= has("attn") || has("attention") || has("Attention");
     concat_or_copy |= name.contains("method cat>")
         || name.contains("aten::cat")
@@ -249,6 +264,18 @@ pub fn frees_a_graph(name: &str) -> bool {
         || name.contains("SavedVariable::reset_data")
         || name.contains("deleteNode")
         || (name.contains("Backward") && name.contains("::~"))
+}
+
+/// Whether a frame is memory being given back: the caching allocator's
+/// `free` (`DeviceCachingAllocator::free`, `raw_delete`), a tensor's storage
+/// released (`release_resources`, `~TensorImpl`, `StorageImpl`'s
+/// destructor), autograd freeing a graph ([`frees_a_graph`]).
+pub fn is_free_frame(name: &str) -> bool {
+    (name.contains("CachingAllocator") && (name.contains("::free") || name.contains("raw_delete")))
+        || name.contains("release_resources")
+        || name.contains("~TensorImpl")
+        || name.contains("~StorageImpl")
+        || frees_a_graph(name)
 }
 
 /// Whether a frame names a module instance, as the profiler's stacks do
