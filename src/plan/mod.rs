@@ -668,6 +668,31 @@ fn considered(
             saved_bytes: l.saved_bytes,
         });
     }
+    // Levers the search set aside because they assume the other mode (the
+    // trace does not tell training from inference: see
+    // `search::plan_for_either_mode`).
+    for (i, (lever, d)) in levers.iter().zip(decisions).enumerate() {
+        let listed = cuts.steps.iter().any(|s| s.lever == i)
+            || cuts.leftovers.iter().any(|l| l.lever == i);
+        if listed || d.eligibility != Eligibility::Conditional {
+            continue;
+        }
+        let (assumes, plan) = if lever.when.contains(&levers::Condition::Training) {
+            ("a training run", "inference")
+        } else if lever.when.contains(&levers::Condition::Inference) {
+            ("inference", "a training run")
+        } else {
+            continue;
+        };
+        out.push(ConsideredLever {
+            lever: lever.name.clone(),
+            outcome: "not_applicable".into(),
+            reason: format!(
+                "assumes {assumes}; this plan assumes {plan} (the trace does not tell which: both were planned, this one kept)"
+            ),
+            saved_bytes: 0,
+        });
+    }
     for (lever, d) in levers.iter().zip(decisions) {
         if d.eligibility == Eligibility::Excluded {
             out.push(ConsideredLever {
