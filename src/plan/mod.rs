@@ -672,8 +672,8 @@ fn considered(
     // trace does not tell training from inference: see
     // `search::plan_for_either_mode`).
     for (i, (lever, d)) in levers.iter().zip(decisions).enumerate() {
-        let listed = cuts.steps.iter().any(|s| s.lever == i)
-            || cuts.leftovers.iter().any(|l| l.lever == i);
+        let listed =
+            cuts.steps.iter().any(|s| s.lever == i) || cuts.leftovers.iter().any(|l| l.lever == i);
         if listed || d.eligibility != Eligibility::Conditional {
             continue;
         }
