@@ -172,8 +172,7 @@ impl Row {
     /// Whether the row's device does not fit the budget (its verdict says
     /// cuts are needed, or that even they are not enough).
     pub fn is_over_budget(&self) -> bool {
-        self.verdict == Verdict::DoesNotFit.as_str()
-            || self.verdict == Verdict::FitsAfterCuts.as_str()
+        Verdict::from_name(&self.verdict).is_some_and(Verdict::over_budget)
     }
 }
 
@@ -533,12 +532,10 @@ fn device_row(input: &Input, report: &Report, d: &DeviceReport, report_name: &st
     }
 }
 
-/// Whether a device is over budget: its plan's verdict is `does_not_fit`
-/// or its peak exceeds the plan's target. `None`: no budget known, no plan.
+/// Whether a device is over budget ([`Verdict::over_budget`], the same
+/// test a summary row's verdict gets). `None`: no budget known, no plan.
 pub fn over_budget(device: &DeviceReport) -> Option<bool> {
-    device.plan.as_ref().map(|plan| {
-        plan.verdict == Verdict::DoesNotFit || plan.peak_before_bytes > plan.target_bytes
-    })
+    device.plan.as_ref().map(|plan| plan.verdict.over_budget())
 }
 
 /// Errors that mean "not a memory trace memcut reads" rather than "a broken

@@ -612,6 +612,19 @@ impl Verdict {
             Verdict::DoesNotFit => "does_not_fit",
         }
     }
+
+    /// The verdict of this name (`fits`, `fits_after_cuts`, `does_not_fit`).
+    pub fn from_name(name: &str) -> Option<Verdict> {
+        [Verdict::Fits, Verdict::FitsAfterCuts, Verdict::DoesNotFit]
+            .into_iter()
+            .find(|v| v.as_str() == name)
+    }
+
+    /// Whether the peak is over the budget's target as recorded: cuts are
+    /// needed (`fits_after_cuts`), or even they are not enough.
+    pub fn over_budget(self) -> bool {
+        self != Verdict::Fits
+    }
 }
 
 /// The plan for the instant an allocation failed: demand = bytes allocated
