@@ -159,15 +159,6 @@ pub fn report(
         devices.push(report);
         unattributed.push(before);
     }
-    if let Some(wanted) = &options.device {
-        if devices.is_empty() {
-            let have: Vec<&str> = trace.devices.iter().map(|d| d.device.as_str()).collect();
-            diagnostics.push(crate::model::Diagnostic::warning(format!(
-                "device {wanted} not in this trace (devices: {})",
-                have.join(", ")
-            )));
-        }
-    }
     diagnostics.extend(user_rule_notes(classified, &options.user_rules));
     if let Some(share) = unknown_share(&devices) {
         diagnostics.push(crate::model::Diagnostic::info(format!(
