@@ -97,10 +97,16 @@ fn problems(plan: &Value) -> Vec<String> {
                 before - after
             ));
         }
-        for s in steps.as_array().unwrap() {
+        let target = plan["target_bytes"].as_u64().unwrap();
+        let steps_list = steps.as_array().unwrap();
+        for (k, s) in steps_list.iter().enumerate() {
             let lever = s["lever"].as_str().unwrap();
             let bytes = s["saved_bytes"].as_u64().unwrap();
-            if bytes < min_step {
+            // Under 1% only as the last step, closing what was left of the
+            // gap (issue 33: a sub-MiB gap needs no costly lever).
+            let closes_the_gap =
+                k + 1 == steps_list.len() && s["peak_after_bytes"].as_u64().unwrap() <= target;
+            if bytes < min_step && !closes_the_gap {
                 out.push(format!(
                     "{which}: {lever} saves {bytes} B < 1% ({min_step} B)"
                 ));

@@ -166,7 +166,7 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
             ("fused_optimizer", 0.01, 0.01),
             ("halve_micro_batch", 0.01, 0.10),
             ("activation_checkpointing", 0.01, 0.08),
-            ("halve_batch", 0.01, 0.08),
+            ("halve_batch", 0.01, 0.01),
         ],
         // Recorded after the models above were settled (a Llama, a CNN, a
         // deeper TinyLM; other seeds): never tuned on.
@@ -175,7 +175,7 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
             ("fused_optimizer", 0.01, 0.01),
             ("halve_micro_batch", 0.01, 0.01),
             ("activation_checkpointing", 0.01, 0.02),
-            ("halve_batch", 0.01, 0.10),
+            ("halve_batch", 0.01, 0.01),
         ],
         _ => LIMITS,
     }

@@ -256,6 +256,10 @@ pub enum Factor {
     PerRank,
     /// 8-bit weights: ×0.5 of 16-bit weights, ×0.25 of fp32 ones.
     EightBitWeights,
+    /// A KV cache that holds each sequence's tokens: ×0.5 with half the
+    /// sequences; ×1 for a serving engine's preallocated pool, whose size
+    /// the engine sets whatever the batch.
+    HalfUnlessPool,
 }
 
 /// One row of the built-in catalogue.
@@ -272,7 +276,7 @@ pub struct LeverSpec {
 
 use Category as C;
 use Condition as W;
-use Factor::{EightBitWeights, PerRank, Times};
+use Factor::{EightBitWeights, HalfUnlessPool, PerRank, Times};
 
 const ACTIVATION: Target = Target::all(C::Activation);
 const SAVED: Target = Target::part(Part::SavedForBackward);
@@ -328,6 +332,7 @@ pub const CATALOGUE: &[LeverSpec] = &[
             (ACTIVATION, Times(0.5)),
             (OTHER_TEMPORARIES, Times(0.5)),
             (Target::all(C::Input), Times(0.5)),
+            (Target::all(C::KvCache), HalfUnlessPool),
         ],
         cost: Cost::Cheap,
         action: "halve the batch (sequences per forward) or the longest sequence per forward (chunked prefill)",
@@ -446,8 +451,9 @@ pub const CATALOGUE: &[LeverSpec] = &[
 /// scale by `1 / dp_ranks`; with one rank they change nothing and their
 /// `data_parallel` condition keeps them out of the plan), with weights of
 /// `weights_fp32` (8-bit weights are a quarter of fp32 ones, half of
-/// 16-bit ones).
-pub fn catalogue(dp_ranks: u32, weights_fp32: bool) -> Vec<Lever> {
+/// 16-bit ones), and a KV cache that is a serving engine's preallocated
+/// pool (`kv_pool`: halving the batch leaves it as it is) or not.
+pub fn catalogue(dp_ranks: u32, weights_fp32: bool, kv_pool: bool) -> Vec<Lever> {
     CATALOGUE
         .iter()
         .map(|spec| Lever {
@@ -461,6 +467,8 @@ pub fn catalogue(dp_ranks: u32, weights_fp32: bool) -> Vec<Lever> {
                         PerRank => 1.0 / dp_ranks.max(1) as f64,
                         EightBitWeights if weights_fp32 => 0.25,
                         EightBitWeights => 0.5,
+                        HalfUnlessPool if kv_pool => 1.0,
+                        HalfUnlessPool => 0.5,
                     };
                     (*t, v)
                 })
@@ -479,7 +487,7 @@ mod tests {
 
     #[test]
     fn catalogue_scales_sharding_by_the_ranks_and_weights_by_their_dtype() {
-        let eight = catalogue(8, false);
+        let eight = catalogue(8, false, false);
         let opt = eight
             .iter()
             .find(|l| l.name == "optimizer_state_sharding")
@@ -488,7 +496,7 @@ mod tests {
         assert!(opt.action.contains("8 data-parallel"));
         assert!(opt.when.contains(&Condition::DataParallel));
         let quant = |fp32| {
-            catalogue(1, fp32)
+            catalogue(1, fp32, false)
                 .into_iter()
                 .find(|l| l.name == "weight_quantization")
                 .unwrap()
@@ -508,7 +516,17 @@ mod tests {
 
     #[test]
     fn checkpointing_scales_only_what_is_saved_for_backward() {
-        let ckpt = catalogue(1, false)
+        // Halving the batch halves a KV cache that holds each sequence's
+        // tokens, not a serving engine's preallocated pool.
+        let kv = |pool| {
+            catalogue(1, false, pool)
+                .into_iter()
+                .find(|l| l.name == "halve_batch")
+                .unwrap()
+                .scales[&Target::all(Category::KvCache)]
+        };
+        assert_eq!((kv(false), kv(true)), (0.5, 1.0));
+        let ckpt = catalogue(1, false, false)
             .into_iter()
             .find(|l| l.name == "activation_checkpointing")
             .unwrap();
@@ -530,8 +548,8 @@ mod tests {
 
     #[test]
     fn levers_file_round_trips_and_is_checked() {
-        let text = serde_json::to_string(&catalogue(4, true)).unwrap();
-        assert_eq!(parse_levers(&text).unwrap(), catalogue(4, true));
+        let text = serde_json::to_string(&catalogue(4, true, false)).unwrap();
+        assert_eq!(parse_levers(&text).unwrap(), catalogue(4, true, false));
         let with_when = parse_levers(
             r#"[{"name": "x", "scales": {"activation.saved_for_backward": 0.5}, "cost": "costs accuracy", "action": "a", "when": ["training", "weights_fp32"]}]"#,
         )

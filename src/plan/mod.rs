@@ -176,7 +176,7 @@ impl PlanOptions {
     pub fn levers(&self, facts: &RunFacts) -> Vec<Lever> {
         self.levers.clone().unwrap_or_else(|| {
             let fp32 = facts.weights.value == Some(facts::Dtype::Fp32);
-            catalogue(facts.dp_ranks(), fp32)
+            catalogue(facts.dp_ranks(), fp32, facts.kv_pool.value == Some(true))
         })
     }
 
@@ -1002,11 +1002,16 @@ mod tests {
             let c = p.considered.iter().find(|c| c.lever == lever).unwrap();
             assert_eq!(c.outcome, "not_applicable", "{c:?}");
         }
-        // Without an engine the KV cache grows with the tokens: its dtype
-        // and length are the levers, and the pool lever does not apply.
+        // Without an engine the KV cache grows with the tokens: its dtype,
+        // its length and the sequences (half the batch halves it too) are
+        // the levers, and the pool lever does not apply.
         let generate = RunFacts::for_tests(Some(Mode::Inference));
         let p = plan(&demand, &generate, 800);
-        assert_eq!(p.steps[0].lever, "kv_cache_quantization");
+        assert!(
+            ["halve_batch", "kv_cache_quantization"].contains(&p.steps[0].lever.as_str()),
+            "{:?}",
+            p.steps
+        );
         assert!(p.considered.iter().any(|c| c.lever == "kv_cache_pool"));
     }
 

@@ -176,7 +176,7 @@ fn levers_for(dp_ranks: u32, custom: bool) -> Vec<Lever> {
         )
         .unwrap()
     } else {
-        catalogue(dp_ranks, dp_ranks % 2 == 0)
+        catalogue(dp_ranks, dp_ranks % 2 == 0, false)
     };
     // Every lever applies here: conditions are tested elsewhere.
     for l in &mut levers {

@@ -64,7 +64,7 @@ pub fn lever_names(catalogue: &[Lever]) -> Vec<String> {
 pub fn check_what_if(names: &[String], levers: Option<&[Lever]>) -> Result<(), String> {
     let known: Vec<String> = match levers {
         Some(l) => lever_names(l),
-        None => lever_names(&super::levers::catalogue(1, true)),
+        None => lever_names(&super::levers::catalogue(1, true, false)),
     };
     match names.iter().find(|n| !known.contains(n)) {
         Some(name) => Err(unknown_lever(name, &known)),
