@@ -16,7 +16,6 @@
 
 use std::borrow::Cow;
 
-use super::{clean_name, format_frame, is_category, is_noise, is_python};
 use crate::model::{SiteId, Sites};
 use crate::vocabulary::is_operator_call;
 
@@ -202,4 +201,137 @@ pub(super) fn describe(sites: &Sites, site: SiteId) -> String {
         Some(second) => format!("{first} < {second}"),
         None => first,
     }
+}
+
+/// A Python frame: a `.py` file, or the profiler's `file.py(N): name` form.
+pub(super) fn is_python(file: &str, name: &str) -> bool {
+    file.ends_with(".py")
+        || name.contains(".py(")
+        || name.starts_with("<built-in")
+        || name.starts_with("nn.Module:")
+}
+
+pub(super) fn format_frame(file: &str, line: u32, name: &str) -> String {
+    let name = clean_name(name);
+    if file.is_empty() || file == "none" || file == "??" || is_category(file) {
+        return name;
+    }
+    let file = file.replace('\\', "/");
+    let short = short_path(&file);
+    if line > 0 {
+        format!("{short}:{line} {name}")
+    } else {
+        format!("{short} {name}")
+    }
+}
+
+/// Library files from `site-packages/…`; user files as their last three components.
+pub(super) fn short_path(file: &str) -> &str {
+    for marker in ["site-packages/", "dist-packages/"] {
+        if let Some((_, rest)) = file.rsplit_once(marker) {
+            return rest;
+        }
+    }
+    let mut cut = file.len();
+    for _ in 0..3 {
+        match file[..cut].rfind('/') {
+            Some(i) => cut = i,
+            None => return file,
+        }
+    }
+    &file[cut + 1..]
+}
+
+pub(super) fn is_category(file: &str) -> bool {
+    matches!(
+        file,
+        "cpu_op" | "python_function" | "user_annotation" | "operator" | "user"
+    )
+}
+
+/// Drops object addresses from Python builtin names (`<built-in method empty
+/// of type object at 0x7f…>` → `<built-in method empty>`): they differ run to run.
+pub(super) fn clean_name(name: &str) -> String {
+    if let Some(at) = name
+        .find(" of type object at 0x")
+        .or_else(|| name.find(" object at 0x"))
+    {
+        let head = &name[..at];
+        let head = head.rsplit_once(" of ").map_or(head, |(h, _)| h);
+        return format!("{head}>");
+    }
+    let mut s = name.to_owned();
+    if s.len() > 160 {
+        let mut cut = 157;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
+}
+
+/// Frames that say nothing about the program: unwinder, allocator and
+/// interpreter internals (the list MemoryViz hides, plus module plumbing).
+pub(super) fn is_noise(file: &str, name: &str) -> bool {
+    const NAMES: &[&str] = &[
+        "unwind::unwind",
+        "CapturedTraceback::gather",
+        "gather_with_cpp",
+        "_start",
+        "__libc_start_main",
+        "PyEval_",
+        "PyObject_",
+        "PyFunction_",
+        "_PyEval",
+        "_PyObject",
+        "_PyFunction",
+        "CUDACachingAllocator",
+        "c10::",
+        "torch::autograd::Node::",
+        "torch::autograd::Engine::",
+        "torch::autograd::call_function",
+        "std::",
+        "start_thread",
+        "at::detail::empty",
+        "_call_impl",
+        "_wrapped_call_impl",
+        "run_backward",
+        "_engine_run_backward",
+        "torch/autograd/__init__.py",
+        "torch/_tensor.py",
+        "_PyErr",
+        "PyType_",
+        "THPVariable",
+        "Py_RunMain",
+        "pymain_",
+    ];
+    const FILES: &[&str] = &[
+        "core/boxing",
+        "/Register",
+        "/Redispatch",
+        "pythonrun.c",
+        "Modules/main.c",
+        "Objects/call.c",
+        "Objects/methodobject.c",
+        "pycore_ceval.h",
+        "ceval.c",
+        "cpython/abstract.h",
+        "memory_snapshot.cpp",
+        "CUDACachingAllocator.cpp",
+        "torch/nn/modules/module.py",
+    ];
+    if file == "??"
+        && (name.is_empty() || name == "??" || name.starts_with("Py") || name.starts_with("_Py"))
+    {
+        return true;
+    }
+    if name.starts_with("Py") && !name.contains("::") || name.starts_with("__libc") {
+        return true;
+    }
+    if file.is_empty() && name.is_empty() {
+        return true;
+    }
+    NAMES.iter().any(|n| name.contains(n)) || FILES.iter().any(|f| file.contains(f))
 }

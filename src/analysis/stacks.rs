@@ -39,7 +39,7 @@ impl StackTableBuilder {
         let id = self.table.frames.len() as u32;
         let (file, name) = (sites.str(frame.filename), sites.str(frame.name));
         self.table.frames.push(frame_text(file, frame.line, name));
-        if super::is_noise(file, name) {
+        if super::site_names::is_noise(file, name) {
             self.table.internal.push(id);
         }
         self.by_frame.insert(frame, id);
@@ -55,8 +55,9 @@ impl StackTableBuilder {
 /// without a real file (Chrome traces' operators, the profiler's `none`,
 /// C++ frames of unknown file `??`).
 fn frame_text(file: &str, line: u32, name: &str) -> String {
-    let name = super::clean_name(name);
-    let no_file = file.is_empty() || file == "none" || file == "??" || super::is_category(file);
+    let name = super::site_names::clean_name(name);
+    let no_file =
+        file.is_empty() || file == "none" || file == "??" || super::site_names::is_category(file);
     match (no_file, line) {
         (true, _) => name,
         (false, 0) => format!("{file} {name}"),
