@@ -26,6 +26,9 @@ use crate::units::human_bytes as h;
 use super::levers::Condition;
 use super::pools::{Overlay, Part, NPOOL};
 
+mod signals;
+use signals::Signals;
+
 /// A fact about the run and the evidence that decided it; `value` is `None`
 /// when the trace does not tell.
 #[derive(Debug, Clone, PartialEq)]
@@ -130,111 +133,6 @@ pub struct RunFacts {
     pub reserved_estimate: Option<String>,
     /// Per category: why its bytes at the peak are partly inferred.
     pub inferred: Vec<(Category, String)>,
-}
-
-/// Evidence read off names: frames, operators, annotations.
-#[derive(Debug, Default)]
-struct Signals {
-    backward: Seen,
-    optimizer_step: Seen,
-    optimizer_name: Option<String>,
-    foreach: Seen,
-    fused: Seen,
-    single_tensor: Seen,
-    eight_bit_optimizer: Seen,
-    inference: Seen,
-    checkpoint: Seen,
-    serving_engine: Seen,
-    collectives: Seen,
-    data_parallel: Seen,
-    sharded: Seen,
-}
-
-/// How often a kind of evidence was seen, and the first name that showed it.
-#[derive(Debug, Default)]
-struct Seen {
-    count: u64,
-    example: Option<String>,
-}
-
-impl Seen {
-    fn note(&mut self, hit: bool, name: &str, count: u64) {
-        if hit {
-            self.count += count;
-            if self.example.is_none() {
-                self.example = Some(shorten(name));
-            }
-        }
-    }
-    fn any(&self) -> bool {
-        self.count > 0
-    }
-    fn example(&self) -> &str {
-        self.example.as_deref().unwrap_or("")
-    }
-}
-
-/// A name short enough for a report line: a path from its package on
-/// (`torch/optim/adamw.py(231): step`), at most 60 characters.
-fn shorten(name: &str) -> String {
-    const MAX: usize = 60;
-    let name = match name.rfind("site-packages/") {
-        Some(i) => &name[i + "site-packages/".len()..],
-        None => name,
-    };
-    if name.chars().count() <= MAX {
-        name.to_owned()
-    } else {
-        let cut: String = name.chars().take(MAX - 1).collect();
-        format!("{cut}…")
-    }
-}
-
-impl Signals {
-    fn read(trace: &Trace) -> Signals {
-        // Annotations first: their names make the best examples.
-        let mut s = Signals::default();
-        for a in &trace.annotations {
-            s.note(&a.name, 1);
-        }
-        for (name, count) in &trace.run.operators {
-            s.note(name, *count);
-        }
-        for name in trace.sites.strings() {
-            s.note(name, 1);
-        }
-        s
-    }
-
-    fn note(&mut self, raw: &str, count: u64) {
-        if raw.is_empty() {
-            return;
-        }
-        // Windows paths use backslashes; the patterns are written with `/`.
-        let name: std::borrow::Cow<'_, str> = if raw.contains('\\') {
-            raw.replace('\\', "/").into()
-        } else {
-            raw.into()
-        };
-        let n = name.as_ref();
-        let says = crate::vocabulary::name_says(n);
-        self.backward.note(says.backward, n, count);
-        self.optimizer_step.note(says.optimizer_step, n, count);
-        if self.optimizer_name.is_none() {
-            self.optimizer_name = crate::vocabulary::optimizer_class(n);
-        }
-        self.foreach.note(says.foreach, n, count);
-        self.fused.note(says.fused, n, count);
-        self.single_tensor.note(says.single_tensor, n, count);
-        self.eight_bit_optimizer
-            .note(says.eight_bit_optimizer, n, count);
-        self.inference.note(says.inference, n, count);
-        self.serving_engine.note(says.serving_engine, n, count);
-        self.checkpoint.note(says.checkpoint, n, count);
-        self.collectives.note(says.collectives, n, count);
-        self.data_parallel.note(says.data_parallel, n, count);
-        self.sharded.note(says.sharded, n, count);
-    }
 }
 
 /// This device's allocations by the phase their rule records.
