@@ -272,7 +272,8 @@ fn device_report(
             )
         })
         .collect();
-    let (allocations, stacks) = live_allocations(trace, device, replay, &live, options);
+    let (allocations, stacks) =
+        live_allocations(trace, device, replay, &cd.site_facts, &live, options);
     let top_sites = top_sites(&allocations, options.top);
     let event_index = position.saturating_sub(1) as u64;
     let ts_us = event_ts(device, position);
@@ -340,6 +341,7 @@ fn live_allocations(
     trace: &Trace,
     device: &DeviceTrace,
     replay: &Replay,
+    site_facts: &[classify::SiteFacts],
     live: &[(&Interval, &Classification)],
     options: &Options,
 ) -> (Vec<LiveAllocation>, crate::schema::StackTable) {
@@ -371,7 +373,7 @@ fn live_allocations(
                         freed_at
                             .entry(i.site)
                             .or_insert_with(|| {
-                                site_facts(&trace.sites, i.site).free_stack.then(|| {
+                                site_facts[i.site as usize].free_stack.then(|| {
                                     format!("freed at {}", describe_site(&trace.sites, i.site))
                                         .into()
                                 })

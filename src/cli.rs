@@ -150,11 +150,11 @@ pub struct BudgetArgs {
     /// Memory budget per device: 80GiB, 79.6GB, 512MiB or bytes (GB = 10^9, GiB = 2^30),
     /// or a share of each device's observed peak (80%)
     /// [default: the device's memory if the trace says, else free + reserved at an OOM].
-    #[arg(long, value_name = "SIZE|PCT", allow_hyphen_values = true, value_parser = parse_budget)]
+    #[arg(long, value_name = "SIZE|PCT", allow_hyphen_values = true, value_parser = memcut::parse_budget)]
     pub budget: Option<BudgetSpec>,
     /// Room kept free below the budget: a percentage of the budget (10%) or a
     /// size with a unit (2GiB); smaller than the budget.
-    #[arg(long, value_name = "PCT|SIZE", default_value = "10%", allow_hyphen_values = true, value_parser = parse_headroom)]
+    #[arg(long, value_name = "PCT|SIZE", default_value = "10%", allow_hyphen_values = true, value_parser = memcut::parse_headroom)]
     pub headroom: Headroom,
     /// Data-parallel ranks the sharding levers may shard over (1: no sharding levers).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
@@ -171,16 +171,6 @@ pub struct BudgetArgs {
     /// report the peak after them.
     #[arg(long, value_name = "LEVER[,LEVER…]", value_delimiter = ',')]
     pub what_if: Vec<String>,
-}
-
-/// `--budget` ([`memcut::parse_budget`]).
-fn parse_budget(s: &str) -> Result<BudgetSpec, memcut::SizeError> {
-    memcut::parse_budget(s)
-}
-
-/// `--headroom` ([`memcut::parse_headroom`]).
-fn parse_headroom(s: &str) -> Result<Headroom, memcut::SizeError> {
-    memcut::parse_headroom(s)
 }
 
 /// In what order the planner tries levers (the library's [`Order`]).

@@ -236,7 +236,7 @@ fn frame_facts(sites: &Sites, frame: &Frame) -> FrameFacts {
     f.recompute |= has("torch/utils/checkpoint.py") || has("CheckpointFunction");
     f.frees_saved_tensor |=
         name.contains("SavedVariable::reset_data") || name.contains("release_variables");
-    f.free_stack |= f.frees_saved_tensor || is_free_frame(name);
+    f.free_stack |= is_free_frame(name);
     attention |= has("attn") || has("attention") || has("Attention");
     concat_or_copy |= name.contains("method cat>")
         || name.contains("aten::cat")

@@ -91,8 +91,9 @@ pub fn model(
     let saved = |a: &Alloc| {
         classes[a.interval].rule == Rule::Builtin(Builtin::ForwardOutputFreedInBackward)
     };
-    // Every call, by depth: the parents whose children repeat.
-    let mut best: Option<(u64, StrId, Vec<StrId>)> = None;
+    // Every call, by depth: each parent's children that repeat, with the
+    // bytes checkpointing their blocks would not keep.
+    let mut runs: Vec<(StrId, Run, u64)> = Vec::new();
     let mut stack = vec![(0usize, allocs.len(), 0usize)];
     while let Some((lo, hi, depth)) = stack.pop() {
         let children = calls_at(&allocs, lo, hi, depth);
@@ -105,39 +106,28 @@ pub fn model(
                     .iter()
                     .map(|&(l, h)| removable(&allocs[l..h], &saved, intervals))
                     .sum();
-                if best.as_ref().is_none_or(|b| bytes > b.0) {
-                    best = Some((bytes, parent, unit));
-                }
+                runs.push((parent, (unit, blocks), bytes));
             }
         }
         for c in children {
             stack.push((c.lo, c.hi, depth + 1));
         }
     }
-    let (_, parent, unit) = best.filter(|b| b.0 > 0)?;
-    // Every call of that parent whose children run the unit.
+    // The unit that drops the most (the first found on ties), in every
+    // call of its parent.
+    let mut best: Option<&(StrId, Run, u64)> = None;
+    for r in &runs {
+        if best.is_none_or(|b| r.2 > b.2) {
+            best = Some(r);
+        }
+    }
+    let (parent, (unit, _), _) = best.filter(|b| b.2 > 0)?;
     let mut gaps = Vec::new();
     let mut count = 0;
-    let mut stack = vec![(0usize, allocs.len(), 0usize)];
-    while let Some((lo, hi, depth)) = stack.pop() {
-        let children = calls_at(&allocs, lo, hi, depth);
-        let is_parent = depth > 0 && allocs[lo].chain.get(depth - 1) == Some(&parent);
-        if is_parent {
-            let runs = repeating_units(sites, &children);
-            let mut found = false;
-            for (_, blocks) in runs.into_iter().filter(|(u, _)| *u == unit) {
-                found = true;
-                for (l, h) in blocks {
-                    count += 1;
-                    block_gaps(&allocs[l..h], &saved, intervals, &mut gaps);
-                }
-            }
-            if found {
-                continue;
-            }
-        }
-        for c in children {
-            stack.push((c.lo, c.hi, depth + 1));
+    for (_, (_, blocks), _) in runs.iter().filter(|r| r.0 == *parent && r.1 .0 == *unit) {
+        for &(l, h) in blocks {
+            count += 1;
+            block_gaps(&allocs[l..h], &saved, intervals, &mut gaps);
         }
     }
     let block = unit
