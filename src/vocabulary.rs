@@ -16,6 +16,7 @@ mod operators;
 use rustc_hash::FxHashMap;
 
 use crate::model::{Frame, SiteId, Sites, StrId};
+pub use operators::saves_its_result;
 use operators::Outermost;
 
 /// What the program was doing.

@@ -8,6 +8,8 @@
     VENV/bin/python sample_traces/pairs/generate_pairs.py --levers --only train --models mlp  # and model
     VENV/bin/python sample_traces/pairs/generate_pairs.py --levers          # catalogue levers, clean runs
     VENV/bin/python sample_traces/pairs/generate_pairs.py --levers_untuned  # the same, kept apart
+    VENV/bin/python sample_traces/pairs/generate_pairs.py --levers_fresh    # recorded last, untouched
+    VENV/bin/python sample_traces/pairs/generate_pairs.py --levers --only train --variants bf16_weights
 
 Each run is recorded in a fresh process (on CPU the profiler's `Total Allocated` counts from the
 first profile in a process), the whole run inside the recording when `start` is cold (model built
@@ -48,12 +50,12 @@ WORKLOADS = {
     "autocast": ["autocast_no_cache"],
 }
 
-# Catalogue levers, on runs without a waste: training (AdamW, foreach, zero_grad keeping the
-# gradients, no checkpointing) and batched inference. Each fixed run applies the lever for real.
+# Catalogue levers, on runs without a waste: training (AdamW unless the set says otherwise,
+# foreach, zero_grad keeping the gradients, no checkpointing) and batched inference. Each fixed run applies the lever for real.
 LEVER_WORKLOADS = {
     # Two optimizer steps (cold: model built inside the recording; warm: the third step).
     "train": ["zero_grad_set_to_none", "fused_optimizer", "halve_micro_batch",
-              "activation_checkpointing"],
+              "activation_checkpointing", "bf16_weights"],
     # Two forwards under inference_mode. Fix: half the batch.
     "infer": ["halve_batch"],
 }
@@ -88,6 +90,15 @@ SETS = {
         {"seed": 50, "model": "llama", "d": 128, "layers": 3, "batch": 6, "seq": 40},
         {"seed": 51, "model": "cnn", "d": 16, "layers": 3, "batch": 8, "seq": 32},
         {"seed": 52, "model": "tinylm", "d": 96, "layers": 4, "batch": 6, "seq": 80},
+    ],
+    # Recorded last, after the lever models above were settled, and not tuned on: other seeds and
+    # shapes, BERT, and other optimizers (Adam, SGD with momentum) beside AdamW.
+    "levers_fresh": [
+        {"seed": 60, "model": "bert", "d": 96, "layers": 3, "batch": 4, "seq": 48, "opt": "adam"},
+        {"seed": 61, "model": "cnn", "d": 12, "layers": 4, "batch": 6, "seq": 24, "opt": "sgd"},
+        {"seed": 62, "model": "gpt2", "d": 128, "layers": 3, "batch": 3, "seq": 64, "opt": "adamw"},
+        {"seed": 63, "model": "mlp", "d": 320, "layers": 3, "batch": 40, "seq": 1, "opt": "sgd"},
+        {"seed": 64, "model": "llama", "d": 112, "layers": 2, "batch": 4, "seq": 56, "opt": "adam"},
     ],
     # Recorded after the fresh set was looked at (and memory_growth's runs changed for it):
     # untouched, with a CNN, an architecture no set above has.
@@ -169,6 +180,12 @@ def record(spec):
             hf_class = LlamaForCausalLM
 
     def build():
+        model = build_fp32()
+        # Pure-bf16 training: the weights (and so gradients, optimizer state and activations) in
+        # bf16.
+        return model.to(torch.bfloat16) if variant == "bf16_weights" else model
+
+    def build_fp32():
         m = cfg["model"]
         if m == "tinylm":
             return TinyLM().eval()
@@ -185,11 +202,13 @@ def record(spec):
             return nn.Sequential(*mods, nn.Linear(d, 10)).eval()
         return hf_class(hf_config).eval()
 
+    dtype = torch.bfloat16 if variant == "bf16_weights" else torch.float32
+
     def inputs():
         if cfg["model"] == "mlp":
-            return torch.randn(batch, d)
+            return torch.randn(batch, d, dtype=dtype)
         if cfg["model"] == "cnn":
-            return torch.randn(batch, 3, seq, seq)
+            return torch.randn(batch, 3, seq, seq, dtype=dtype)
         return torch.randint(0, vocab, (batch, seq))
 
     def forward(model, x):
@@ -217,8 +236,14 @@ def record(spec):
             model.train()
             if checkpointing and hasattr(model, "gradient_checkpointing_enable"):
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3,
-                                          fused=variant == "fused_optimizer")
+            fused = variant == "fused_optimizer"
+            opt = cfg.get("opt", "adamw")
+            if opt == "sgd":
+                optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9, fused=fused)
+            elif opt == "adam":
+                optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=fused)
+            else:
+                optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=fused)
         micro_steps = 2 if variant == "halve_micro_batch" else 1
         for _ in range(micro_steps):
             x, y = inputs(), targets()
@@ -327,13 +352,19 @@ def main(argv):
     only = argv[argv.index("--only") + 1] if "--only" in argv else None
     # --models a,b: only those models' runs of that workload.
     models = argv[argv.index("--models") + 1].split(",") if "--models" in argv else None
+    # --variants a,b: only those levers' fixed runs; the baselines and other pairs are kept.
+    variants = argv[argv.index("--variants") + 1].split(",") if "--variants" in argv else None
     pairs, peaks = [], {}
     pairs_path = os.path.join(HERE, set_name, "pairs.json")
-    if only and os.path.exists(pairs_path):
+    if (only or variants) and os.path.exists(pairs_path):
         with open(pairs_path) as f:
-            pairs = [p for p in json.load(f)["pairs"]
-                     if not (p["baseline"].startswith(only + ".")
-                             and (models is None or p["baseline"].split(".")[1] in models))]
+            old = json.load(f)["pairs"]
+        for p in old:
+            peaks[p["baseline"]] = p["baseline_peak"]
+        pairs = [p for p in old
+                 if not ((only is None or p["baseline"].startswith(only + "."))
+                         and (models is None or p["baseline"].split(".")[1] in models)
+                         and (variants is None or p["lever"] in variants))]
     workloads = LEVER_WORKLOADS if set_name.startswith("levers") else WORKLOADS
     for cfg in SETS[set_name]:
         if models is not None and cfg["model"] not in models:
@@ -343,6 +374,8 @@ def main(argv):
                 continue
             for start in ("cold", "warm"):
                 for variant in ["waste"] + levers:
+                    if variants is not None and variant not in variants:
+                        continue
                     name = run_name(workload, cfg, start, variant)
                     spec = {"set": set_name, "name": name, "cfg": cfg, "workload": workload,
                             "start": start, "variant": variant}
@@ -352,6 +385,8 @@ def main(argv):
                     print(f"{name}: peak {peaks[name]}", file=sys.stderr)
                 base = run_name(workload, cfg, start, "waste")
                 for lever in levers:
+                    if variants is not None and lever not in variants:
+                        continue
                     fixed = run_name(workload, cfg, start, lever)
                     pairs.append({"baseline": base, "lever": lever, "fixed": fixed,
                                   "baseline_peak": peaks[base], "fixed_peak": peaks[fixed]})

@@ -26,6 +26,11 @@ pub struct Checkpointed {
     pub gaps: Vec<(usize, u32, u32)>,
     /// The block, as a person names it (`Block`, `Conv2d+BatchNorm2d+ReLU`).
     pub block: String,
+    /// `(position, bytes)`: what each block's recomputation holds at once
+    /// besides the tensors it saves again, at the position they are back:
+    /// the most its forward held of the tensors it frees itself, and its
+    /// output made again (the original stays, the next block's input).
+    pub recomputed: Vec<(u32, u64)>,
     /// Calls of a block in the trace.
     pub calls: usize,
 }
@@ -123,11 +128,29 @@ pub fn model(
     }
     let (parent, (unit, _), _) = best.filter(|b| b.2 > 0)?;
     let mut gaps = Vec::new();
+    let mut recomputed = Vec::new();
     let mut count = 0;
     for (_, (_, blocks), _) in runs.iter().filter(|r| r.0 == *parent && r.1 .0 == *unit) {
-        for &(l, h) in blocks {
+        for (k, &(l, h)) in blocks.iter().enumerate() {
             count += 1;
-            block_gaps(&allocs[l..h], &saved, intervals, &mut gaps);
+            let block = &allocs[l..h];
+            let output = &intervals[block[block.len() - 1].interval];
+            let self_saved = sites
+                .frames(output.site)
+                .iter()
+                .any(|f| crate::vocabulary::saves_its_result(sites.str(f.name)));
+            let Some(at) = block_gaps(block, self_saved, &saved, intervals, &mut gaps) else {
+                continue;
+            };
+            // The last block's output is no checkpoint's input: when only
+            // its own backward read it, checkpointing drops it like the
+            // rest, and the recomputation makes it back.
+            let output_back = self_saved && k + 1 == blocks.len();
+            if output_back && output.start + 1 < at {
+                gaps.push((block[block.len() - 1].interval, output.start + 1, at));
+            }
+            let bytes = recomputation(block, self_saved, output_back, &saved, intervals);
+            recomputed.push((at, bytes));
         }
     }
     let block = unit
@@ -137,10 +160,18 @@ pub fn model(
         .join("+");
     Some(Checkpointed {
         gaps,
+        recomputed,
         block,
         calls: count,
     })
 }
+
+/// Allocations outside any module that one call may have between two of
+/// its own: stacks misattribute the odd small tensor (the snapshots
+/// PyTorch makes from a profile give batch norm's counter its module's
+/// `__init__` frames). Two forwards are further apart: the loss, backward
+/// and the step allocate many times between them.
+const MAX_SKIPPED: usize = 3;
 
 /// The calls at `depth` among allocations `lo..hi` (which share their
 /// chain above it): runs of consecutive allocations inside one module.
@@ -152,7 +183,7 @@ fn calls_at(allocs: &[Alloc], lo: usize, hi: usize, depth: usize) -> Vec<Call> {
             continue;
         };
         match out.last_mut() {
-            Some(c) if c.name == name && c.hi == k && allocs[k - 1].seq + 1 == a.seq => {
+            Some(c) if c.name == name && c.hi == k && a.seq - allocs[k - 1].seq <= MAX_SKIPPED => {
                 c.hi = k + 1
             }
             _ => out.push(Call {
@@ -245,31 +276,90 @@ fn removable(
 
 /// The gaps of one block's saved tensors (all but its output, the last it
 /// made): from the block's return to where backward makes them again, just
-/// before the first of them is freed.
+/// before the first of them (or the output, when the block's own last
+/// operator saved it) is freed. Returns that position.
 fn block_gaps(
     block: &[Alloc],
+    self_saved: bool,
     saved: &impl Fn(&Alloc) -> bool,
     intervals: &[crate::timeline::Interval],
     gaps: &mut Vec<(usize, u32, u32)>,
-) {
-    let Some((last, inner)) = block.split_last() else {
-        return;
-    };
+) -> Option<u32> {
+    let (last, inner) = block.split_last()?;
     let returned = intervals[last.interval].start + 1;
     let kept: Vec<usize> = inner
         .iter()
         .filter(|a| saved(a))
         .map(|a| a.interval)
         .collect();
-    let Some(again) = kept.iter().map(|&i| intervals[i].end).min() else {
-        return;
-    };
+    let first_freed = kept.iter().map(|&i| intervals[i].end).min()?;
+    let again = if self_saved {
+        first_freed.min(intervals[last.interval].end)
+    } else {
+        first_freed
+    }
+    .checked_sub(1)?;
     for i in kept {
         let from = returned.max(intervals[i].start);
         if from < again {
             gaps.push((i, from, again));
         }
     }
+    Some(again)
+}
+
+/// What a block's recomputation holds at its most besides what is back
+/// anyway where it runs (the saved tensors, and the output when
+/// `output_back`): its forward replayed, each saved tensor kept from where
+/// it is made, each other tensor freed where the run freed it. It stops
+/// once the last saved tensor is made (non-reentrant checkpointing), which
+/// is the output itself when the block's own last operator saved it
+/// (`self_saved`: a ReLU keeps its result); that output is made again
+/// beside the original unless the original is gone (`output_back`).
+fn recomputation(
+    block: &[Alloc],
+    self_saved: bool,
+    output_back: bool,
+    saved: &impl Fn(&Alloc) -> bool,
+    intervals: &[crate::timeline::Interval],
+) -> u64 {
+    let Some((last, inner)) = block.split_last() else {
+        return 0;
+    };
+    let stop = if self_saved {
+        inner.len()
+    } else {
+        match inner.iter().rposition(saved) {
+            Some(k) => k + 1,
+            None => return 0,
+        }
+    };
+    let mut back = 0i64;
+    let mut changes: Vec<(u32, i64)> = Vec::with_capacity(2 * stop + 1);
+    for a in &inner[..stop] {
+        let iv = &intervals[a.interval];
+        changes.push((iv.start, iv.size as i64));
+        if saved(a) {
+            back += iv.size as i64;
+        } else {
+            changes.push((iv.end, -(iv.size as i64)));
+        }
+    }
+    if self_saved {
+        let out = &intervals[last.interval];
+        changes.push((out.start, out.size as i64));
+        if output_back {
+            back += out.size as i64;
+        }
+    }
+    // At one position a free comes before an allocation.
+    changes.sort_unstable_by_key(|&(p, d)| (p, d));
+    let (mut live, mut most) = (0i64, 0i64);
+    for (_, d) in changes {
+        live += d;
+        most = most.max(live);
+    }
+    (most - back).max(0) as u64
 }
 
 #[cfg(test)]

@@ -437,7 +437,20 @@ pub const CATALOGUE: &[LeverSpec] = &[
     },
     LeverSpec {
         name: "bf16_weights",
-        scales: &[(Target::all(C::Parameter), Times(0.5))],
+        // Pure-bf16 training: the gradients, the optimizer's state (made like
+        // the weights), what the forward and backward compute and the float
+        // inputs cast to match follow the weights' dtype. Integer inputs
+        // (token ids, small beside the rest) do not; bytes no rule names
+        // stay as they are (no lever claims them).
+        scales: &[
+            (Target::all(C::Input), Times(0.5)),
+            (Target::all(C::Parameter), Times(0.5)),
+            (Target::all(C::Gradient), Times(0.5)),
+            (Target::all(C::OptimizerState), Times(0.5)),
+            (ACTIVATION, Times(0.5)),
+            (Target::all(C::AutogradDetail), Times(0.5)),
+            (Target::all(C::Temporary), Times(0.5)),
+        ],
         cost: Cost::Accuracy,
         action: "train with bf16 weights (pure-bf16 training; keep an eye on updates below bf16 resolution)",
         // Inference has weight_quantization, which counts fp32 → 8-bit as

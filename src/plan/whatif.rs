@@ -85,6 +85,9 @@ struct Applied {
     ends: HashMap<usize, u32>,
     /// `(interval, from, to)`: not live in `[from, to)` (checkpointing).
     gaps: Vec<(usize, u32, u32)>,
+    /// `(position, bytes)` of temporaries made that the run did not make
+    /// there (checkpointing's recomputation).
+    extra: Vec<(u32, u64)>,
     factors: [f64; NPOOL],
     because: Vec<String>,
     estimate: bool,
@@ -95,6 +98,7 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
     let mut out = Applied {
         ends: HashMap::new(),
         gaps: Vec::new(),
+        extra: Vec::new(),
         factors: [1.0; NPOOL],
         because: Vec::new(),
         estimate: false,
@@ -138,8 +142,9 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
             }
             checkpointed = true;
             out.gaps.extend_from_slice(&c.gaps);
+            out.extra.extend_from_slice(&c.recomputed);
             out.because.push(format!(
-                "{name}: modelled from the run: {} calls of `{}` checkpointed, {} saved tensors dropped when each returns and made again just before its backward (recomputation's own temporaries not counted)",
+                "{name}: modelled from the run: {} calls of `{}` checkpointed, {} saved tensors dropped when each returns and made again just before its backward, with the recomputation's own temporaries and output",
                 c.calls,
                 c.block,
                 c.gaps.len()
@@ -179,17 +184,21 @@ pub fn what_if(input: &Input<'_>, levers: &[String]) -> Result<Outcome, String> 
     let Applied {
         ends,
         gaps,
+        extra,
         factors,
         because,
         estimate,
     } = apply(input, levers)?;
-    let windows = windows(input.timeline, &ends, gaps);
+    let edits = Edits {
+        windows: windows(input.timeline, &ends, gaps),
+        extra: extra_at(extra),
+    };
     let curve = match (factors.iter().all(|f| *f == 1.0), input.demand) {
-        (true, _) => edited_curve(input.timeline, &windows),
+        (true, _) => edited_curve(input.timeline, &edits),
         (false, Some(demand)) => {
             let cache = Category::AllocatorCache.index();
             let mut curve = Vec::with_capacity(input.timeline.replay.positions() as usize);
-            for_each_edited_row(input, demand, &windows, |_, row| {
+            for_each_edited_row(input, demand, &edits, |_, row| {
                 curve.push(
                     (0..NPOOL)
                         .filter(|&q| q != cache)
@@ -229,12 +238,43 @@ pub fn what_if(input: &Input<'_>, levers: &[String]) -> Result<Outcome, String> 
 /// findings are fixed. Only findings' fixes change rows here; a factor
 /// lever is the search's own business.
 pub fn fixed_rows(input: &Input<'_>, demand: &Demand<'_>, levers: &[String]) -> Vec<Row> {
-    let windows = apply(input, levers)
-        .map(|a| windows(input.timeline, &a.ends, a.gaps))
+    let edits = apply(input, levers)
+        .map(|a| Edits {
+            windows: windows(input.timeline, &a.ends, a.gaps),
+            extra: extra_at(a.extra),
+        })
         .unwrap_or_default();
     let mut rows = Vec::with_capacity(input.timeline.replay.positions() as usize);
-    for_each_edited_row(input, demand, &windows, |_, row| rows.push(*row));
+    for_each_edited_row(input, demand, &edits, |_, row| rows.push(*row));
     rows
+}
+
+/// The timeline's changes: where intervals are not live, and temporaries
+/// added at one position.
+#[derive(Default)]
+struct Edits {
+    windows: Vec<(usize, u32, u32)>,
+    /// `(position, bytes)`, by position, one entry per position.
+    extra: Vec<(u32, u64)>,
+}
+
+fn extra_at(mut extra: Vec<(u32, u64)>) -> Vec<(u32, u64)> {
+    extra.sort_unstable();
+    let mut out: Vec<(u32, u64)> = Vec::with_capacity(extra.len());
+    for (p, b) in extra {
+        match out.last_mut() {
+            Some(last) if last.0 == p => last.1 += b,
+            _ => out.push((p, b)),
+        }
+    }
+    out
+}
+
+/// The bytes `extra` adds at `p`.
+fn added(extra: &[(u32, u64)], p: usize) -> u64 {
+    extra
+        .binary_search_by_key(&(p as u32), |e| e.0)
+        .map_or(0, |k| extra[k].1)
 }
 
 /// Where each edited interval is not live: from its new end to its old
@@ -277,16 +317,16 @@ fn removals(tl: &DeviceTimeline, windows: &[(usize, u32, u32)]) -> Vec<(u32, usi
     out
 }
 
-fn edited_curve(tl: &DeviceTimeline, windows: &[(usize, u32, u32)]) -> Vec<u64> {
+fn edited_curve(tl: &DeviceTimeline, edits: &Edits) -> Vec<u64> {
     let mut curve = tl.replay.allocated.clone();
-    let changes = removals(tl, windows);
+    let changes = removals(tl, &edits.windows);
     let mut removed = 0i64;
     let mut next = changes.iter().peekable();
     for (p, v) in curve.iter_mut().enumerate() {
         while let Some((_, _, d)) = next.next_if(|c| c.0 as usize <= p) {
             removed += d;
         }
-        *v = v.saturating_sub(removed.max(0) as u64);
+        *v = v.saturating_sub(removed.max(0) as u64) + added(&edits.extra, p);
     }
     curve
 }
@@ -296,10 +336,10 @@ fn edited_curve(tl: &DeviceTimeline, windows: &[(usize, u32, u32)]) -> Vec<u64> 
 fn for_each_edited_row(
     input: &Input<'_>,
     demand: &Demand<'_>,
-    windows: &[(usize, u32, u32)],
+    edits: &Edits,
     mut visit: impl FnMut(usize, &Row),
 ) {
-    let changes = removals(input.timeline, windows);
+    let changes = removals(input.timeline, &edits.windows);
     let mut removed = [0i64; NCAT];
     let mut next = changes.iter().peekable();
     demand.for_each_row(|p, row| {
@@ -318,6 +358,7 @@ fn for_each_edited_row(
                 left -= take;
             }
         }
+        row[Category::Temporary.index()] += added(&edits.extra, p);
         visit(p, &row);
     });
 }

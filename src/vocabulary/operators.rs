@@ -78,9 +78,56 @@ pub(super) fn concatenates(name: &str) -> bool {
         || name.starts_with("<built-in method cat ")
 }
 
+/// Whether the operator's backward reads its result, so autograd saves the
+/// output itself (`result` in PyTorch's `derivatives.yaml`): `relu`
+/// (allocating as `clamp_min` below it on CPU), `sigmoid`, `tanh`, `exp`,
+/// the softmaxes, `sqrt`, `rsqrt`, `elu`.
+pub fn saves_its_result(name: &str) -> bool {
+    // Python stacks name the call: `<built-in method relu of type object at
+    // 0x…>`, `<built-in function relu>`.
+    let op = if let Some(rest) = name.strip_prefix("<built-in ") {
+        let rest = rest
+            .strip_prefix("method ")
+            .or_else(|| rest.strip_prefix("function "))
+            .unwrap_or(rest);
+        rest.split([' ', '>']).next().unwrap_or(rest)
+    } else {
+        name.strip_prefix("aten::").unwrap_or(name)
+    };
+    matches!(
+        op.trim_end_matches('_'),
+        "relu"
+            | "sigmoid"
+            | "tanh"
+            | "exp"
+            | "_softmax"
+            | "softmax"
+            | "_log_softmax"
+            | "log_softmax"
+            | "sqrt"
+            | "rsqrt"
+            | "elu"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn results_saved_for_backward() {
+        assert!(saves_its_result("aten::relu"));
+        assert!(saves_its_result("aten::relu_"));
+        assert!(saves_its_result("aten::_softmax"));
+        assert!(saves_its_result(
+            "<built-in method relu of type object at 0x7ff7e44bc100>"
+        ));
+        assert!(saves_its_result("<built-in function sigmoid>"));
+        assert!(!saves_its_result("<built-in function linear>"));
+        assert!(!saves_its_result("aten::clamp_min"));
+        assert!(!saves_its_result("aten::gelu"));
+        assert!(!saves_its_result("aten::add"));
+    }
 
     #[test]
     fn creation_and_computation() {
