@@ -216,6 +216,24 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
             let levers: Vec<String> = fixes[..=k].iter().map(|f| f.lever.clone()).collect();
             Demand::from_rows(whatif::fixed_rows(&fix_input, &demand, &levers))
         };
+        let checkpointed_demand = |k: Option<usize>| {
+            let model = checkpointed
+                .clone()
+                .or_else(|| plan::checkpointing::model(&trace.sites, &cd.timeline, &cd.classes))?;
+            let input = whatif::Input {
+                checkpointing: Some(&model),
+                ..fix_input
+            };
+            let levers: Vec<String> = k
+                .map_or(&[][..], |k| &fixes[..=k])
+                .iter()
+                .map(|f| f.lever.clone())
+                .chain([whatif::CHECKPOINTING.to_owned()])
+                .collect();
+            Some(Demand::from_rows(whatif::fixed_rows(
+                &input, &demand, &levers,
+            )))
+        };
         let describe = |p: usize| analysis::describe_position(trace, device, p);
         let input = plan::PlanInput {
             demand: &demand,
@@ -223,6 +241,7 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
             describe: &describe,
             fixes: &fixes,
             fixed_demand: &fixed_demand,
+            checkpointed_demand: &checkpointed_demand,
         };
         d.plan = plan::plan_for(d, &input, &options.plan);
     }

@@ -520,3 +520,45 @@ fn lever_pairs_come_true() {
 fn untuned_lever_pairs_come_true() {
     check("levers_untuned");
 }
+
+/// The plan's steps are what-ifs: on every training baseline of the
+/// catalogue sets, asked to halve its peak, each step's peak is the
+/// what-if's peak of the steps so far, checkpointing (modelled from the
+/// run's blocks) included.
+#[test]
+fn plan_steps_are_the_what_if_peaks() {
+    let mut checkpointed = 0;
+    for set in ["levers", "levers_untuned"] {
+        let (dir, pairs) = pairs(set);
+        let mut baselines: Vec<&str> = pairs
+            .iter()
+            .filter(|p| p.baseline.starts_with("train."))
+            .map(|p| p.baseline.as_str())
+            .collect();
+        baselines.dedup();
+        for base in baselines {
+            for format in ["trace.json.gz", "snapshot.pickle.gz"] {
+                let path = dir.join(format!("{base}.{format}"));
+                for order in [memcut::Order::Cheapest, memcut::Order::Largest] {
+                    let mut options = AnalyzeOptions::default();
+                    options.plan.budget_percent_of_peak = Some(50.0);
+                    options.plan.order = order;
+                    let report = memcut::analyze_path(&path, &options).unwrap();
+                    let plan = report.devices[0].plan.as_ref().unwrap();
+                    let mut levers = Vec::new();
+                    for step in &plan.steps {
+                        levers.push(step.lever.as_str());
+                        checkpointed += usize::from(step.lever == "activation_checkpointing");
+                        let w = analyze(&path, &levers);
+                        let w = w.devices[0].what_if.as_ref().unwrap();
+                        assert_eq!(
+                            step.peak_after_bytes, w.peak_allocated_bytes,
+                            "{set}/{base}.{format} {order:?}: {levers:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    assert!(checkpointed > 0, "no plan used checkpointing");
+}

@@ -51,14 +51,21 @@ WORKLOADS = {
 }
 
 # Catalogue levers, on runs without a waste: training (AdamW unless the set says otherwise,
-# foreach, zero_grad keeping the gradients, no checkpointing) and batched inference. Each fixed run applies the lever for real.
+# foreach, zero_grad keeping the gradients, no checkpointing) and batched inference. Each fixed
+# run applies the lever for real.
 LEVER_WORKLOADS = {
     # Two optimizer steps (cold: model built inside the recording; warm: the third step).
     "train": ["zero_grad_set_to_none", "fused_optimizer", "halve_micro_batch",
               "activation_checkpointing", "bf16_weights"],
     # Two forwards under inference_mode. Fix: half the batch.
     "infer": ["halve_batch"],
+    # Hugging Face generate() (greedy, its DynamicCache), causal LMs only. Fix: half the new
+    # tokens (kv_cache_limit: the cache then holds fewer tokens).
+    "generate": ["kv_cache_limit"],
 }
+
+# The models that generate().
+GENERATES = ("gpt2", "llama")
 
 SETS = {
     # seed, model, shapes
@@ -259,6 +266,14 @@ def record(spec):
             train_step(model)
             return
         x = inputs()
+        if workload == "generate":
+            new = cfg.get("new_tokens", 32)
+            if variant == "kv_cache_limit":
+                new //= 2
+            with torch.inference_mode():
+                model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=new,
+                               min_new_tokens=new, do_sample=False, pad_token_id=0)
+            return
         if workload == "infer":
             with torch.inference_mode():
                 for _ in range(2):
@@ -371,6 +386,8 @@ def main(argv):
             continue
         for workload, levers in workloads.items():
             if only and workload != only:
+                continue
+            if workload == "generate" and cfg["model"] not in GENERATES:
                 continue
             for start in ("cold", "warm"):
                 for variant in ["waste"] + levers:

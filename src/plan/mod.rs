@@ -313,6 +313,17 @@ pub struct PlanInput<'d> {
     /// The demand once fixes `0..=k` are applied, made only for the fixes
     /// the plan tries (a table of every position: see `whatif::fixed_rows`).
     pub fixed_demand: &'d dyn Fn(usize) -> Demand<'static>,
+    /// The demand once fixes `0..=k` (none for `None`) and activation
+    /// checkpointing modelled from the run are applied (see
+    /// [`checkpointing::model`]); `None` where the stacks show no blocks,
+    /// and the lever is its factor.
+    pub checkpointed_demand: &'d dyn Fn(Option<usize>) -> Option<Demand<'static>>,
+}
+
+/// [`PlanInput::checkpointed_demand`] where the run shows no blocks.
+#[cfg(test)]
+pub fn no_checkpointed_demand(_: Option<usize>) -> Option<Demand<'static>> {
+    None
 }
 
 /// A finding's fix as a plan step (see [`PlanInput::fixes`]).
@@ -347,6 +358,7 @@ pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions
     let mut fixed_demand: Option<Demand<'static>> = None;
     let mut applied_demand: Option<Demand<'static>> = None;
     let (mut peak, mut pos) = (peak_before, pos_before);
+    let mut last_fix = None;
     for (k, fix) in input.fixes.iter().enumerate() {
         if peak <= target {
             break;
@@ -378,12 +390,21 @@ pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions
             condition: None,
         });
         applied_demand = fixed_demand.take();
+        last_fix = Some(k);
         (peak, pos) = (after, at);
     }
     let demand: &Demand = applied_demand.as_ref().unwrap_or(input.demand);
     let fixed = levers.len();
     decisions.extend(catalogue.iter().map(|l| decide(l, input.facts)));
     levers.extend(catalogue);
+    // Checkpointing modelled from the run's blocks, where they show, made
+    // only when the search may try it.
+    let checkpointing = levers[fixed..]
+        .iter()
+        .position(|l| l.name == whatif::CHECKPOINTING)
+        .filter(|&i| peak > target && decisions[fixed + i].eligibility != Eligibility::Excluded);
+    let checkpointed = checkpointing.and_then(|_| (input.checkpointed_demand)(last_fix));
+    let modelled = checkpointing.zip(checkpointed.as_ref());
     let mut cuts = run_search(
         demand,
         &levers[fixed..],
@@ -391,7 +412,13 @@ pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions
         target,
         options.order,
         min_step,
+        modelled,
     );
+    // What the last steps scale: the checkpointed demand once it is a step.
+    let demand = match modelled {
+        Some((_, checkpointed)) if cuts.modelled_applied => checkpointed,
+        _ => demand,
+    };
     if fixed > 0 {
         for s in &mut cuts.steps {
             s.lever += fixed;
@@ -457,13 +484,14 @@ pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions
     }
 }
 
-fn run_search(
-    demand: &Demand,
+fn run_search<'d>(
+    demand: &'d Demand<'d>,
     levers: &[Lever],
     decisions: &[Decision],
     target: u64,
     order: Order,
     min_step: u64,
+    modelled: Option<(usize, &'d Demand<'d>)>,
 ) -> TimelineCuts {
     let eligibility: Vec<Eligibility> = decisions.iter().map(|d| d.eligibility).collect();
     search::plan_for_either_mode(
@@ -474,6 +502,7 @@ fn run_search(
             target,
             order,
             min_step,
+            modelled,
         },
     )
 }
@@ -529,6 +558,7 @@ pub fn plan_oom(
         target,
         options.order,
         min_step,
+        None,
     );
     let at = format!("OOM at event {}", oom.event_index);
     let steps = plan_steps(&cuts, &levers, &decisions, facts, &|_| at.clone());
@@ -917,6 +947,7 @@ mod tests {
             describe: &describe,
             fixes: &[],
             fixed_demand: &no_fixed_demand,
+            checkpointed_demand: &no_checkpointed_demand,
         };
         let budget = Budget {
             bytes: budget,

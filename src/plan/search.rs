@@ -2,8 +2,8 @@
 //! followed by a re-simulation of the peak over the whole timeline, until
 //! the peak fits the target or no lever lowers it by enough.
 
-use super::demand::Demand;
-use super::levers::{Condition, Lever};
+use super::demand::{Demand, Row};
+use super::levers::{Applicability, Condition, Lever};
 use super::pools::NPOOL;
 
 /// In what order levers are tried.
@@ -61,13 +61,16 @@ pub struct TimelineCuts {
     pub estimated_peak_bytes: u64,
     pub final_position: usize,
     pub final_factors: [f64; NPOOL],
+    /// Whether a step is the modelled lever ([`Search::modelled`]): the
+    /// final factors then scale its demand.
+    pub modelled_applied: bool,
     /// Eligible levers not used, when the plan needed cuts (empty when the
     /// peak fit from the start).
     pub leftovers: Vec<Leftover>,
 }
 
 /// What [`plan_timeline_cuts`] searches with.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Search<'a> {
     pub levers: &'a [Lever],
     /// One per lever.
@@ -76,13 +79,17 @@ pub struct Search<'a> {
     pub order: Order,
     /// A step must lower the peak by at least this much.
     pub min_step: u64,
+    /// A lever modelled from the run rather than by factors (an index
+    /// into `levers`), with the demand once it is applied: the steps
+    /// after it scale that demand.
+    pub modelled: Option<(usize, &'a Demand<'a>)>,
 }
 
 /// [`plan_timeline_cuts`] for a run that may train or infer: where the
 /// trace does not tell (levers of both kinds are conditional), the plan
 /// assuming training and the one assuming inference are both made and the
 /// better kept (one that fits, else the lower peak; then fewer steps).
-pub fn plan_for_either_mode(demand: &Demand, search: &Search) -> TimelineCuts {
+pub fn plan_for_either_mode<'d>(demand: &'d Demand<'d>, search: &Search<'d>) -> TimelineCuts {
     let assumes = |mode: Condition| {
         search
             .levers
@@ -140,10 +147,13 @@ pub fn plan_for_either_mode(demand: &Demand, search: &Search) -> TimelineCuts {
 /// next step is the best of the rest by `order`, certain levers before
 /// conditional ones. The savings of the steps add up to the total
 /// reduction by construction. Cost: O(rounds × levers) peak searches.
-pub fn plan_timeline_cuts(demand: &Demand, search: &Search) -> TimelineCuts {
+pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'d>) -> TimelineCuts {
     let levers = search.levers;
     let mut factors = [1.0f64; NPOOL];
     let (peak_before, pos_before) = demand.peak(&factors);
+    let mut current = demand;
+    let mut modelled_applied = false;
+    let after = |i, current, factors: &[f64; NPOOL]| after(search, i, current, factors);
     let (mut peak, mut pos) = (peak_before, pos_before);
     let mut used = vec![false; levers.len()];
     let mut steps = Vec::new();
@@ -153,7 +163,7 @@ pub fn plan_timeline_cuts(demand: &Demand, search: &Search) -> TimelineCuts {
         // little that is (a cheap certain one then beats a conditional
         // one: a sub-MiB gap is no reason to cost accuracy).
         let min_step = min_step.min(peak - search.target);
-        let here = demand.scaled_at(pos, &factors);
+        let here = current.scaled_at(pos, &factors);
         // (lever, realized saving, contribution, new peak, new position, factors)
         let mut best: Option<(usize, u64, u64, u64, usize, [f64; NPOOL])> = None;
         for pass in [Eligibility::Certain, Eligibility::Conditional] {
@@ -161,13 +171,17 @@ pub fn plan_timeline_cuts(demand: &Demand, search: &Search) -> TimelineCuts {
                 if used[i] || search.eligibility[i] != pass {
                     continue;
                 }
-                let a = lever.applicability(&here);
+                let (d, next) = after(i, current, &factors);
+                let a = if std::ptr::eq(d, current) {
+                    lever.applicability(&here)
+                } else {
+                    modelled_applicability(&here, &d.scaled_at(pos, &next))
+                };
                 // The peak cannot drop by more than the lever saves at it.
                 if a.saving < min_step {
                     continue;
                 }
-                let next = combine(&factors, &lever.factors());
-                let (new_peak, new_pos) = demand.peak(&next);
+                let (new_peak, new_pos) = d.peak(&next);
                 let saved = peak.saturating_sub(new_peak);
                 if saved < min_step {
                     continue;
@@ -200,6 +214,11 @@ pub fn plan_timeline_cuts(demand: &Demand, search: &Search) -> TimelineCuts {
             break;
         };
         used[i] = true;
+        if let Some((m, applied)) = search.modelled.filter(|(m, _)| *m == i) {
+            debug_assert_eq!(m, i);
+            current = applied;
+            modelled_applied = true;
+        }
         // One run trains or infers, not both: once a step assumes one
         // (a conditional step, where the trace does not tell), the levers
         // that assume the other are no longer steps.
@@ -228,15 +247,20 @@ pub fn plan_timeline_cuts(demand: &Demand, search: &Search) -> TimelineCuts {
     let leftovers = if peak_before <= search.target {
         Vec::new()
     } else {
-        let here = demand.scaled_at(pos, &factors);
+        let here = current.scaled_at(pos, &factors);
         (0..levers.len())
             .filter(|&i| !used[i] && search.eligibility[i] != Eligibility::Excluded)
             .map(|i| {
-                let a = levers[i].applicability(&here);
+                let (d, next) = after(i, current, &factors);
+                let a = if std::ptr::eq(d, current) {
+                    levers[i].applicability(&here)
+                } else {
+                    modelled_applicability(&here, &d.scaled_at(pos, &next))
+                };
                 let saved = if a.saving == 0 {
                     0
                 } else {
-                    peak.saturating_sub(demand.peak(&combine(&factors, &levers[i].factors())).0)
+                    peak.saturating_sub(d.peak(&next).0)
                 };
                 Leftover {
                     lever: i,
@@ -253,7 +277,35 @@ pub fn plan_timeline_cuts(demand: &Demand, search: &Search) -> TimelineCuts {
         estimated_peak_bytes: peak,
         final_position: pos,
         final_factors: factors,
+        modelled_applied,
         leftovers,
+    }
+}
+
+/// What a modelled lever saves at a position: the row before it minus the
+/// row after it (what it adds elsewhere there counts against it).
+fn modelled_applicability(before: &Row, after: &Row) -> Applicability {
+    let saving = before
+        .iter()
+        .sum::<u64>()
+        .saturating_sub(after.iter().sum::<u64>());
+    Applicability {
+        saving,
+        contribution: saving,
+    }
+}
+
+/// Lever `i` applied to the state (`current`, `factors`): the demand it
+/// leaves and the factors that scale it.
+fn after<'d>(
+    search: &Search<'d>,
+    i: usize,
+    current: &'d Demand<'d>,
+    factors: &[f64; NPOOL],
+) -> (&'d Demand<'d>, [f64; NPOOL]) {
+    match search.modelled {
+        Some((m, applied)) if m == i => (applied, *factors),
+        _ => (current, combine(factors, &search.levers[i].factors())),
     }
 }
 
@@ -296,7 +348,38 @@ mod tests {
             target,
             order,
             min_step: 1,
+            modelled: None,
         }
+    }
+
+    #[test]
+    fn a_modelled_lever_switches_the_demand_the_later_steps_scale() {
+        // Activations 10 at the peak; the modelled lever leaves 3 there but
+        // adds 4 of recomputation elsewhere (position 2).
+        let demand = Demand::from_series(&[
+            (Category::Parameter, vec![4, 4, 4]),
+            (Category::Activation, vec![0, 10, 2]),
+        ]);
+        let applied = Demand::from_series(&[
+            (Category::Parameter, vec![4, 4, 4]),
+            (Category::Activation, vec![0, 3, 2]),
+            (Category::Temporary, vec![0, 0, 4]),
+        ]);
+        let levers = vec![
+            lever("ckpt", Cost::Compute, &[(Category::Activation, 0.3)]),
+            lever("temps", Cost::Compute, &[(Category::Temporary, 0.5)]),
+        ];
+        let mut s = search(&levers, &CERTAIN[..2], 7, Order::Cheapest);
+        s.modelled = Some((0, &applied));
+        let cuts = plan_timeline_cuts(&demand, &s);
+        // Not the factor's 4 + 3 = 7: the model's peak, 10 at position 2.
+        assert_eq!(cuts.steps[0].lever, 0);
+        assert_eq!(cuts.steps[0].peak_after_bytes, 10);
+        assert_eq!(cuts.steps[0].position, 2);
+        // The next step scales the applied demand: 4 + 2 + 2.
+        assert_eq!(cuts.steps[1].lever, 1);
+        assert_eq!(cuts.steps[1].peak_after_bytes, 8);
+        assert!(cuts.modelled_applied);
     }
 
     const CERTAIN: [Eligibility; 3] = [Eligibility::Certain; 3];
