@@ -42,6 +42,7 @@ use chains::{version_bumps, Chains};
 
 mod buffers;
 mod evidence;
+pub use evidence::weight_sizes;
 mod prerecorded;
 
 pub use prerecorded::Inference;
@@ -544,11 +545,10 @@ impl<'a> Context<'a> {
             .filter(|&p| phase_at[p] != phase_at[p - 1])
             .map(|p| p as u32)
             .collect();
-        let accelerators = trace.devices.iter().filter(|d| d.device != "cpu").count();
         Context {
             trace,
             device,
-            shapes_apply: trace.devices.len() == 1 || (device.device != "cpu" && accelerators == 1),
+            shapes_apply: shapes_apply(trace, device),
             creates: facts.iter().any(|f| f.creates),
             next_forward,
             framework: buffers::by_site(sites),
@@ -818,6 +818,13 @@ fn classify_baseline(facts: &SiteFacts, alive_at_end: bool) -> Classification {
         // Decided by evidence elsewhere in the trace, if any: see `prerecorded`.
         Builtin::ExistedBeforeTraceNoEvidence.class()
     }
+}
+
+/// Whether operator shapes (`record_shapes`) speak for `device`: it is the
+/// trace's only device, or its only one that is not the CPU.
+pub(crate) fn shapes_apply(trace: &Trace, device: &DeviceTrace) -> bool {
+    let accelerators = trace.devices.iter().filter(|d| d.device != "cpu").count();
+    trace.devices.len() == 1 || (device.device != "cpu" && accelerators == 1)
 }
 
 #[cfg(test)]

@@ -106,8 +106,15 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
                     };
                     let facts = RunFacts::gather(trace, &input);
                     let training = facts.mode.value == Some(Mode::Training);
-                    let overlay =
-                        Overlay::build(&d.timeline, &d.classes, OverlayInput { training });
+                    let weight_sizes = crate::classify::weight_sizes(trace, device);
+                    let overlay = Overlay::build(
+                        &d.timeline,
+                        &d.classes,
+                        OverlayInput {
+                            training,
+                            weight_sizes: &weight_sizes,
+                        },
+                    );
                     let demand = Demand::from_timeline(&d.timeline, overlay);
                     (found, Some((facts, demand)), wants_plan)
                 })

@@ -162,9 +162,9 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
         // backward, with its forward replayed there); the others scale
         // their pools by the catalogue's factors.
         "levers" => &[
-            ("zero_grad_set_to_none", 0.04, 0.10),
+            ("zero_grad_set_to_none", 0.01, 0.10),
             ("fused_optimizer", 0.01, 0.01),
-            ("halve_micro_batch", 0.01, 0.10),
+            ("halve_micro_batch", 0.01, 0.02),
             ("activation_checkpointing", 0.01, 0.05),
             ("halve_batch", 0.01, 0.01),
             ("bf16_weights", 0.01, 0.07),
@@ -181,6 +181,18 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
             ("halve_batch", 0.01, 0.01),
             ("bf16_weights", 0.01, 0.07),
         ],
+        // Recorded last; the first scores, before the changes it prompted
+        // (backward's weight-sized tensors do not halve with the
+        // micro-batch; a snapshot's kept gradient is paired with the new
+        // value live where it ends), are in docs/accuracy.md.
+        "levers_fresh" => &[
+            ("zero_grad_set_to_none", 0.01, 0.10),
+            ("fused_optimizer", 0.01, 0.01),
+            ("halve_micro_batch", 0.01, 0.03),
+            ("activation_checkpointing", 0.01, 0.04),
+            ("halve_batch", 0.01, 0.01),
+            ("bf16_weights", 0.04, 0.09),
+        ],
         _ => LIMITS,
     }
 }
@@ -195,6 +207,47 @@ const LIMITS: &[(&str, f64, f64)] = &[
 /// Predictions known to miss, each with why. Every other row must pass,
 /// and each of these must still be a miss (so the list stays true).
 const KNOWN_MISSES: &[(&str, &str)] = &[
+    // The fresh catalogue set (`--levers_fresh`), recorded after the
+    // models above: the same classes of miss as below. A warm Chrome
+    // trace's set_to_none pair is not comparable; warm snapshots hold the
+    // kept gradients and the model's state from before recording without
+    // frames (`unknown`); in bf16 the CPU's attention takes its math path.
+    (
+        "levers_fresh/train.mlp.warm.waste zero_grad_set_to_none (trace.json.gz)",
+        "the truth is not comparable",
+    ),
+    (
+        "levers_fresh/train.bert.warm.waste zero_grad_set_to_none (snapshot.pickle.gz)",
+        "gradients from before recording",
+    ),
+    (
+        "levers_fresh/train.llama.warm.waste zero_grad_set_to_none (snapshot.pickle.gz)",
+        "gradients from before recording",
+    ),
+    (
+        "levers_fresh/train.bert.warm.waste bf16_weights (trace.json.gz)",
+        "the bf16 run takes another attention kernel",
+    ),
+    (
+        "levers_fresh/train.gpt2.warm.waste bf16_weights (trace.json.gz)",
+        "the bf16 run takes another attention kernel",
+    ),
+    (
+        "levers_fresh/train.bert.warm.waste bf16_weights (snapshot.pickle.gz)",
+        "state from before recording is unknown",
+    ),
+    (
+        "levers_fresh/train.gpt2.warm.waste bf16_weights (snapshot.pickle.gz)",
+        "state from before recording is unknown",
+    ),
+    (
+        "levers_fresh/train.llama.warm.waste bf16_weights (snapshot.pickle.gz)",
+        "state from before recording is unknown",
+    ),
+    (
+        "levers_fresh/train.mlp.warm.waste bf16_weights (snapshot.pickle.gz)",
+        "state from before recording is unknown",
+    ),
     // In bf16 the CPU's scaled_dot_product_attention takes its math path,
     // whose softmax and scaled scores are tensors of their own (the fp32
     // run's kernel makes none): 50% predicted, 38.4% true. A GPU's bf16
@@ -519,6 +572,15 @@ fn lever_pairs_come_true() {
 #[test]
 fn untuned_lever_pairs_come_true() {
     check("levers_untuned");
+}
+
+/// The catalogue levers' set recorded last (`--levers_fresh`: BERT, a
+/// deeper CNN with SGD, GPT-2, an MLP with SGD, Llama with Adam; seeds
+/// 60-64), after the lever models above were settled: its first scores are
+/// in docs/accuracy.md; the changes made after it are listed there.
+#[test]
+fn fresh_lever_pairs_come_true() {
+    check("levers_fresh");
 }
 
 /// The plan's steps are what-ifs: on every training baseline of the

@@ -103,7 +103,7 @@ SETS = {
     "levers_fresh": [
         {"seed": 60, "model": "bert", "d": 96, "layers": 3, "batch": 4, "seq": 48, "opt": "adam"},
         {"seed": 61, "model": "cnn", "d": 12, "layers": 4, "batch": 6, "seq": 24, "opt": "sgd"},
-        {"seed": 62, "model": "gpt2", "d": 128, "layers": 3, "batch": 3, "seq": 64, "opt": "adamw"},
+        {"seed": 62, "model": "gpt2", "d": 128, "layers": 3, "batch": 4, "seq": 64, "opt": "adamw"},
         {"seed": 63, "model": "mlp", "d": 320, "layers": 3, "batch": 40, "seq": 1, "opt": "sgd"},
         {"seed": 64, "model": "llama", "d": 112, "layers": 2, "batch": 4, "seq": 56, "opt": "adam"},
     ],

@@ -486,6 +486,29 @@ fn optimizer(ctx: &Context<'_>) -> Option<Optimizer> {
     })
 }
 
+/// The byte sizes of the weights the operators read on `device`
+/// (`record_shapes`), sorted, each once; empty when the trace's shapes do
+/// not speak for the device (see `Context::shapes_apply`).
+pub fn weight_sizes(trace: &crate::model::Trace, device: &crate::model::DeviceTrace) -> Vec<u64> {
+    if !super::shapes_apply(trace, device) {
+        return Vec::new();
+    }
+    let mut out: Vec<u64> = trace
+        .evidence
+        .iter()
+        .flat_map(|c| {
+            weight_inputs(c.op)
+                .iter()
+                .filter_map(|&k| c.inputs.get(k)?.as_ref())
+                .map(|w| w.bytes())
+        })
+        .filter(|&b| b > 0)
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// Which inputs of a weight-reading operator are weights (and biases,
 /// norms' running statistics).
 fn weight_inputs(op: EvidenceOp) -> &'static [usize] {

@@ -315,9 +315,10 @@ pub const CATALOGUE: &[LeverSpec] = &[
     },
     LeverSpec {
         name: "halve_micro_batch",
+        // Not backward's weight-sized tensors (each weight's new gradient).
         scales: &[
             (ACTIVATION, Times(0.5)),
-            (Target::all(C::AutogradDetail), Times(0.5)),
+            (Target::other(C::AutogradDetail), Times(0.5)),
             (OTHER_TEMPORARIES, Times(0.5)),
             (Target::all(C::Input), Times(0.5)),
         ],

@@ -31,13 +31,18 @@ pub enum Part {
     /// Gradients held from an optimizer step through the next forward,
     /// until backward writes them again.
     KeptAcrossSteps,
+    /// Backward's tensors the size of a weight: each weight's new gradient
+    /// before it is added into the kept one. They do not shrink with the
+    /// batch.
+    WeightGradients,
 }
 
 impl Part {
-    pub const ALL: [Part; 3] = [
+    pub const ALL: [Part; 4] = [
         Part::SavedForBackward,
         Part::OptimizerStep,
         Part::KeptAcrossSteps,
+        Part::WeightGradients,
     ];
 
     /// The category the part belongs to.
@@ -46,6 +51,7 @@ impl Part {
             Part::SavedForBackward => Category::Activation,
             Part::OptimizerStep => Category::Temporary,
             Part::KeptAcrossSteps => Category::Gradient,
+            Part::WeightGradients => Category::AutogradDetail,
         }
     }
 
@@ -54,6 +60,7 @@ impl Part {
             Part::SavedForBackward => "saved_for_backward",
             Part::OptimizerStep => "optimizer_step",
             Part::KeptAcrossSteps => "kept_across_steps",
+            Part::WeightGradients => "weight_gradients",
         }
     }
 
@@ -190,10 +197,13 @@ pub struct Overlay {
     pub kept_after_a_step: bool,
 }
 
-/// Which lifetimes count for the parts: whether the run trains.
+/// Which lifetimes count for the parts: whether the run trains, and the
+/// sizes of the weights the operators read (sorted; see
+/// [`crate::classify::weight_sizes`]).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct OverlayInput {
+pub struct OverlayInput<'a> {
     pub training: bool,
+    pub weight_sizes: &'a [u64],
 }
 
 impl Overlay {
@@ -202,7 +212,7 @@ impl Overlay {
     pub fn build(
         timeline: &DeviceTimeline,
         classes: &[Classification],
-        input: OverlayInput,
+        input: OverlayInput<'_>,
     ) -> Overlay {
         use Builtin as B;
         let replay = &timeline.replay;
@@ -250,7 +260,7 @@ impl Overlay {
                     class.rule,
                     Rule::Builtin(B::ShortLivedInBackward | B::FreedWithinBackward)
                 ) {
-                    computed.push(interval.size, interval.start);
+                    computed.push(interval.size, interval.start, interval.end);
                 }
             }
         }
@@ -278,6 +288,28 @@ impl Overlay {
             Ascending::new(&backward),
             Ascending::new(&optimizer),
         );
+        // The sizes of weights: the operators' (record_shapes), and the
+        // parameters', gradients' and optimizer state's the trace shows.
+        let mut weight_sizes: Vec<u64> = input.weight_sizes.to_vec();
+        if input.training {
+            weight_sizes.extend(
+                replay
+                    .intervals
+                    .iter()
+                    .zip(classes)
+                    .filter(|(_, c)| {
+                        matches!(
+                            c.category,
+                            Category::Parameter | Category::Gradient | Category::OptimizerState
+                        )
+                    })
+                    .map(|(iv, _)| iv.size),
+            );
+            // A CUDA block is a multiple of 512 bytes.
+            weight_sizes.extend(input.weight_sizes.iter().map(|b| b.next_multiple_of(512)));
+        }
+        weight_sizes.sort_unstable();
+        weight_sizes.dedup();
         let mut kept_after_a_step = false;
         for ((interval, class), after_step) in replay
             .intervals
@@ -299,6 +331,11 @@ impl Overlay {
                     if saved {
                         push(start, end, Part::SavedForBackward, size);
                     }
+                }
+                Category::AutogradDetail
+                    if input.training && weight_sizes.binary_search(&size).is_ok() =>
+                {
+                    push(start, end, Part::WeightGradients, size);
                 }
                 Category::Temporary => {
                     if matches!(
@@ -338,8 +375,24 @@ impl Overlay {
                         // Needed again where the next backward computes
                         // one of its size (before the step after it).
                         let next_step = optimizer.first_after(b).unwrap_or(u32::MAX);
-                        let needed = computed.take(size, b, next_step.min(end)).unwrap_or(b);
+                        // With set_to_none=True that tensor is the
+                        // gradient: needed from where it is freed now.
+                        // A snapshot made from a profile ends a gradient at
+                        // the in-place add of its new value (and starts its
+                        // next version there): that value is the tensor of
+                        // its size live where it ends.
+                        let taken = (end < next_step)
+                            .then(|| computed.take_live_at(size, b, end))
+                            .flatten()
+                            .or_else(|| computed.take(size, b, next_step.min(end)));
+                        let needed = taken.map_or(b, |(_, freed)| freed.min(end));
                         push(f, needed, Part::KeptAcrossSteps, size);
+                        // After the add the new value lives on beside the
+                        // next version until freed, where it would be the
+                        // only one.
+                        if let Some((_, freed)) = taken.filter(|t| t.1 > end) {
+                            push(end, freed, Part::KeptAcrossSteps, size);
+                        }
                         kept_after_a_step |= !pending || after_step;
                         pending = false;
                         if b >= end {
@@ -376,23 +429,29 @@ impl Overlay {
 /// order: each can stand for one kept gradient's new value.
 #[derive(Default)]
 struct Computed {
-    /// Per size: the tensors' positions, and for each index the first
-    /// index at or after it not taken yet (`len`: none), path-compressed so
-    /// that many gradients of one size do not scan what others took.
-    by_size: rustc_hash::FxHashMap<u64, (Vec<u32>, Vec<u32>)>,
+    /// Per size: the tensors' positions and ends, and for each index the
+    /// first index at or after it not taken yet (`len`: none),
+    /// path-compressed so that many gradients of one size do not scan what
+    /// others took.
+    by_size: rustc_hash::FxHashMap<u64, Made>,
 }
 
+/// Tensors of one size backward made: their positions, their ends, and
+/// for each index the first index at or after it not taken yet.
+type Made = (Vec<u32>, Vec<u32>, Vec<u32>);
+
 impl Computed {
-    fn push(&mut self, size: u64, start: u32) {
-        let (starts, next) = self.by_size.entry(size).or_default();
+    fn push(&mut self, size: u64, start: u32, end: u32) {
+        let (starts, ends, next) = self.by_size.entry(size).or_default();
         next.push(starts.len() as u32);
         starts.push(start);
+        ends.push(end);
     }
 
-    /// The position of the first tensor of `size` made in `[from, before)`
-    /// that no gradient has taken yet, taken now.
-    fn take(&mut self, size: u64, from: u32, before: u32) -> Option<u32> {
-        let (starts, next) = self.by_size.get_mut(&size)?;
+    /// The position and end of the first tensor of `size` made in
+    /// `[from, before)` that no gradient has taken yet, taken now.
+    fn take(&mut self, size: u64, from: u32, before: u32) -> Option<(u32, u32)> {
+        let (starts, ends, next) = self.by_size.get_mut(&size)?;
         let first = starts.partition_point(|&p| p < from);
         let k = untaken(next, first);
         let start = *starts.get(k)?;
@@ -400,7 +459,26 @@ impl Computed {
             return None;
         }
         next[k] = k as u32 + 1;
-        Some(start)
+        Some((start, ends[k]))
+    }
+}
+
+impl Computed {
+    /// The last tensor of `size` made in `[from, at)` and still live at
+    /// `at`, not taken yet, taken now (looking back a few tensors only).
+    fn take_live_at(&mut self, size: u64, from: u32, at: u32) -> Option<(u32, u32)> {
+        let (starts, ends, next) = self.by_size.get_mut(&size)?;
+        let before = starts.partition_point(|&p| p < at);
+        for k in (0..before).rev().take(16) {
+            if starts[k] < from {
+                break;
+            }
+            if ends[k] >= at && next[k] as usize == k {
+                next[k] = k as u32 + 1;
+                return Some((starts[k], ends[k]));
+            }
+        }
+        None
     }
 }
 
@@ -495,7 +573,7 @@ mod tests {
             starts.sort_unstable();
             let mut computed = Computed::default();
             for &p in &starts {
-                computed.push(8, p);
+                computed.push(8, p, p + 1);
             }
             let mut taken = vec![false; starts.len()];
             for (from, before) in queries {
@@ -505,7 +583,7 @@ mod tests {
                 if let Some(k) = want {
                     taken[k] = true;
                 }
-                proptest::prop_assert_eq!(computed.take(8, from, before), want.map(|k| starts[k]));
+                proptest::prop_assert_eq!(computed.take(8, from, before).map(|t| t.0), want.map(|k| starts[k]));
             }
         }
     }
