@@ -168,6 +168,7 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
             ("activation_checkpointing", 0.01, 0.05),
             ("halve_batch", 0.01, 0.01),
             ("bf16_weights", 0.01, 0.07),
+            ("kv_cache_limit", 0.02, 0.03),
         ],
         // Recorded after the models above were settled (a Llama, a CNN, a
         // deeper TinyLM; other seeds), then looked at: its CNN showed that
@@ -180,6 +181,7 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
             ("activation_checkpointing", 0.01, 0.01),
             ("halve_batch", 0.01, 0.01),
             ("bf16_weights", 0.01, 0.07),
+            ("kv_cache_limit", 0.01, 0.03),
         ],
         // Recorded last; the first scores, before the changes it prompted
         // (backward's weight-sized tensors do not halve with the
@@ -192,6 +194,7 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
             ("activation_checkpointing", 0.01, 0.04),
             ("halve_batch", 0.01, 0.01),
             ("bf16_weights", 0.04, 0.09),
+            ("kv_cache_limit", 0.02, 0.04),
         ],
         _ => LIMITS,
     }
