@@ -237,9 +237,12 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
                 .map(|f| f.lever.clone())
                 .chain([whatif::CHECKPOINTING.to_owned()])
                 .collect();
-            Some(Demand::from_rows(whatif::fixed_rows(
-                &input, &demand, &levers,
-            )))
+            Some(whatif::edited_demand(
+                &input,
+                &cd.timeline,
+                demand.overlay()?,
+                &levers,
+            ))
         };
         let describe = |p: usize| analysis::describe_position(trace, device, p);
         let input = plan::PlanInput {

@@ -311,6 +311,11 @@ fn walk_rows(
         let tracked: u64 = row.iter().sum();
         let allocated = tl.replay.allocated.get(p).copied().unwrap_or(tracked);
         row[Category::Unknown.index()] += allocated.saturating_sub(tracked);
+        // A what-if's edits, after what the replay could not attribute is
+        // counted from its own curve.
+        for (r, e) in row.iter_mut().zip(&parts.edited) {
+            *r = (*r as i64 + e).max(0) as u64;
+        }
         for part in Part::ALL {
             let moved =
                 (parts.current[part as usize].max(0) as u64).min(row[part.category().index()]);

@@ -317,12 +317,12 @@ pub struct PlanInput<'d> {
     /// checkpointing modelled from the run are applied (see
     /// [`checkpointing::model`]); `None` where the stacks show no blocks,
     /// and the lever is its factor.
-    pub checkpointed_demand: &'d dyn Fn(Option<usize>) -> Option<Demand<'static>>,
+    pub checkpointed_demand: &'d dyn Fn(Option<usize>) -> Option<Demand<'d>>,
 }
 
 /// [`PlanInput::checkpointed_demand`] where the run shows no blocks.
 #[cfg(test)]
-pub fn no_checkpointed_demand(_: Option<usize>) -> Option<Demand<'static>> {
+pub fn no_checkpointed_demand<'d>(_: Option<usize>) -> Option<Demand<'d>> {
     None
 }
 
@@ -398,13 +398,17 @@ pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions
     decisions.extend(catalogue.iter().map(|l| decide(l, input.facts)));
     levers.extend(catalogue);
     // Checkpointing modelled from the run's blocks, where they show, made
-    // only when the search may try it.
+    // only when the search tries it.
     let checkpointing = levers[fixed..]
         .iter()
-        .position(|l| l.name == whatif::CHECKPOINTING)
-        .filter(|&i| peak > target && decisions[fixed + i].eligibility != Eligibility::Excluded);
-    let checkpointed = checkpointing.and_then(|_| (input.checkpointed_demand)(last_fix));
-    let modelled = checkpointing.zip(checkpointed.as_ref());
+        .position(|l| l.name == whatif::CHECKPOINTING);
+    let checkpointed = std::cell::OnceCell::new();
+    let get = || {
+        checkpointed
+            .get_or_init(|| (input.checkpointed_demand)(last_fix))
+            .as_ref()
+    };
+    let modelled = checkpointing.map(|i| modelled_lever(i, &get));
     let mut cuts = run_search(
         demand,
         &levers[fixed..],
@@ -415,8 +419,8 @@ pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions
         modelled,
     );
     // What the last steps scale: the checkpointed demand once it is a step.
-    let demand = match modelled {
-        Some((_, checkpointed)) if cuts.modelled_applied => checkpointed,
+    let demand = match checkpointed.get() {
+        Some(Some(checkpointed)) if cuts.modelled_applied => checkpointed,
         _ => demand,
     };
     if fixed > 0 {
@@ -484,6 +488,16 @@ pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions
     }
 }
 
+/// A lever index and the maker of its modelled demand, as the search takes them.
+type Modelled<'a, 'd> = (usize, &'a dyn Fn() -> Option<&'d Demand<'d>>);
+
+fn modelled_lever<'a, 'd>(
+    lever: usize,
+    demand: &'a dyn Fn() -> Option<&'d Demand<'d>>,
+) -> Modelled<'a, 'd> {
+    (lever, demand)
+}
+
 fn run_search<'d>(
     demand: &'d Demand<'d>,
     levers: &[Lever],
@@ -491,7 +505,7 @@ fn run_search<'d>(
     target: u64,
     order: Order,
     min_step: u64,
-    modelled: Option<(usize, &'d Demand<'d>)>,
+    modelled: Option<Modelled<'_, 'd>>,
 ) -> TimelineCuts {
     let eligibility: Vec<Eligibility> = decisions.iter().map(|d| d.eligibility).collect();
     search::plan_for_either_mode(

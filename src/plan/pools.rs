@@ -192,6 +192,11 @@ pub type PartChange = (u32, Part, i64);
 pub struct Overlay {
     pub enter: Vec<PartChange>,
     pub leave: Vec<PartChange>,
+    /// Bytes a what-if adds to (or, negative, takes from) a category from
+    /// a position on, sorted by position: `(position, category index,
+    /// bytes)`. Empty but for a demand with levers modelled from the run
+    /// applied ([`super::whatif::edited_demand`]).
+    pub edits: Vec<(u32, usize, i64)>,
     /// Whether some gradient window follows an optimizer step seen in the
     /// trace (else the windows, if any, start from before the recording).
     pub kept_after_a_step: bool,
@@ -416,6 +421,7 @@ impl Overlay {
         Overlay {
             enter,
             leave,
+            edits: Vec::new(),
             kept_after_a_step,
         }
     }
@@ -534,8 +540,11 @@ impl<'a> Ascending<'a> {
 #[derive(Debug, Clone, Default)]
 pub struct OverlayWalk {
     pub current: [i64; Part::ALL.len()],
+    /// The overlay's edits so far, by category.
+    pub edited: [i64; NCAT],
     next_enter: usize,
     next_leave: usize,
+    next_edit: usize,
 }
 
 impl OverlayWalk {
@@ -553,6 +562,13 @@ impl OverlayWalk {
                 self.current[part as usize] += d;
                 *next += 1;
             }
+        }
+        while let Some(&(at, c, d)) = overlay.edits.get(self.next_edit) {
+            if at as usize != position {
+                break;
+            }
+            self.edited[c] += d;
+            self.next_edit += 1;
         }
     }
 }

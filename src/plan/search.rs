@@ -71,7 +71,7 @@ pub struct TimelineCuts {
 
 /// What [`plan_timeline_cuts`] searches with.
 #[derive(Clone, Copy)]
-pub struct Search<'a> {
+pub struct Search<'a, 'd> {
     pub levers: &'a [Lever],
     /// One per lever.
     pub eligibility: &'a [Eligibility],
@@ -80,16 +80,18 @@ pub struct Search<'a> {
     /// A step must lower the peak by at least this much.
     pub min_step: u64,
     /// A lever modelled from the run rather than by factors (an index
-    /// into `levers`), with the demand once it is applied: the steps
-    /// after it scale that demand.
-    pub modelled: Option<(usize, &'a Demand<'a>)>,
+    /// into `levers`), and the demand once it is applied (made when first
+    /// asked for; `None`: the run does not show what it needs, and its
+    /// factors stand in): the steps after it scale that demand. It is
+    /// asked for only where the lever's factors touch bytes at the peak.
+    pub modelled: Option<(usize, &'a dyn Fn() -> Option<&'d Demand<'d>>)>,
 }
 
 /// [`plan_timeline_cuts`] for a run that may train or infer: where the
 /// trace does not tell (levers of both kinds are conditional), the plan
 /// assuming training and the one assuming inference are both made and the
 /// better kept (one that fits, else the lower peak; then fewer steps).
-pub fn plan_for_either_mode<'d>(demand: &'d Demand<'d>, search: &Search<'d>) -> TimelineCuts {
+pub fn plan_for_either_mode<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -> TimelineCuts {
     let assumes = |mode: Condition| {
         search
             .levers
@@ -147,7 +149,7 @@ pub fn plan_for_either_mode<'d>(demand: &'d Demand<'d>, search: &Search<'d>) -> 
 /// next step is the best of the rest by `order`, certain levers before
 /// conditional ones. The savings of the steps add up to the total
 /// reduction by construction. Cost: O(rounds × levers) peak searches.
-pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'d>) -> TimelineCuts {
+pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -> TimelineCuts {
     let levers = search.levers;
     let mut factors = [1.0f64; NPOOL];
     let (peak_before, pos_before) = demand.peak(&factors);
@@ -171,9 +173,14 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'d>) -> Ti
                 if used[i] || search.eligibility[i] != pass {
                     continue;
                 }
+                let factor = lever.applicability(&here);
+                // What it changes is not live at the peak.
+                if factor.contribution < min_step {
+                    continue;
+                }
                 let (d, next) = after(i, current, &factors);
                 let a = if std::ptr::eq(d, current) {
-                    lever.applicability(&here)
+                    factor
                 } else {
                     modelled_applicability(&here, &d.scaled_at(pos, &next))
                 };
@@ -214,10 +221,11 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'d>) -> Ti
             break;
         };
         used[i] = true;
-        if let Some((m, applied)) = search.modelled.filter(|(m, _)| *m == i) {
-            debug_assert_eq!(m, i);
-            current = applied;
-            modelled_applied = true;
+        if let Some((_, get)) = search.modelled.filter(|(m, _)| *m == i) {
+            if let Some(applied) = get() {
+                current = applied;
+                modelled_applied = true;
+            }
         }
         // One run trains or infers, not both: once a step assumes one
         // (a conditional step, where the trace does not tell), the levers
@@ -251,16 +259,17 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'d>) -> Ti
         (0..levers.len())
             .filter(|&i| !used[i] && search.eligibility[i] != Eligibility::Excluded)
             .map(|i| {
-                let (d, next) = after(i, current, &factors);
-                let a = if std::ptr::eq(d, current) {
-                    levers[i].applicability(&here)
+                let factor = levers[i].applicability(&here);
+                let (a, saved) = if factor.saving == 0 {
+                    (factor, 0)
                 } else {
-                    modelled_applicability(&here, &d.scaled_at(pos, &next))
-                };
-                let saved = if a.saving == 0 {
-                    0
-                } else {
-                    peak.saturating_sub(d.peak(&next).0)
+                    let (d, next) = after(i, current, &factors);
+                    let a = if std::ptr::eq(d, current) {
+                        factor
+                    } else {
+                        modelled_applicability(&here, &d.scaled_at(pos, &next))
+                    };
+                    (a, peak.saturating_sub(d.peak(&next).0))
                 };
                 Leftover {
                     lever: i,
@@ -298,14 +307,18 @@ fn modelled_applicability(before: &Row, after: &Row) -> Applicability {
 /// Lever `i` applied to the state (`current`, `factors`): the demand it
 /// leaves and the factors that scale it.
 fn after<'d>(
-    search: &Search<'d>,
+    search: &Search<'_, 'd>,
     i: usize,
     current: &'d Demand<'d>,
     factors: &[f64; NPOOL],
 ) -> (&'d Demand<'d>, [f64; NPOOL]) {
-    match search.modelled {
-        Some((m, applied)) if m == i => (applied, *factors),
-        _ => (current, combine(factors, &search.levers[i].factors())),
+    match search
+        .modelled
+        .filter(|(m, _)| *m == i)
+        .and_then(|(_, get)| get())
+    {
+        Some(applied) => (applied, *factors),
+        None => (current, combine(factors, &search.levers[i].factors())),
     }
 }
 
@@ -341,7 +354,7 @@ mod tests {
         eligibility: &'a [Eligibility],
         target: u64,
         order: Order,
-    ) -> Search<'a> {
+    ) -> Search<'a, 'a> {
         Search {
             levers,
             eligibility,
@@ -370,7 +383,8 @@ mod tests {
             lever("temps", Cost::Compute, &[(Category::Temporary, 0.5)]),
         ];
         let mut s = search(&levers, &CERTAIN[..2], 7, Order::Cheapest);
-        s.modelled = Some((0, &applied));
+        let get = || Some(&applied);
+        s.modelled = Some((0, &get));
         let cuts = plan_timeline_cuts(&demand, &s);
         // Not the factor's 4 + 3 = 7: the model's peak, 10 at position 2.
         assert_eq!(cuts.steps[0].lever, 0);

@@ -249,6 +249,41 @@ pub fn fixed_rows(input: &Input<'_>, demand: &Demand<'_>, levers: &[String]) -> 
     rows
 }
 
+/// The demand with `levers` applied that change intervals (findings'
+/// fixes, checkpointing modelled from the run), made like the demand it
+/// edits (`overlay`: its parts): walked from the timeline, no table of
+/// every position. Factor levers are the search's business.
+pub fn edited_demand<'t>(
+    input: &Input<'_>,
+    tl: &'t DeviceTimeline,
+    overlay: &super::pools::Overlay,
+    levers: &[String],
+) -> Demand<'t> {
+    debug_assert!(std::ptr::eq(tl, input.timeline));
+    let edits = apply(input, levers)
+        .map(|a| Edits {
+            windows: windows(tl, &a.ends, a.gaps),
+            extra: extra_at(a.extra),
+        })
+        .unwrap_or_default();
+    let temporary = Category::Temporary.index();
+    let mut changes: Vec<(u32, usize, i64)> = removals(tl, &edits.windows)
+        .into_iter()
+        .map(|(p, i, d)| (p, input.classes[i].category.index(), -d))
+        .chain(
+            edits
+                .extra
+                .iter()
+                .flat_map(|&(p, b)| [(p, temporary, b as i64), (p + 1, temporary, -(b as i64))]),
+        )
+        .filter(|c| (c.0 as usize) < tl.replay.positions() as usize)
+        .collect();
+    changes.sort_unstable_by_key(|c| c.0);
+    let mut overlay = overlay.clone();
+    overlay.edits = changes;
+    Demand::from_timeline(tl, overlay)
+}
+
 /// The timeline's changes: where intervals are not live, and temporaries
 /// added at one position.
 #[derive(Default)]
