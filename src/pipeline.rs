@@ -221,7 +221,10 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
         };
         let fixed_demand = |k: usize| {
             let levers: Vec<String> = fixes[..=k].iter().map(|f| f.lever.clone()).collect();
-            Demand::from_rows(whatif::fixed_rows(&fix_input, &demand, &levers))
+            match demand.overlay() {
+                Some(overlay) => whatif::edited_demand(&fix_input, &cd.timeline, overlay, &levers),
+                None => Demand::from_rows(whatif::fixed_rows(&fix_input, &demand, &levers)),
+            }
         };
         let checkpointed_demand = |k: Option<usize>| {
             let model = checkpointed

@@ -312,7 +312,7 @@ pub struct PlanInput<'d> {
     pub fixes: &'d [Fix],
     /// The demand once fixes `0..=k` are applied, made only for the fixes
     /// the plan tries (a table of every position: see `whatif::fixed_rows`).
-    pub fixed_demand: &'d dyn Fn(usize) -> Demand<'static>,
+    pub fixed_demand: &'d dyn Fn(usize) -> Demand<'d>,
     /// The demand once fixes `0..=k` (none for `None`) and activation
     /// checkpointing modelled from the run are applied (see
     /// [`checkpointing::model`]); `None` where the stacks show no blocks,
@@ -338,7 +338,7 @@ pub struct Fix {
 
 /// [`PlanInput::fixed_demand`] where there are no fixes.
 #[cfg(test)]
-pub fn no_fixed_demand(_: usize) -> Demand<'static> {
+pub fn no_fixed_demand<'d>(_: usize) -> Demand<'d> {
     unreachable!("no fixes to apply")
 }
 
@@ -355,8 +355,8 @@ pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions
     let mut decisions: Vec<Decision> = Vec::new();
     let mut fix_steps = Vec::new();
     let mut estimates = Vec::new();
-    let mut fixed_demand: Option<Demand<'static>> = None;
-    let mut applied_demand: Option<Demand<'static>> = None;
+    let mut fixed_demand: Option<Demand> = None;
+    let mut applied_demand: Option<Demand> = None;
     let (mut peak, mut pos) = (peak_before, pos_before);
     let mut last_fix = None;
     for (k, fix) in input.fixes.iter().enumerate() {

@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::html::{colour, escape};
+use super::markup::{colour, escape};
 use crate::model::Category;
 use crate::schema::{BlockUse, DeviceReport, SegmentMap, SegmentState};
 use crate::units::human_bytes as h;

@@ -16,7 +16,7 @@
 
 use std::fmt::Write;
 
-use super::html::{colour, escape};
+use super::markup::{colour, escape};
 use crate::model::Category;
 use crate::schema::DeviceReport;
 use crate::units::{human_bytes as h, human_duration_us};

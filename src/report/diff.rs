@@ -6,7 +6,8 @@
 use std::fmt::Write;
 
 use super::chart::{points, YAxis};
-use super::html::{escape, STYLE};
+use super::html::STYLE;
+use super::markup::escape;
 use super::OutputFormat;
 use crate::model::{Category, Level};
 use crate::schema::{Change, DeviceDiff, DiffReport, PeakInstant, PlanSummary, SiteChange};

@@ -8,6 +8,7 @@
 
 use std::fmt::Write;
 
+use super::markup::{colour, escape};
 use super::{
     attribution_line, before_recording_row, category_lines, major_devices, minor_devices_line,
     not_proposed, overview_row, peak_instant, phase_label, plan_step_row, share_label,
@@ -89,22 +90,6 @@ details.stack{margin:.2rem 0}details.stack summary{cursor:pointer}ol.frames{marg
 svg.segments text{font-size:10px}svg .seg{stroke:#c4c7cc;stroke-width:.5}.sw.hatch{background:repeating-linear-gradient(45deg,#fff 0 2px,#9aa0a6 2px 4px);outline:1px solid #c4c7cc}
 figcaption.title{font-weight:600;margin:0 0 .3rem}.at{background:#fff4e5;border-left:4px solid #a05a00;padding:.4rem .7rem}
 @media print{body{margin:0;max-width:none}h2{break-before:auto}figure,table{break-inside:avoid}}";
-
-/// Stable colour per category (legend, areas and table swatches).
-pub fn colour(c: Category) -> &'static str {
-    match c {
-        Category::Parameter => "#4e79a7",
-        Category::Gradient => "#f28e2b",
-        Category::OptimizerState => "#e15759",
-        Category::Activation => "#76b7b2",
-        Category::AutogradDetail => "#59a14f",
-        Category::Temporary => "#edc948",
-        Category::Input => "#b07aa1",
-        Category::KvCache => "#ff9da7",
-        Category::AllocatorCache => "#9c755f",
-        Category::Unknown => "#bab0ac",
-    }
-}
 
 fn overview(out: &mut String, devices: &[&DeviceReport]) {
     out.push_str("<section>\n<h2>Devices</h2>\n");
@@ -411,33 +396,4 @@ fn write_plan(out: &mut String, plan: &Plan) {
 /// One row of the facts table; `value` is HTML already.
 fn fact(out: &mut String, name: &str, value: &str) {
     let _ = writeln!(out, "<tr><th>{name}</th><td>{value}</td></tr>");
-}
-
-/// Escapes text for HTML element content and attribute values.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::escape;
-
-    #[test]
-    fn escapes_markup_and_quotes() {
-        assert_eq!(
-            escape("<script>alert(\"x&y\")</script>'"),
-            "&lt;script&gt;alert(&quot;x&amp;y&quot;)&lt;/script&gt;&#39;"
-        );
-    }
 }

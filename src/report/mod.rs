@@ -8,6 +8,7 @@ pub mod diff;
 pub mod html;
 pub mod json;
 pub mod markdown;
+mod markup;
 pub mod stacks;
 pub mod text;
 

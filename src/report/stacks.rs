@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::html::escape;
+use super::markup::escape;
 use crate::schema::{DeviceReport, TopSite};
 use crate::units::human_bytes as h;
 
