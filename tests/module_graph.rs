@@ -349,8 +349,6 @@ fn no_circle_inside_a_folder() {
         // The streaming unpickler's fast paths and its machine share the
         // parser's types both ways.
         "formats::pickle: fast -> machine -> fast",
-        // The lowering's entry type and the allocator state's readers.
-        "formats::snapshot: allocator_state -> lowering -> allocator_state",
     ];
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();

@@ -10,10 +10,21 @@
 //! (`scripts/bench_inputs.sh`: 42K segments, 88K blocks) they were ~40 MB of
 //! the 126 MiB peak RSS.
 
-use super::lowering::EntryLowering;
-use super::pickle::{dict_value as field, Lowered, Value};
+use super::pickle::{dict_value as field, Handle, Lowered, Value};
 use crate::error::{Error, Result};
 use crate::model::{Block, BlockState, Segment, SiteId};
+
+/// What reading the allocator state needs of the lowering that read the
+/// file (`lowering.rs` implements it; this module does not import it): a
+/// site for frames, and the blocks and segments it read already.
+pub(super) trait Read {
+    /// The site of a `frames` list.
+    fn site_of(&mut self, frames: &Value) -> SiteId;
+    /// The blocks the lowering read from the dict `h` stands for, if any.
+    fn blocks_of_handle(&self, h: Handle) -> Option<&[BlockFields]>;
+    /// The `i`-th segment the lowering read.
+    fn segment(&self, i: usize) -> SegmentFields;
+}
 
 /// A block as its dict says it, before its segment places it.
 #[derive(Debug, Clone, Copy)]
@@ -73,7 +84,7 @@ pub(super) fn is_segment(pairs: &[(Value, Value)]) -> bool {
 
 /// A block's fields from its dict's pairs (anything else reads as `&[]`:
 /// a block of size 0, inactive, without frames).
-pub(super) fn block_of(pairs: &[(Value, Value)], lowering: &mut EntryLowering) -> BlockFields {
+pub(super) fn block_of(pairs: &[(Value, Value)], lowering: &mut impl Read) -> BlockFields {
     let size = field(pairs, "size").and_then(|v| v.as_u64()).unwrap_or(0);
     let state = match field(pairs, "state").and_then(|v| v.as_str()) {
         Some("active_allocated") => BlockState::ActiveAllocated,
@@ -109,7 +120,7 @@ pub(super) fn block_of(pairs: &[(Value, Value)], lowering: &mut EntryLowering) -
 /// dicts or taken from what the lowering made of them.
 pub(super) fn segment_of(
     pairs: &[(Value, Value)],
-    lowering: &mut EntryLowering,
+    lowering: &mut impl Read,
 ) -> Result<SegmentFields> {
     let addr = field(pairs, "address")
         .and_then(|v| v.as_u64())
@@ -163,7 +174,7 @@ pub(super) fn segment_of(
 /// The fields of each block of a segment's `blocks` list: a block the
 /// lowering read is taken as it read it, a run of them too, anything else
 /// is read now.
-fn blocks_in(list: &Value, lowering: &mut EntryLowering) -> Result<Vec<BlockFields>> {
+fn blocks_in(list: &Value, lowering: &mut impl Read) -> Result<Vec<BlockFields>> {
     let items = list
         .list_items()
         .ok_or_else(|| Error::Schema("segment `blocks` is not a list".into()))?;
@@ -183,10 +194,10 @@ fn blocks_in(list: &Value, lowering: &mut EntryLowering) -> Result<Vec<BlockFiel
 }
 
 /// The segment an item of the `segments` list stands for.
-pub(super) fn segment_item(item: &Value, lowering: &mut EntryLowering) -> Result<SegmentFields> {
+pub(super) fn segment_item(item: &Value, lowering: &mut impl Read) -> Result<SegmentFields> {
     match item {
         Value::Handle(h) => match h.lowered() {
-            Lowered::Segment(i) => Ok(lowering.segments[i as usize].clone()),
+            Lowered::Segment(i) => Ok(lowering.segment(i as usize)),
             _ => segment_of(&[], lowering),
         },
         Value::Dict(d) => segment_of(&d.borrow(), lowering),

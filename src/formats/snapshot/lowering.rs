@@ -184,6 +184,20 @@ impl Records for EntryLowering {
     }
 }
 
+impl allocator_state::Read for EntryLowering {
+    fn site_of(&mut self, frames: &Value) -> SiteId {
+        EntryLowering::site_of(self, frames)
+    }
+
+    fn blocks_of_handle(&self, h: Handle) -> Option<&[BlockFields]> {
+        EntryLowering::blocks_of_handle(self, h)
+    }
+
+    fn segment(&self, i: usize) -> SegmentFields {
+        self.segments[i].clone()
+    }
+}
+
 impl EntryLowering {
     /// `f` of the handles of `items` (gathered in the lowering's scratch
     /// list), or `None` unless every item is a handle.
