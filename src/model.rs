@@ -454,6 +454,10 @@ pub enum EvidenceOp {
     BatchNorm,
     /// `aten::rms_norm(input, shape, weight?, eps)`.
     RmsNorm,
+    /// `aten::_native_multi_head_attention(query, key, value, embed_dim,
+    /// num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, …)`: the
+    /// fast path of `nn.MultiheadAttention` in eval.
+    NativeMultiHeadAttention,
     /// Library GEMMs that take a weight second (`vllm::rocm_unquantized_gemm`,
     /// `aiter::gemm_a16w16`).
     LibraryGemm,
@@ -492,6 +496,7 @@ impl EvidenceOp {
             "aten::group_norm" => GroupNorm,
             "aten::batch_norm" => BatchNorm,
             "aten::rms_norm" => RmsNorm,
+            "aten::_native_multi_head_attention" => NativeMultiHeadAttention,
             "vllm::rocm_unquantized_gemm" | "aiter::gemm_a16w16" => LibraryGemm,
             "_C_cache_ops::reshape_and_cache_flash"
             | "_C_cache_ops::reshape_and_cache"

@@ -519,6 +519,7 @@ fn weight_inputs(op: EvidenceOp) -> &'static [usize] {
         EvidenceOp::LayerNorm | EvidenceOp::GroupNorm => &[2, 3],
         EvidenceOp::BatchNorm => &[1, 2, 3, 4],
         EvidenceOp::RmsNorm => &[2],
+        EvidenceOp::NativeMultiHeadAttention => &[5, 6, 7, 8],
         _ => &[],
     }
 }
@@ -534,6 +535,7 @@ fn op_name(op: EvidenceOp) -> &'static str {
         EvidenceOp::GroupNorm => "aten::group_norm",
         EvidenceOp::BatchNorm => "aten::batch_norm",
         EvidenceOp::RmsNorm => "aten::rms_norm",
+        EvidenceOp::NativeMultiHeadAttention => "aten::_native_multi_head_attention",
         EvidenceOp::LibraryGemm => "library GEMMs",
         EvidenceOp::KvCacheWrite | EvidenceOp::KvCacheWriteMla => "KV-cache writes",
         EvidenceOp::MulInPlace => "aten::mul_",
