@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::io::BufRead;
 use std::rc::{Rc, Weak};
 
-use super::fast::{GetRunHints, Scratch, TracebackLists};
+use super::fast_state::{GetRunHints, Scratch, TracebackLists};
 use super::memo::{Got, Memo};
 use super::opcodes::{self, op, op_name, refused_name, unsupported_name};
 use super::teardown::{dismantle, dismantle_all, drain_work};

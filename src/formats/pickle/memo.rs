@@ -87,7 +87,7 @@ pub(super) struct Memo {
     /// Slots filled (what the next `MEMOIZE` stores to).
     pub(super) count: usize,
     /// The slots that held a [`Value::Handle`] and were overwritten since
-    /// the last [`TracebackLists::sync`](super::fast::TracebackLists::sync)
+    /// the last [`TracebackLists::sync`](super::fast_state::TracebackLists::sync)
     /// took them: answers cached by the bytes of memo gets hold only while
     /// the slots they were fetched from are unchanged. (`pickle.dump` never
     /// reuses a slot; what lands here in its files is a lowered list put

@@ -48,6 +48,7 @@ use std::io::BufRead;
 use std::rc::Rc;
 
 mod fast;
+mod fast_state;
 mod machine;
 mod memo;
 mod opcodes;

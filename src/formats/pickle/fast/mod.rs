@@ -48,7 +48,7 @@ use super::{Handle, Hook, Value};
 
 mod tracebacks;
 
-pub(super) use tracebacks::TracebackLists;
+use super::fast_state::{Put, TracebackLists};
 
 pub(crate) use tracebacks::{GetRun, GetRunFinder, GetRunHints};
 
@@ -293,27 +293,6 @@ const MAX_RECORD_ITEMS: usize = 32;
 enum RecordAnswer {
     Whole(Value),
     Pair((Value, Value)),
-}
-
-/// A memo put that the opcodes a fast path skipped would have made, in
-/// order. Strings are named by where they are in the scanned bytes.
-#[derive(Clone, Copy)]
-enum Put {
-    /// A string's UTF-8 bytes (already checked), `at..at + len`.
-    Str {
-        at: usize,
-        len: usize,
-    },
-    Handle(Handle),
-    /// A new empty list ([`Memo::put_empty_list`]).
-    EmptyList,
-}
-
-/// The fast paths' scratch, kept by the parser between records.
-#[derive(Default)]
-pub(super) struct Scratch {
-    /// The memo puts of the record or traceback being scanned.
-    puts: Vec<Put>,
 }
 
 /// What a record's values that are lists need: the hook and the answers

@@ -4,47 +4,18 @@
 //! the gets' bytes, or none at all when the read-ahead thread found the run
 //! ([`GetRunFinder`]) and the same run was answered before.
 
-use std::cell::RefCell;
 use std::io::BufRead;
 use std::rc::Rc;
 
 use rustc_hash::FxHashMap;
 
+use super::super::fast_state::TracebackLists;
+pub(crate) use super::super::fast_state::{GetRun, GetRunHints};
 use super::super::machine::{PResult, Parser, NO_MEMO};
 use super::super::memo::Memo;
 use super::super::opcodes::{self, op};
 use super::super::{Handle, Hook, Value};
 use super::{put_all, scan_record, Put, Slots};
-
-/// How a record's traceback — `MARK`, memo gets of frame handles, `APPENDS`
-/// — is lowered to the handle [`Hook::on_list_items`] answers for it,
-/// without the ~40 memo lookups and the hashing of the handles each time.
-/// A training step's tracebacks repeat the same gets entry after entry, so
-/// answers are kept by the gets' bytes, or by the id of the run of bytes
-/// when [`GetRunFinder`] found it ahead of the parser (then the parser
-/// neither scans, hashes nor compares the bytes). Exact: equal bytes fetch
-/// equal handles as long as none of the memo slots the answers were
-/// fetched from has changed since ([`Memo::changed_handles`]; all answers
-/// are dropped then). Other slots may change: a lowered list is put back
-/// in its slot when the next list is lowered, and dropping the answers
-/// each time made the 255 MB `untuned-nothanmin` bench snapshot resolve its
-/// tracebacks 346,803 times instead of fewer than 256 (counted in a debug
-/// build; `analyze` 1.84 → 1.52 s, see docs/performance.md).
-#[derive(Default)]
-pub(in crate::formats::pickle) struct TracebackLists {
-    by_bytes: FxHashMap<Box<[u8]>, Handle>,
-    /// Bytes of the keys of `by_bytes`.
-    key_bytes: usize,
-    /// Runs found ahead, and answers by run id with their generation.
-    hints: Option<Rc<GetRunHints>>,
-    by_run: Vec<(Handle, u64)>,
-    generation: u64,
-    /// The memo slots the answers were fetched from, a bit each (up to
-    /// [`TracebackLists::MAX_WATCHED`]).
-    watched: Vec<u64>,
-    /// Scratch: the handles of the list being resolved.
-    handles: Vec<Value>,
-}
 
 impl TracebackLists {
     /// Answers that take the runs `hints` finds ahead, if any.
@@ -261,17 +232,6 @@ fn gets_end(buf: &[u8], first: usize) -> Option<usize> {
     }
 }
 
-/// A run of memo gets between `EMPTY_LIST MEMOIZE MARK` and `APPENDS` —
-/// how `pickle.dump` writes a traceback of shared frame dicts — found in
-/// the stream ahead of the parser: its gets are the bytes `at..at + len`,
-/// and runs with equal bytes have equal ids.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct GetRun {
-    pub(crate) at: u64,
-    pub(crate) len: u32,
-    pub(crate) id: u32,
-}
-
 /// Finds [`GetRun`]s in a pickle's bytes, chunk by chunk, on a thread of
 /// its own while the parser works (see `input::read_trace_ahead`): with
 /// the run's id the parser takes the answer for a repeated traceback
@@ -335,14 +295,6 @@ impl GetRunFinder {
         self.offset += chunk.len() as u64;
         runs
     }
-}
-
-/// The parser's end of a [`GetRunFinder`]: runs in stream order, added as
-/// their chunks arrive, dropped as the parser passes them.
-#[derive(Default)]
-pub(crate) struct GetRunHints {
-    runs: RefCell<std::collections::VecDeque<GetRun>>,
-    taken: std::cell::Cell<u64>,
 }
 
 impl GetRunHints {
