@@ -23,7 +23,8 @@ fn main() {
     }
     let t = Instant::now();
     let source = memcut::SourceInfo::new(path.clone(), trace.format.as_str(), 0);
-    let report = memcut::internals::analyze_trace(&trace, source, &memcut::AnalyzeOptions::new());
+    let report = memcut::internals::analyze_trace(&trace, source, &memcut::AnalyzeOptions::new())
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
     eprintln!("analyze (replay+classify+report+plan): {:?}", t.elapsed());
     let t = Instant::now();
     let json = memcut::render(&report, memcut::OutputFormat::Json);

@@ -135,12 +135,13 @@ pub fn report(
     source: SourceInfo,
     classified: &[ClassifiedDevice],
     options: &Options,
+    at: &[AtResolved],
 ) -> Report {
     let mut diagnostics = trace.diagnostics.clone();
     let mut devices = Vec::new();
     // Per device: bytes at the peak that no event names.
     let mut unattributed = Vec::new();
-    for (device, cd) in selected(trace, options).zip(classified) {
+    for ((device, cd), resolved) in selected(trace, options).zip(classified).zip(at) {
         for d in &cd.timeline.replay.diagnostics {
             let mut d = d.clone();
             if trace.devices.len() > 1 {
@@ -148,14 +149,17 @@ pub fn report(
             }
             diagnostics.push(d);
         }
-        let (report, before) = device_report(trace, device, cd, options);
-        if let (Some(at), None) = (&options.at, &report.at) {
-            if let Err(why) = at.resolve(device, &cd.timeline.replay) {
+        let at = match (&options.at, resolved) {
+            (Some(at), Some(Ok(position))) => Some((at, *position)),
+            (_, Some(Err(why))) => {
                 diagnostics.push(crate::model::Diagnostic::warning(format!(
                     "{why}; this device's report shows its peak"
                 )));
+                None
             }
-        }
+            _ => None,
+        };
+        let (report, before) = device_report(trace, device, cd, options, at);
         devices.push(report);
         unattributed.push(before);
     }
@@ -243,14 +247,10 @@ fn device_report(
     device: &DeviceTrace,
     cd: &ClassifiedDevice,
     options: &Options,
+    at: Option<(&At, u32)>,
 ) -> (DeviceReport, u64) {
     let replay = &cd.timeline.replay;
     let peak_position = replay.peak_position();
-    // `--at` where it names an instant of this device (see `unresolved_at`).
-    let at = options
-        .at
-        .as_ref()
-        .and_then(|at| Some((at, at.resolve(device, replay).ok()?)));
     let position = at.map_or(peak_position, |(_, p)| p);
     let (allocated, reserved, live) = cd.state_at(position);
     let unattributed: u64 = live
@@ -320,18 +320,32 @@ fn device_report(
     (report, unattributed)
 }
 
-/// Why `--at` names no instant on any device `options` select, if so
-/// (devices where it names none report their peak, with a warning).
-pub fn unresolved_at(trace: &Trace, options: &Options) -> Option<String> {
-    let at = options.at.as_ref()?;
-    let mut why = None;
-    for device in selected(trace, options) {
-        match at.resolve(device, &timeline::replay(device)) {
-            Ok(_) => return None,
-            Err(e) => why = why.or(Some(e)),
-        }
+/// `--at` on one device: the position it names, or why it names none
+/// (`None` without `--at`).
+pub type AtResolved = Option<std::result::Result<u32, String>>;
+
+/// `--at` resolved once on each classified device; `Err` with the first
+/// device's reason when it names an instant on none of them (a device where
+/// it names none reports its peak, with a warning).
+pub fn resolve_at(
+    trace: &Trace,
+    classified: &[ClassifiedDevice],
+    options: &Options,
+) -> std::result::Result<Vec<AtResolved>, String> {
+    let Some(at) = &options.at else {
+        return Ok(vec![None; classified.len()]);
+    };
+    let resolved: Vec<AtResolved> = selected(trace, options)
+        .zip(classified)
+        .map(|(device, cd)| Some(at.resolve(device, &cd.timeline.replay)))
+        .collect();
+    if resolved.iter().any(|r| matches!(r, Some(Ok(_)))) {
+        return Ok(resolved);
     }
-    why
+    match resolved.into_iter().flatten().find_map(|r| r.err()) {
+        Some(why) => Err(why),
+        None => Ok(Vec::new()),
+    }
 }
 
 /// Every allocation in `live`, largest first, with its whole stack (in the

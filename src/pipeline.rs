@@ -79,8 +79,13 @@ pub fn read_rules_file(path: &Path) -> std::result::Result<Vec<UserRule>, Option
 }
 
 /// Runs the whole pipeline on a trace already parsed.
-pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions) -> Report {
+pub fn analyze_trace(
+    trace: &Trace,
+    source: SourceInfo,
+    options: &AnalyzeOptions,
+) -> Result<Report> {
     let devices = analysis::classify_devices(trace, &options.analysis);
+    let at = analysis::resolve_at(trace, &devices, &options.analysis).map_err(Error::Usage)?;
     let selected: Vec<&DeviceTrace> = analysis::selected(trace, &options.analysis).collect();
     let what_if = &options.plan.what_if;
     // The findings, and the planner's evidence and demand, need only the
@@ -88,7 +93,7 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
     // devices that can get a plan (a budget given, or one the file implies:
     // see `plan::budget_for`) or whose what-if scales by factors.
     let (mut report, planned) = rayon::join(
-        || analysis::report(trace, source, &devices, &options.analysis),
+        || analysis::report(trace, source, &devices, &options.analysis, &at),
         || {
             devices
                 .iter()
@@ -259,7 +264,7 @@ pub fn analyze_trace(trace: &Trace, source: SourceInfo, options: &AnalyzeOptions
         d.plan = plan::plan_for(d, &input, &options.plan);
     }
     report.diagnostics.extend(warnings);
-    report
+    Ok(report)
 }
 
 /// A curve over positions on the report's plotted points: the largest
@@ -336,12 +341,9 @@ fn analyze_parsed(
             });
         }
     }
-    if let Some(why) = analysis::unresolved_at(trace, &options.analysis) {
-        return Err(Error::Usage(why));
-    }
     let mut source = SourceInfo::new(display_path, trace.format.as_str(), size_bytes);
     source.distributed = trace.distributed;
-    Ok(analyze_trace(trace, source, options))
+    analyze_trace(trace, source, options)
 }
 
 #[cfg(test)]
@@ -380,7 +382,7 @@ mod tests {
             ..DeviceTrace::default()
         });
         let source = SourceInfo::new("synthetic", "torch_snapshot", 0);
-        let report = analyze_trace(&trace, source, &AnalyzeOptions::new());
+        let report = analyze_trace(&trace, source, &AnalyzeOptions::new()).unwrap();
         let a = report.devices[0]
             .peak
             .allocations
@@ -413,7 +415,7 @@ mod tests {
     fn oom_budget_and_oom_plan() {
         let trace = synthetic_oom_trace();
         let source = SourceInfo::new("synthetic", "torch_snapshot", 0);
-        let report = analyze_trace(&trace, source, &AnalyzeOptions::new());
+        let report = analyze_trace(&trace, source, &AnalyzeOptions::new()).unwrap();
         let d = &report.devices[0];
         let plan = d.plan.as_ref().expect("an OOM gives a budget");
         // Budget = free (1 GiB) + held (4 GiB allocated, no reserved curve).
