@@ -81,18 +81,20 @@ pub(super) fn concatenates(name: &str) -> bool {
 /// Whether the operator's backward reads its result, so autograd saves the
 /// output itself (`result` in PyTorch's `derivatives.yaml`): `relu`
 /// (allocating as `clamp_min` below it on CPU), `sigmoid`, `tanh`, `exp`,
-/// the softmaxes, `sqrt`, `rsqrt`, `elu`.
+/// the softmaxes, `sqrt`, `rsqrt`, `elu`. Only operator frames count
+/// (`aten::relu`, Python's `<built-in method relu of …>`), not a Python
+/// function that happens to have such a name.
 pub fn saves_its_result(name: &str) -> bool {
-    // Python stacks name the call: `<built-in method relu of type object at
-    // 0x…>`, `<built-in function relu>`.
     let op = if let Some(rest) = name.strip_prefix("<built-in ") {
         let rest = rest
             .strip_prefix("method ")
             .or_else(|| rest.strip_prefix("function "))
             .unwrap_or(rest);
         rest.split([' ', '>']).next().unwrap_or(rest)
+    } else if let Some(op) = name.strip_prefix("aten::") {
+        op
     } else {
-        name.strip_prefix("aten::").unwrap_or(name)
+        return false;
     };
     matches!(
         op.trim_end_matches('_'),
@@ -127,6 +129,8 @@ mod tests {
         assert!(!saves_its_result("aten::clamp_min"));
         assert!(!saves_its_result("aten::gelu"));
         assert!(!saves_its_result("aten::add"));
+        // A Python function of that name is no operator.
+        assert!(!saves_its_result("softmax"));
     }
 
     #[test]
