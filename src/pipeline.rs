@@ -226,17 +226,20 @@ pub fn analyze_trace(
         };
         let fixed_demand = |k: usize| {
             let levers: Vec<String> = fixes[..=k].iter().map(|f| f.lever.clone()).collect();
-            match demand.overlay() {
-                Some(overlay) => whatif::edited_demand(&fix_input, &cd.timeline, overlay, &levers),
-                None => Demand::from_rows(whatif::fixed_rows(&fix_input, &demand, &levers)),
-            }
+            whatif::edited_demand(&fix_input, &demand, &levers)
         };
         let checkpointed_demand = |k: Option<usize>| {
-            let model = checkpointed
-                .clone()
-                .or_else(|| plan::checkpointing::model(&trace.sites, &cd.timeline, &cd.classes))?;
+            // The what-if's model when it made one, else made now.
+            let made;
+            let model = match &checkpointed {
+                Some(m) => m,
+                None => {
+                    made = plan::checkpointing::model(&trace.sites, &cd.timeline, &cd.classes)?;
+                    &made
+                }
+            };
             let input = whatif::Input {
-                checkpointing: Some(&model),
+                checkpointing: Some(model),
                 ..fix_input
             };
             let levers: Vec<String> = k
@@ -245,12 +248,7 @@ pub fn analyze_trace(
                 .map(|f| f.lever.clone())
                 .chain([whatif::CHECKPOINTING.to_owned()])
                 .collect();
-            Some(whatif::edited_demand(
-                &input,
-                &cd.timeline,
-                demand.overlay()?,
-                &levers,
-            ))
+            Some(whatif::edited_demand(&input, &demand, &levers))
         };
         let describe = |p: usize| analysis::describe_position(trace, device, p);
         let input = plan::PlanInput {

@@ -158,6 +158,17 @@ impl<'a> Demand<'a> {
         }
     }
 
+    /// This timeline's demand with `edits` (see [`Overlay::edits`]) walked
+    /// with it; `None` for a table of rows.
+    pub fn with_edits(&self, edits: Vec<(u32, usize, i64)>) -> Option<Demand<'a>> {
+        let Rows::Timeline { tl, overlay, .. } = &self.rows else {
+            return None;
+        };
+        let mut overlay = overlay.clone();
+        overlay.edits = edits;
+        Some(Demand::from_timeline(tl, overlay))
+    }
+
     /// The parts' overlay the demand was made with (empty for a table).
     pub fn overlay(&self) -> Option<&Overlay> {
         match &self.rows {

@@ -311,7 +311,7 @@ pub struct PlanInput<'d> {
     /// nothing), one at a time until the peak fits.
     pub fixes: &'d [Fix],
     /// The demand once fixes `0..=k` are applied, made only for the fixes
-    /// the plan tries (a table of every position: see `whatif::fixed_rows`).
+    /// the plan tries (see `whatif::edited_demand`).
     pub fixed_demand: &'d dyn Fn(usize) -> Demand<'d>,
     /// The demand once fixes `0..=k` (none for `None`) and activation
     /// checkpointing modelled from the run are applied (see

@@ -195,7 +195,7 @@ pub struct Overlay {
     /// Bytes a what-if adds to (or, negative, takes from) a category from
     /// a position on, sorted by position: `(position, category index,
     /// bytes)`. Empty but for a demand with levers modelled from the run
-    /// applied ([`super::whatif::edited_demand`]).
+    /// applied ([`super::demand::Demand::with_edits`]).
     pub edits: Vec<(u32, usize, i64)>,
     /// Whether some gradient window follows an optimizer step seen in the
     /// trace (else the windows, if any, start from before the recording).

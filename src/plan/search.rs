@@ -155,7 +155,6 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -
     let (peak_before, pos_before) = demand.peak(&factors);
     let mut current = demand;
     let mut modelled_applied = false;
-    let after = |i, current, factors: &[f64; NPOOL]| after(search, i, current, factors);
     let (mut peak, mut pos) = (peak_before, pos_before);
     let mut used = vec![false; levers.len()];
     let mut steps = Vec::new();
@@ -178,12 +177,7 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -
                 if factor.contribution < min_step {
                     continue;
                 }
-                let (d, next) = after(i, current, &factors);
-                let a = if std::ptr::eq(d, current) {
-                    factor
-                } else {
-                    modelled_applicability(&here, &d.scaled_at(pos, &next))
-                };
+                let (d, next, a) = applied(search, i, current, &factors, &here, pos);
                 // The peak cannot drop by more than the lever saves at it.
                 if a.saving < min_step {
                     continue;
@@ -263,12 +257,7 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -
                 let (a, saved) = if factor.saving == 0 {
                     (factor, 0)
                 } else {
-                    let (d, next) = after(i, current, &factors);
-                    let a = if std::ptr::eq(d, current) {
-                        factor
-                    } else {
-                        modelled_applicability(&here, &d.scaled_at(pos, &next))
-                    };
+                    let (d, next, a) = applied(search, i, current, &factors, &here, pos);
                     (a, peak.saturating_sub(d.peak(&next).0))
                 };
                 Leftover {
@@ -305,20 +294,32 @@ fn modelled_applicability(before: &Row, after: &Row) -> Applicability {
 }
 
 /// Lever `i` applied to the state (`current`, `factors`): the demand it
-/// leaves and the factors that scale it.
-fn after<'d>(
+/// leaves, the factors that scale it, and what it saves at `pos` (where
+/// the row is `here` now).
+fn applied<'d>(
     search: &Search<'_, 'd>,
     i: usize,
     current: &'d Demand<'d>,
     factors: &[f64; NPOOL],
-) -> (&'d Demand<'d>, [f64; NPOOL]) {
+    here: &Row,
+    pos: usize,
+) -> (&'d Demand<'d>, [f64; NPOOL], Applicability) {
+    let lever = &search.levers[i];
     match search
         .modelled
         .filter(|(m, _)| *m == i)
         .and_then(|(_, get)| get())
     {
-        Some(applied) => (applied, *factors),
-        None => (current, combine(factors, &search.levers[i].factors())),
+        Some(d) => (
+            d,
+            *factors,
+            modelled_applicability(here, &d.scaled_at(pos, factors)),
+        ),
+        None => (
+            current,
+            combine(factors, &lever.factors()),
+            lever.applicability(here),
+        ),
     }
 }
 

@@ -189,10 +189,7 @@ pub fn what_if(input: &Input<'_>, levers: &[String]) -> Result<Outcome, String> 
         because,
         estimate,
     } = apply(input, levers)?;
-    let edits = Edits {
-        windows: windows(input.timeline, &ends, gaps),
-        extra: extra_at(extra),
-    };
+    let edits = Edits::new(input.timeline, &ends, gaps, extra);
     let curve = match (factors.iter().all(|f| *f == 1.0), input.demand) {
         (true, _) => edited_curve(input.timeline, &edits),
         (false, Some(demand)) => {
@@ -233,39 +230,14 @@ pub fn what_if(input: &Input<'_>, levers: &[String]) -> Result<Outcome, String> 
     })
 }
 
-/// The demand's rows (every pool, the allocator's overhead included) with
-/// the fixes of `levers` applied: what the planner searches once the
-/// findings are fixed. Only findings' fixes change rows here; a factor
-/// lever is the search's own business.
-pub fn fixed_rows(input: &Input<'_>, demand: &Demand<'_>, levers: &[String]) -> Vec<Row> {
-    let edits = apply(input, levers)
-        .map(|a| Edits {
-            windows: windows(input.timeline, &a.ends, a.gaps),
-            extra: extra_at(a.extra),
-        })
-        .unwrap_or_default();
-    let mut rows = Vec::with_capacity(input.timeline.replay.positions() as usize);
-    for_each_edited_row(input, demand, &edits, |_, row| rows.push(*row));
-    rows
-}
-
 /// The demand with `levers` applied that change intervals (findings'
 /// fixes, checkpointing modelled from the run), made like the demand it
-/// edits (`overlay`: its parts): walked from the timeline, no table of
-/// every position. Factor levers are the search's business.
-pub fn edited_demand<'t>(
-    input: &Input<'_>,
-    tl: &'t DeviceTimeline,
-    overlay: &super::pools::Overlay,
-    levers: &[String],
-) -> Demand<'t> {
-    debug_assert!(std::ptr::eq(tl, input.timeline));
-    let edits = apply(input, levers)
-        .map(|a| Edits {
-            windows: windows(tl, &a.ends, a.gaps),
-            extra: extra_at(a.extra),
-        })
-        .unwrap_or_default();
+/// edits: a timeline's demand is walked with the edits as its overlay's
+/// (no table of every position); a table's rows are edited. Factor levers
+/// are the search's business.
+pub fn edited_demand<'t>(input: &Input<'_>, demand: &Demand<'t>, levers: &[String]) -> Demand<'t> {
+    let edits = edits(input, levers);
+    let tl = input.timeline;
     let temporary = Category::Temporary.index();
     let mut changes: Vec<(u32, usize, i64)> = removals(tl, &edits.windows)
         .into_iter()
@@ -279,9 +251,19 @@ pub fn edited_demand<'t>(
         .filter(|c| (c.0 as usize) < tl.replay.positions() as usize)
         .collect();
     changes.sort_unstable_by_key(|c| c.0);
-    let mut overlay = overlay.clone();
-    overlay.edits = changes;
-    Demand::from_timeline(tl, overlay)
+    demand.with_edits(changes).unwrap_or_else(|| {
+        let mut rows = Vec::with_capacity(tl.replay.positions() as usize);
+        for_each_edited_row(input, demand, &edits, |_, row| rows.push(*row));
+        Demand::from_rows(rows)
+    })
+}
+
+/// The edits of `levers` that change intervals (none when a name is
+/// unknown: [`what_if`] says so).
+fn edits(input: &Input<'_>, levers: &[String]) -> Edits {
+    apply(input, levers)
+        .map(|a| Edits::new(input.timeline, &a.ends, a.gaps, a.extra))
+        .unwrap_or_default()
 }
 
 /// The timeline's changes: where intervals are not live, and temporaries
@@ -291,6 +273,20 @@ struct Edits {
     windows: Vec<(usize, u32, u32)>,
     /// `(position, bytes)`, by position, one entry per position.
     extra: Vec<(u32, u64)>,
+}
+
+impl Edits {
+    fn new(
+        tl: &DeviceTimeline,
+        ends: &HashMap<usize, u32>,
+        gaps: Vec<(usize, u32, u32)>,
+        extra: Vec<(u32, u64)>,
+    ) -> Edits {
+        Edits {
+            windows: windows(tl, ends, gaps),
+            extra: extra_at(extra),
+        }
+    }
 }
 
 fn extra_at(mut extra: Vec<(u32, u64)>) -> Vec<(u32, u64)> {
