@@ -112,12 +112,14 @@ pub fn analyze_trace(
                     let facts = RunFacts::gather(trace, &input);
                     let training = facts.mode.value == Some(Mode::Training);
                     let weight_sizes = crate::classify::weight_sizes(trace, device);
+                    let attention_math = plan::fp32::attention_math(&trace.sites, &d.timeline);
                     let overlay = Overlay::build(
                         &d.timeline,
                         &d.classes,
                         OverlayInput {
                             training,
                             weight_sizes: &weight_sizes,
+                            attention_math: &attention_math,
                         },
                     );
                     let demand = Demand::from_timeline(&d.timeline, overlay);

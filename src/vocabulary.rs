@@ -279,6 +279,23 @@ pub fn is_free_frame(name: &str) -> bool {
         || frees_a_graph(name)
 }
 
+/// Whether a frame is attention's math path (`aten::_scaled_dot_product_attention_math`,
+/// or its C++ frame `at::native::_scaled_dot_product_attention_math`). It
+/// computes in fp32 whatever its inputs' dtype: PyTorch keeps query, key and
+/// value in high precision there for bf16 and fp16 inputs, so what it saves
+/// for backward is fp32 in a bf16 run too.
+pub fn is_attention_math_frame(name: &str) -> bool {
+    name.contains("_scaled_dot_product_attention_math")
+}
+
+/// Whether a Python frame is a call of `scaled_dot_product_attention`
+/// (`<built-in function scaled_dot_product_attention>`): with Python frames
+/// only, which kernel it ran shows only in how many tensors one call made
+/// (see [`crate::plan::fp32`]).
+pub fn is_attention_call_frame(name: &str) -> bool {
+    name.contains("scaled_dot_product_attention") && !name.contains("::")
+}
+
 /// Whether a frame names a module instance, as the profiler's stacks do
 /// (`nn.Module: Block_1`): one call of that module allocated below it.
 pub fn is_module_frame(name: &str) -> bool {
@@ -451,6 +468,28 @@ const OPTIMIZERS: &[(&str, &str)] = &[
 mod tests {
     use super::*;
     use crate::model::Frame;
+
+    #[test]
+    fn attention_kernels_by_name() {
+        assert!(is_attention_math_frame(
+            "aten::_scaled_dot_product_attention_math"
+        ));
+        assert!(is_attention_math_frame(
+            "at::native::_scaled_dot_product_attention_math(at::Tensor const&, ...)"
+        ));
+        assert!(!is_attention_math_frame(
+            "aten::_scaled_dot_product_flash_attention_for_cpu"
+        ));
+        assert!(!is_attention_math_frame(
+            "aten::scaled_dot_product_attention"
+        ));
+        assert!(is_attention_call_frame(
+            "<built-in function scaled_dot_product_attention>"
+        ));
+        assert!(!is_attention_call_frame(
+            "aten::scaled_dot_product_attention"
+        ));
+    }
 
     #[test]
     fn optimizer_class_from_annotation_and_file() {

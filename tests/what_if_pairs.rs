@@ -193,9 +193,14 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
             ("halve_micro_batch", 0.01, 0.03),
             ("activation_checkpointing", 0.01, 0.04),
             ("halve_batch", 0.01, 0.01),
-            ("bf16_weights", 0.04, 0.09),
+            ("bf16_weights", 0.01, 0.06),
             ("kv_cache_limit", 0.02, 0.04),
         ],
+        // bf16 pairs recorded after the fresh set showed that attention's
+        // math path keeps fp32 in a bf16 run and the model learnt it (new
+        // seeds, shapes and optimizers; HF's SDPA with dropout takes the
+        // math path, TinyLM's causal SDPA the fused kernel): not tuned on.
+        "levers_bf16" => &[("bf16_weights", 0.03, 0.10)],
         _ => LIMITS,
     }
 }
@@ -214,7 +219,7 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
     // models above: the same classes of miss as below. A warm Chrome
     // trace's set_to_none pair is not comparable; warm snapshots hold the
     // kept gradients and the model's state from before recording without
-    // frames (`unknown`); in bf16 the CPU's attention takes its math path.
+    // frames (`unknown`).
     (
         "levers_fresh/train.mlp.warm.waste zero_grad_set_to_none (trace.json.gz)",
         "the truth is not comparable",
@@ -228,12 +233,20 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
         "gradients from before recording",
     ),
     (
-        "levers_fresh/train.bert.warm.waste bf16_weights (trace.json.gz)",
-        "the bf16 run takes another attention kernel",
+        "levers_bf16/train.bert.warm.waste bf16_weights (snapshot.pickle.gz)",
+        "state from before recording is unknown",
     ),
     (
-        "levers_fresh/train.gpt2.warm.waste bf16_weights (trace.json.gz)",
-        "the bf16 run takes another attention kernel",
+        "levers_bf16/train.gpt2.warm.waste bf16_weights (snapshot.pickle.gz)",
+        "state from before recording is unknown",
+    ),
+    (
+        "levers_bf16/train.llama.warm.waste bf16_weights (snapshot.pickle.gz)",
+        "state from before recording is unknown",
+    ),
+    (
+        "levers_bf16/train.tinylm.warm.waste bf16_weights (snapshot.pickle.gz)",
+        "state from before recording is unknown",
     ),
     (
         "levers_fresh/train.bert.warm.waste bf16_weights (snapshot.pickle.gz)",
@@ -250,14 +263,6 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
     (
         "levers_fresh/train.mlp.warm.waste bf16_weights (snapshot.pickle.gz)",
         "state from before recording is unknown",
-    ),
-    // In bf16 the CPU's scaled_dot_product_attention takes its math path,
-    // whose softmax and scaled scores are tensors of their own (the fp32
-    // run's kernel makes none): 50% predicted, 38.4% true. A GPU's bf16
-    // flash kernel makes none either.
-    (
-        "levers/train.gpt2.warm.waste bf16_weights (trace.json.gz)",
-        "the bf16 run takes another attention kernel",
     ),
     // A warm `_profile_to_snapshot` snapshot holds the memory made before
     // the recording with no frames (the model's state): no rule names it,
@@ -584,6 +589,13 @@ fn untuned_lever_pairs_come_true() {
 #[test]
 fn fresh_lever_pairs_come_true() {
     check("levers_fresh");
+}
+
+/// bf16 pairs recorded after attention's math path was modelled (seeds
+/// 70-73): the check that the model was not fitted to the set it came from.
+#[test]
+fn bf16_pairs_come_true() {
+    check("levers_bf16");
 }
 
 /// The plan's steps are what-ifs: on every training baseline of the

@@ -10,6 +10,7 @@
     VENV/bin/python sample_traces/pairs/generate_pairs.py --levers_untuned  # the same, kept apart
     VENV/bin/python sample_traces/pairs/generate_pairs.py --levers_fresh    # recorded last, untouched
     VENV/bin/python sample_traces/pairs/generate_pairs.py --levers --only train --variants bf16_weights
+    VENV/bin/python sample_traces/pairs/generate_pairs.py --levers_bf16 --only train --variants waste,bf16_weights
 
 Each run is recorded in a fresh process (on CPU the profiler's `Total Allocated` counts from the
 first profile in a process), the whole run inside the recording when `start` is cold (model built
@@ -106,6 +107,16 @@ SETS = {
         {"seed": 62, "model": "gpt2", "d": 128, "layers": 3, "batch": 4, "seq": 64, "opt": "adamw"},
         {"seed": 63, "model": "mlp", "d": 320, "layers": 3, "batch": 40, "seq": 1, "opt": "sgd"},
         {"seed": 64, "model": "llama", "d": 112, "layers": 2, "batch": 4, "seq": 56, "opt": "adam"},
+    ],
+    # bf16 pairs only (--only train --variants waste,bf16_weights), recorded after the fresh
+    # set showed attention's math path keeps fp32 in a bf16 run and the model learnt it: new
+    # seeds and shapes, each attention kind (HF's SDPA with dropout: the math path; TinyLM's
+    # causal SDPA without dropout: the fused kernel), not tuned on.
+    "levers_bf16": [
+        {"seed": 70, "model": "gpt2", "d": 144, "layers": 2, "batch": 3, "seq": 80, "opt": "adam"},
+        {"seed": 71, "model": "bert", "d": 128, "layers": 2, "batch": 6, "seq": 40, "opt": "adamw"},
+        {"seed": 72, "model": "llama", "d": 96, "layers": 3, "batch": 5, "seq": 48, "opt": "sgd"},
+        {"seed": 73, "model": "tinylm", "d": 80, "layers": 3, "batch": 6, "seq": 96, "opt": "adamw"},
     ],
     # Recorded after the fresh set was looked at (and memory_growth's runs changed for it):
     # untouched, with a CNN, an architecture no set above has.

@@ -280,6 +280,7 @@ use Factor::{EightBitWeights, HalfUnlessPool, PerRank, Times};
 
 const ACTIVATION: Target = Target::all(C::Activation);
 const SAVED: Target = Target::part(Part::SavedForBackward);
+const SAVED_IN_FP32: Target = Target::part(Part::SavedInFp32);
 const STEP_TRANSIENTS: Target = Target::part(Part::OptimizerStep);
 const KEPT_GRADIENTS: Target = Target::part(Part::KeptAcrossSteps);
 const OTHER_TEMPORARIES: Target = Target::other(C::Temporary);
@@ -382,7 +383,7 @@ pub const CATALOGUE: &[LeverSpec] = &[
     },
     LeverSpec {
         name: "activation_checkpointing",
-        scales: &[(SAVED, Times(0.3))],
+        scales: &[(SAVED, Times(0.3)), (SAVED_IN_FP32, Times(0.3))],
         cost: Cost::Compute,
         action: "checkpoint each block (torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)): only block inputs are saved, the rest is recomputed in backward",
         when: &[W::Training, W::NotCheckpointing],
@@ -390,7 +391,7 @@ pub const CATALOGUE: &[LeverSpec] = &[
     },
     LeverSpec {
         name: "save_on_cpu",
-        scales: &[(SAVED, Times(0.2))],
+        scales: &[(SAVED, Times(0.2)), (SAVED_IN_FP32, Times(0.2))],
         cost: Cost::Bandwidth,
         action: "run the forward under torch.autograd.graph.save_on_cpu(pin_memory=True): tensors saved for backward wait in host memory",
         when: &[W::Training, W::Gpu],
@@ -441,14 +442,16 @@ pub const CATALOGUE: &[LeverSpec] = &[
         // Pure-bf16 training: the gradients, the optimizer's state (made like
         // the weights), what the forward and backward compute and the float
         // inputs cast to match follow the weights' dtype. Integer inputs
-        // (token ids, small beside the rest) do not; bytes no rule names
-        // stay as they are (no lever claims them).
+        // (token ids, small beside the rest) do not, nor what attention's
+        // math path saves (it computes in fp32: `fp32.rs`); bytes no rule
+        // names stay as they are (no lever claims them).
         scales: &[
             (Target::all(C::Input), Times(0.5)),
             (Target::all(C::Parameter), Times(0.5)),
             (Target::all(C::Gradient), Times(0.5)),
             (Target::all(C::OptimizerState), Times(0.5)),
-            (ACTIVATION, Times(0.5)),
+            (Target::other(C::Activation), Times(0.5)),
+            (SAVED, Times(0.5)),
             (Target::all(C::AutogradDetail), Times(0.5)),
             (Target::all(C::Temporary), Times(0.5)),
         ],

@@ -17,6 +17,7 @@ pub mod checkpointing;
 pub mod components;
 pub mod demand;
 pub mod facts;
+pub mod fp32;
 pub mod levers;
 pub mod pools;
 #[cfg(test)]

@@ -35,14 +35,18 @@ pub enum Part {
     /// before it is added into the kept one. They do not shrink with the
     /// batch.
     WeightGradients,
+    /// Activations saved for backward by attention's math path, which
+    /// computes in fp32 whatever the weights' dtype ([`super::fp32`]).
+    SavedInFp32,
 }
 
 impl Part {
-    pub const ALL: [Part; 4] = [
+    pub const ALL: [Part; 5] = [
         Part::SavedForBackward,
         Part::OptimizerStep,
         Part::KeptAcrossSteps,
         Part::WeightGradients,
+        Part::SavedInFp32,
     ];
 
     /// The category the part belongs to.
@@ -52,6 +56,7 @@ impl Part {
             Part::OptimizerStep => Category::Temporary,
             Part::KeptAcrossSteps => Category::Gradient,
             Part::WeightGradients => Category::AutogradDetail,
+            Part::SavedInFp32 => Category::Activation,
         }
     }
 
@@ -61,6 +66,7 @@ impl Part {
             Part::OptimizerStep => "optimizer_step",
             Part::KeptAcrossSteps => "kept_across_steps",
             Part::WeightGradients => "weight_gradients",
+            Part::SavedInFp32 => "saved_in_fp32",
         }
     }
 
@@ -202,13 +208,15 @@ pub struct Overlay {
     pub kept_after_a_step: bool,
 }
 
-/// Which lifetimes count for the parts: whether the run trains, and the
-/// sizes of the weights the operators read (sorted; see
-/// [`crate::classify::weight_sizes`]).
+/// Which lifetimes count for the parts: whether the run trains, the sizes
+/// of the weights the operators read (sorted; see
+/// [`crate::classify::weight_sizes`]), and the intervals made inside
+/// attention's math path (ascending; see [`super::fp32::attention_math`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OverlayInput<'a> {
     pub training: bool,
     pub weight_sizes: &'a [u64],
+    pub attention_math: &'a [usize],
 }
 
 impl Overlay {
@@ -316,11 +324,12 @@ impl Overlay {
         weight_sizes.sort_unstable();
         weight_sizes.dedup();
         let mut kept_after_a_step = false;
-        for ((interval, class), after_step) in replay
+        for (i, ((interval, class), after_step)) in replay
             .intervals
             .iter()
             .zip(classes)
             .zip(starts_after_a_step)
+            .enumerate()
         {
             let (start, end, size) = (interval.start, interval.end, interval.size);
             let alive_at_end = end >= positions;
@@ -334,7 +343,12 @@ impl Overlay {
                                 Rule::Builtin(B::ForwardOutput | B::ExistedBeforeTraceForwardSite)
                             ));
                     if saved {
-                        push(start, end, Part::SavedForBackward, size);
+                        let part = if input.attention_math.binary_search(&i).is_ok() {
+                            Part::SavedInFp32
+                        } else {
+                            Part::SavedForBackward
+                        };
+                        push(start, end, part, size);
                     }
                 }
                 Category::AutogradDetail
@@ -625,6 +639,7 @@ mod tests {
         for s in [
             "activation",
             "activation.saved_for_backward",
+            "activation.saved_in_fp32",
             "temporary.optimizer_step",
             "gradient.kept_across_steps",
             "temporary.other",
@@ -636,7 +651,11 @@ mod tests {
         let act = Target::all(Category::Activation).pools();
         assert_eq!(
             act,
-            vec![Category::Activation.index(), Part::SavedForBackward.pool()]
+            vec![
+                Category::Activation.index(),
+                Part::SavedForBackward.pool(),
+                Part::SavedInFp32.pool()
+            ]
         );
         assert_eq!(
             Target::other(Category::Temporary).pools(),

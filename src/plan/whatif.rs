@@ -383,7 +383,10 @@ fn for_each_edited_row(
             let take = left.min(row[c]);
             row[c] -= take;
             left -= take;
-            for part in Part::ALL.iter().filter(|p| p.category().index() == c) {
+            // Out of the parts last first: as a walk with edits does (its
+            // parts take their bytes in order, so what the edits remove
+            // comes out of the category, then the last part).
+            for part in Part::ALL.iter().rev().filter(|p| p.category().index() == c) {
                 let take = left.min(row[part.pool()]);
                 row[part.pool()] -= take;
                 left -= take;
