@@ -302,6 +302,14 @@ pub fn is_module_frame(name: &str) -> bool {
     name.starts_with("nn.Module:")
 }
 
+/// Whether a module frame names an `nn.Sequential` (`nn.Module:
+/// Sequential_0`), which calls its children in turn, each on what the one
+/// before returned.
+pub fn is_sequential_frame(name: &str) -> bool {
+    name.strip_prefix("nn.Module:")
+        .is_some_and(|n| n.trim_start().starts_with("Sequential_"))
+}
+
 /// The innermost module instance a site's frames name, if any.
 pub fn innermost_module(sites: &Sites, site: SiteId) -> Option<StrId> {
     sites

@@ -149,7 +149,7 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
         // CNN, whose saving it puts at 37% to 70% of the true one.
         "final" => &[
             ("free_kept_graph", 0.03, 0.10),
-            ("inference_mode", 0.05, 0.28),
+            ("inference_mode", 0.02, 0.08),
             ("autocast_no_cache", 0.03, 0.05),
             ("drop_growing_refs", 0.03, 0.10),
         ],
@@ -201,6 +201,14 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
         // seeds, shapes and optimizers; HF's SDPA with dropout takes the
         // math path, TinyLM's causal SDPA the fused kernel): not tuned on.
         "levers_bf16" => &[("bf16_weights", 0.03, 0.10)],
+        // Forward-only runs of nn.Sequential models (a CNN, a five-layer
+        // MLP; seeds 80, 82), recorded after the final set's CNN showed
+        // that a Sequential binds each child's output to the next child's
+        // and the model learnt it: not tuned on.
+        "sequential_check" => &[
+            ("free_kept_graph", 0.01, 0.01),
+            ("inference_mode", 0.01, 0.01),
+        ],
         _ => LIMITS,
     }
 }
@@ -566,6 +574,12 @@ fn fresh_pairs_come_true() {
 #[test]
 fn final_pairs_come_true() {
     check("final");
+}
+
+/// nn.Sequential models recorded after `input = module(input)` was modelled.
+#[test]
+fn sequential_pairs_come_true() {
+    check("sequential_check");
 }
 
 /// Catalogue levers, each recorded applied for real on clean training and

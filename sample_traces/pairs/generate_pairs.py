@@ -11,6 +11,7 @@
     VENV/bin/python sample_traces/pairs/generate_pairs.py --levers_fresh    # recorded last, untouched
     VENV/bin/python sample_traces/pairs/generate_pairs.py --levers --only train --variants bf16_weights
     VENV/bin/python sample_traces/pairs/generate_pairs.py --levers_bf16 --only train --variants waste,bf16_weights
+    VENV/bin/python sample_traces/pairs/generate_pairs.py --sequential_check --only infer_grad  # then kept_graph
 
 Each run is recorded in a fresh process (on CPU the profiler's `Total Allocated` counts from the
 first profile in a process), the whole run inside the recording when `start` is cold (model built
@@ -117,6 +118,14 @@ SETS = {
         {"seed": 71, "model": "bert", "d": 128, "layers": 2, "batch": 6, "seq": 40, "opt": "adamw"},
         {"seed": 72, "model": "llama", "d": 96, "layers": 3, "batch": 5, "seq": 48, "opt": "sgd"},
         {"seed": 73, "model": "tinylm", "d": 80, "layers": 3, "batch": 6, "seq": 96, "opt": "adamw"},
+    ],
+    # Forward-only runs of nn.Sequential models (--only infer_grad, --only kept_graph), recorded
+    # after the final set's CNN showed inference_mode's model kept a Sequential child's output
+    # until the Sequential returned and the model learnt `input = module(input)`: new seeds and
+    # shapes, not tuned on.
+    "sequential_check": [
+        {"seed": 80, "model": "cnn", "d": 10, "layers": 4, "batch": 5, "seq": 28},
+        {"seed": 82, "model": "mlp", "d": 448, "layers": 5, "batch": 24, "seq": 1},
     ],
     # Recorded after the fresh set was looked at (and memory_growth's runs changed for it):
     # untouched, with a CNN, an architecture no set above has.

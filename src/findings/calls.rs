@@ -38,6 +38,8 @@ pub struct Calls {
     chains: HashMap<SiteId, Vec<StrId>>,
     /// Per module: its calls as (first, last) allocation indices, in order.
     spans: HashMap<StrId, Vec<(u32, u32)>>,
+    /// The modules that are `nn.Sequential`s (`nn.Module: Sequential_0`).
+    sequential: std::collections::HashSet<StrId>,
 }
 
 impl Calls {
@@ -97,12 +99,18 @@ impl Calls {
                 }
             }
         }
+        let sequential = spans
+            .keys()
+            .copied()
+            .filter(|&m| crate::vocabulary::is_sequential_frame(sites.str(m)))
+            .collect();
         Some(Calls {
             sites: alloc_sites,
             positions,
             sizes,
             chains,
             spans,
+            sequential,
         })
     }
 
@@ -145,6 +153,11 @@ impl Calls {
             // `m` returns (`q, k, v = qkv(x).split(…)` stay bound to the end).
             let (_, child_last) = self.span(chain[level - 1], a)?;
             let size = self.sizes[a as usize];
+            // `nn.Sequential` passes each child's output to the next child
+            // and binds its name to what that returns (`input =
+            // module(input)`): held until the next child call returns,
+            // whatever its size (a convolution changes the channels).
+            let sequential = self.sequential.contains(&m);
             let scan_to = last.min(child_last + MAX_SCAN);
             let mut b = child_last + 1;
             while b <= scan_to {
@@ -161,7 +174,7 @@ impl Calls {
                     }
                     None => (b, b),
                 };
-                if self.sizes[made as usize] == size {
+                if sequential || self.sizes[made as usize] == size {
                     return Some((self.after(done), Held::Output));
                 }
                 b = done + 1;
