@@ -1,6 +1,7 @@
 //! Analysis: replayed and classified devices → the [`Report`] (peak,
 //! contributors, reserved peak, OOM findings, timeline for plots).
 
+mod bands;
 mod site_names;
 
 use std::collections::{BTreeMap, HashMap};
@@ -272,7 +273,7 @@ fn device_report(
             )
         })
         .collect();
-    let (allocations, stacks) =
+    let (allocations, mut stacks) =
         live_allocations(trace, device, replay, &cd.site_facts, &live, options);
     let top_sites = top_sites(&allocations, options.top);
     let event_index = position.saturating_sub(1) as u64;
@@ -283,6 +284,11 @@ fn device_report(
         || segments_view(device, cd, label, position),
         || timeline_series(device, &cd.timeline, options.plot_points, position),
     );
+    let mut timeline = timeline;
+    if options.plot_points > 0 {
+        timeline.bands = bands::bands(&trace.sites, device, cd, &mut stacks, options);
+        bands::clamp(&mut timeline);
+    }
     let report = DeviceReport {
         device: device.device.clone(),
         events: replay.events as u64,
@@ -315,7 +321,7 @@ fn device_report(
             peak_event_index: peak_position.saturating_sub(1) as u64,
         }),
         segments,
-        stacks,
+        stacks: stacks.finish(),
     };
     (report, unattributed)
 }
@@ -358,7 +364,7 @@ fn live_allocations(
     site_facts: &[classify::SiteFacts],
     live: &[(&Interval, &Classification)],
     options: &Options,
-) -> (Vec<LiveAllocation>, crate::schema::StackTable) {
+) -> (Vec<LiveAllocation>, stacks::StackTableBuilder) {
     let t0 = replay.timestamped.then(|| device.events[0].ts_us);
     let event = |position: u32| {
         let k = position as usize - 1;
@@ -428,7 +434,7 @@ fn live_allocations(
             row
         })
         .collect();
-    (allocations, stacks.finish())
+    (allocations, stacks)
 }
 
 /// The segments at the reported instant, at each OOM and at dump time.
@@ -741,14 +747,7 @@ fn timeline_series(
 ) -> TimelineSeries {
     let positions = tl.replay.positions() as usize;
     let has_ts = tl.replay.timestamped;
-    let t0 = device.events.first().and_then(|e| e.ts()).unwrap_or(0.0);
-    let x_of = |p: usize| -> f64 {
-        if has_ts {
-            device.events[p.saturating_sub(1).min(device.events.len() - 1)].ts_us - t0
-        } else {
-            p as f64
-        }
-    };
+    let x_of = |p: usize| bands::x_of(device, &tl.replay, p);
     let bucket = plot_bucket(positions, points);
     let mut out = TimelineSeries {
         x_unit: if has_ts { "time_us" } else { "event_index" }.into(),

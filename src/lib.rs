@@ -110,12 +110,13 @@ pub use plan::whatif::check_what_if;
 pub use plan::{parse_budget, parse_headroom, BudgetSpec, Headroom, PlanOptions};
 pub use report::{render, render_diff, write_json, OutputFormat};
 pub use schema::{
-    Attribution, BeforeRecordingPart, BlockSpan, BlockUse, CategoryChange, Change, ConsideredLever,
-    DeviceDiff, DeviceReport, DiffReport, DiffTimeline, EventRef, Finding, FindingKind, Headline,
-    LiveAllocation, NormalisedSeries, OomFinding, OomPlan, Peak, PeakCategories, PeakCheck,
-    PeakInstant, Plan, PlanFact, PlanStep, PlanSummary, Report, ReportedInstant, SegmentMap,
-    SegmentState, SegmentsView, SiteChange, SiteStatus, SourceInfo, StackTable, TimelineSeries,
-    Tool, TopSite, Verdict, WhatIf, DIFF_SCHEMA_VERSION, SCHEMA_VERSION,
+    Attribution, Band, BeforeRecordingPart, BlockSpan, BlockUse, CategoryChange, Change,
+    ConsideredLever, DeviceDiff, DeviceReport, DiffReport, DiffTimeline, EventRef, Finding,
+    FindingKind, Headline, LiveAllocation, NormalisedSeries, OomFinding, OomPlan, Peak,
+    PeakCategories, PeakCheck, PeakInstant, Plan, PlanFact, PlanStep, PlanSummary, Report,
+    ReportedInstant, SegmentMap, SegmentState, SegmentsView, SiteChange, SiteStatus, SourceInfo,
+    StackTable, TimelineSeries, Tool, TopSite, Verdict, WhatIf, DIFF_SCHEMA_VERSION,
+    SCHEMA_VERSION,
 };
 pub use units::{human_bytes, parse_positive_size, parse_size, SizeError};
 

@@ -464,6 +464,32 @@ pub struct TimelineSeries {
     pub reserved: Option<Vec<u64>>,
     pub peak_x: f64,
     pub oom_x: Vec<f64>,
+    /// The largest allocations over time, each drawn on its own by the HTML
+    /// viewer: each stretch of the trace keeps its largest (see
+    /// `analysis/bands.rs`). Empty without plots.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bands: Vec<Band>,
+}
+
+/// One allocation of [`TimelineSeries::bands`]: where it lives on the
+/// x axis (`x1` is the last x when it is alive at the end), what it is,
+/// and the events that made and ended it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Band {
+    pub x0: f64,
+    pub x1: f64,
+    pub bytes: u64,
+    pub category: Category,
+    pub rule: String,
+    pub site: String,
+    /// Its whole stack: an index into the device's `stacks.stacks`.
+    #[serde(default)]
+    pub stack: Option<u32>,
+    #[serde(default)]
+    pub alloc: Option<EventRef>,
+    #[serde(default)]
+    pub free: Option<EventRef>,
 }
 
 /// A device's cut plan against a memory budget.

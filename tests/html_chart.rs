@@ -5,21 +5,11 @@
 //! screenshotted into `$CARGO_TARGET_TMPDIR/chart-screenshots/` for a
 //! person to look at.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
-
-fn chromium() -> &'static str {
-    ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|b| {
-            std::process::Command::new(b)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-        .expect("chromium not installed (apt-get install chromium)")
-}
 
 /// A snapshot (JSON form) with timestamps: `(action, addr, size, time_us)`.
 fn snapshot(events: &[(&str, u64, u64, f64)], reserved: u64) -> String {
@@ -100,6 +90,9 @@ fn page(dir: &Path, name: &str, input: &Path) -> (PathBuf, String) {
 /// the peak or an OOM line).
 fn problems_in_browser(html: &str, dir: &Path, name: &str) -> Vec<String> {
     const MEASURE: &str = r#"<script>
+// The static chart, as print and pages without script show it (on screen
+// the viewer's script hides it behind the interactive timeline).
+document.documentElement.classList.remove('viewing');
 const out = [];
 document.querySelectorAll('svg').forEach(svg => {
   const vb = svg.viewBox.baseVal, r = svg.getBoundingClientRect(), k = vb.width / r.width;
@@ -134,39 +127,8 @@ document.body.innerHTML = '<pre id="memcut-result">' + JSON.stringify(out) + '</
         .replace("</body>", &format!("{MEASURE}</body>"));
     let probe_path = dir.join(format!("{name}.probe.html"));
     std::fs::write(&probe_path, probe).unwrap();
-    let run = |extra: &[String]| {
-        let profile = tempfile::tempdir().unwrap();
-        std::process::Command::new("timeout")
-            .arg("120")
-            .arg(chromium())
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--window-size=1200,1000",
-            ])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .args(extra)
-            .output()
-            .expect("run chromium")
-    };
-    let dumped = run(&[
-        "--dump-dom".into(),
-        format!("file://{}", probe_path.display()),
-    ]);
-    assert!(dumped.status.success(), "{name}: chromium failed");
-    let dom = String::from_utf8_lossy(&dumped.stdout);
-    let json = dom
-        .split_once("<pre id=\"memcut-result\">")
-        .and_then(|(_, rest)| rest.split_once("</pre>"))
-        .unwrap_or_else(|| panic!("{name}: no measurement in the DOM:\n{dom:.2000}"))
-        .0
-        .replace("&quot;", "\"")
-        .replace("&amp;", "&")
-        .replace("&lt;", "<")
-        .replace("&gt;", ">");
+    let run = |extra: &[String]| common::browser(extra);
+    let json = common::probe_result(&probe_path, name);
     // The page itself, for a person to look at.
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("chart-screenshots");
     std::fs::create_dir_all(&shots).unwrap();
@@ -181,7 +143,7 @@ document.body.innerHTML = '<pre id="memcut-result">' + JSON.stringify(out) + '</
         "{name}: no screenshot"
     );
     eprintln!("{name}: screenshot {}", png.display());
-    serde_json::from_str(&json).unwrap_or_else(|e| panic!("{name}: {e}: {json}"))
+    serde_json::from_value(json.clone()).unwrap_or_else(|e| panic!("{name}: {e}: {json}"))
 }
 
 /// The `points` of every line of the page holding `marker`.

@@ -392,6 +392,22 @@ struct Timeline {
     reserved: Option<Vec<u64>>,
     peak_x: f64,
     oom_x: Vec<f64>,
+    #[serde(default)]
+    bands: Vec<Band>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Band {
+    x0: f64,
+    x1: f64,
+    bytes: u64,
+    category: Category,
+    rule: String,
+    site: String,
+    stack: Option<u32>,
+    alloc: Option<(u64, Option<f64>)>,
+    free: Option<(u64, Option<f64>)>,
 }
 
 #[derive(Debug, Deserialize, PartialEq)]
@@ -569,6 +585,30 @@ fn check(what: &str, text: &str) -> Report {
         assert!(t.series.values().all(|s| s.len() == t.x.len()), "{what}");
         assert!(t.reserved.as_ref().is_none_or(|r| r.len() == t.x.len()));
         assert_eq!(t.oom_x.len(), d.ooms.len(), "{what}");
+        // Bands: the largest allocations, each within the plotted span, its
+        // stack in the table, its life in order.
+        let lo = t.x.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = t.x.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        for b in &t.bands {
+            assert!(
+                b.bytes > 0 && !b.rule.is_empty() && !b.site.is_empty(),
+                "{what}"
+            );
+            assert!(
+                lo <= b.x0 && b.x0 <= b.x1 && b.x1 <= hi,
+                "{what}: band {b:?}"
+            );
+            let stacks = d.stacks.as_ref().map_or(0, |s| s.stacks.len());
+            assert!(b.stack.is_none_or(|k| (k as usize) < stacks), "{what}");
+            assert!(
+                b.alloc
+                    .zip(b.free)
+                    .is_none_or(|(a, f)| a.0 < f.0 && f.0 < d.events),
+                "{what}: band {b:?}"
+            );
+            let _ = b.category;
+        }
+        assert!(t.bands.len() <= 32 * 16, "{what}: {} bands", t.bands.len());
         assert!(!d.device.is_empty() && d.events >= d.peak.event_index);
         // Live at the peak: allocated at or before it, freed after it.
         for a in &d.peak.allocations {

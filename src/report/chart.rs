@@ -225,7 +225,7 @@ pub(crate) fn render(out: &mut String, d: &DeviceReport) {
 
     let _ = writeln!(
         out,
-        "<figure>\n<svg viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=\"img\" aria-label=\"Memory on {} by category over time\">",
+        "<figure class=\"chart\">\n<svg viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=\"img\" aria-label=\"Memory on {} by category over time\">",
         escape(&d.device)
     );
     // Grid and y axis.

@@ -24,9 +24,10 @@ pub fn render(report: &Report) -> String {
     let _ = write!(
         out,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>memcut: {path}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
+         <title>memcut: {path}</title>\n<style>{STYLE}\n{}</style>\n</head>\n<body>\n",
+        super::viewer::STYLE
     );
     let _ = writeln!(
         out,
@@ -42,8 +43,8 @@ pub fn render(report: &Report) -> String {
     if devices.len() > 1 {
         overview(&mut out, &devices);
     }
-    for d in &devices {
-        device(&mut out, d);
+    for (n, d) in devices.iter().enumerate() {
+        device(&mut out, d, n);
     }
     if let Some(line) = minor_devices_line(&minor) {
         let _ = writeln!(out, "<p class=\"note\">{}.</p>", escape(&line));
@@ -62,6 +63,9 @@ pub fn render(report: &Report) -> String {
             );
         }
         out.push_str("</ul>\n</section>\n");
+    }
+    if out.contains("<section class=\"viewer\"") {
+        let _ = writeln!(out, "<script>{}</script>", super::viewer::SCRIPT);
     }
     out.push_str("</body>\n</html>\n");
     out
@@ -89,6 +93,8 @@ li.warning b{color:#b00020}.note{color:var(--muted)}
 details.stack{margin:.2rem 0}details.stack summary{cursor:pointer}ol.frames{margin:.2rem 0 .6rem;padding-left:2.4rem;font-size:.85rem}ol.frames li.internal{color:#9aa0a6}
 svg.segments text{font-size:10px}svg .seg{stroke:#c4c7cc;stroke-width:.5}.sw.hatch{background:repeating-linear-gradient(45deg,#fff 0 2px,#9aa0a6 2px 4px);outline:1px solid #c4c7cc}
 figcaption.title{font-weight:600;margin:0 0 .3rem}.at{background:#fff4e5;border-left:4px solid #a05a00;padding:.4rem .7rem}
+.plan table{width:100%}.plan td:nth-child(3){overflow-wrap:anywhere}.plan td:nth-child(4),.plan th:nth-child(4){min-width:7.5em}
+@media screen{html.viewing figure.chart{display:none}}
 @media print{body{margin:0;max-width:none}h2{break-before:auto}figure,table{break-inside:avoid}}";
 
 fn overview(out: &mut String, devices: &[&DeviceReport]) {
@@ -138,7 +144,7 @@ fn numeric_table<const N: usize>(
     out.push_str("</tbody>\n</table>\n");
 }
 
-fn device(out: &mut String, d: &DeviceReport) {
+fn device(out: &mut String, d: &DeviceReport, n: usize) {
     let p = &d.peak;
     let _ = writeln!(
         out,
@@ -167,6 +173,16 @@ fn device(out: &mut String, d: &DeviceReport) {
         }
         out.push_str("</ul></div>\n");
     }
+    // What a person reads first: the findings, the what-if and the plan,
+    // then the facts, the timeline and the tables behind them.
+    out.push_str("<div class=\"plan\">\n<h3>Cut plan</h3>\n");
+    match &d.plan {
+        Some(plan) => write_plan(out, plan),
+        None => out.push_str(
+            "<p class=\"note\">No budget known: run with <code>--budget SIZE</code> (e.g. <code>--budget 80GiB</code>, or <code>--budget 80%</code> of the peak) for a plan.</p>\n",
+        ),
+    }
+    out.push_str("</div>\n");
     out.push_str("<table class=\"facts\">\n<tbody>\n");
     fact(
         out,
@@ -216,6 +232,7 @@ fn device(out: &mut String, d: &DeviceReport) {
     }
 
     super::chart::render(out, d);
+    super::viewer::html(out, d, n);
 
     let cats = category_lines(p);
     out.push_str("<h3>Memory at the peak by category</h3>\n<table>\n<thead><tr><th>Category</th><th class=\"num\">Bytes</th><th class=\"num\">Share of peak</th><th></th></tr></thead>\n<tbody>\n");
@@ -310,13 +327,6 @@ fn device(out: &mut String, d: &DeviceReport) {
     }
 
     super::allocator::html(out, d);
-    out.push_str("<h3>Cut plan</h3>\n");
-    match &d.plan {
-        Some(plan) => write_plan(out, plan),
-        None => out.push_str(
-            "<p class=\"note\">No budget known: run with <code>--budget SIZE</code> (e.g. <code>--budget 80GiB</code>, or <code>--budget 80%</code> of the peak) for a plan.</p>\n",
-        ),
-    }
     out.push_str("</section>\n");
 }
 

@@ -11,6 +11,7 @@ pub mod markdown;
 mod markup;
 pub mod stacks;
 pub mod text;
+mod viewer;
 
 use crate::model::Category;
 use crate::schema::{BeforeRecordingPart, DeviceReport, Peak, Plan, PlanStep, Report, Verdict};
