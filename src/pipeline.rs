@@ -181,6 +181,7 @@ pub fn analyze_trace(
                     fix: f.kind.lever().to_owned(),
                     saving_bytes: saving,
                     peak_after_bytes: after.peak_allocated,
+                    series: plotted(&after.curve, options.analysis.plot_points),
                 })
             })
             .collect();

@@ -182,6 +182,11 @@ pub struct Finding {
     pub saving_bytes: u64,
     /// The peak with the fix applied alone.
     pub peak_after_bytes: u64,
+    /// Allocated bytes with the fix applied alone, on the same positions as
+    /// `timeline` (empty without plots): the viewer shades the waste, what
+    /// lies between the recorded curve and this one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub series: Vec<u64>,
 }
 
 /// The peak re-simulated over the whole timeline with levers applied in order.

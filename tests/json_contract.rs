@@ -108,6 +108,8 @@ struct Finding {
     fix: String,
     saving_bytes: u64,
     peak_after_bytes: u64,
+    #[serde(default)]
+    series: Vec<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -609,6 +611,14 @@ fn check(what: &str, text: &str) -> Report {
             let _ = b.category;
         }
         assert!(t.bands.len() <= 32 * 16, "{what}: {} bands", t.bands.len());
+        // A finding's curve with its fix: one value per x, its highest the
+        // peak with the fix.
+        for f in &d.findings {
+            if !f.series.is_empty() {
+                assert_eq!(f.series.len(), t.x.len(), "{what}: {}", f.kind);
+                assert_eq!(f.series.iter().max(), Some(&f.peak_after_bytes), "{what}");
+            }
+        }
         assert!(!d.device.is_empty() && d.events >= d.peak.event_index);
         // Live at the peak: allocated at or before it, freed after it.
         for a in &d.peak.allocations {
@@ -677,6 +687,13 @@ fn plans_ooms_and_damaged_inputs_are_on_the_contract() {
     assert_eq!(plan.verdict, Verdict::FitsAfterCuts);
     assert!(!plan.steps.is_empty());
     assert!(plan.steps.iter().all(|s| !s.scales.is_empty()));
+    // A run with a finding (the README's example): its curve with the fix.
+    let found = run(
+        "sample_traces/pairs/tuned/kept_graph.tinylm.warm.waste.trace.json.gz",
+        &[],
+    );
+    let f = &found.devices[0].findings;
+    assert!(!f.is_empty() && f.iter().all(|f| !f.series.is_empty()));
     let many = run("tests/data/broken/snapshot_ten_devices.pkl", &[]);
     assert_eq!(many.devices.len(), 10);
     let cut = run("tests/data/broken/chrome_cut_mid_event.json", &[]);

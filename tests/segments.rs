@@ -83,5 +83,32 @@ fn segments_only_and_history_snapshots_get_a_segment_map() {
         let html = render(&r, OutputFormat::Html);
         assert!(html.contains("<svg class=\"segments\""), "{rel}");
         assert!(html.contains("largest free block"), "{rel}");
+        // Segments alike share a bar ("56 × 128.0 MiB"): each bar of the
+        // first map is a different layout, and the bars count every
+        // segment but those summed up in the note.
+        let map = html
+            .split("<svg class=\"segments\"")
+            .nth(1)
+            .and_then(|m| m.split("</figure>").next())
+            .unwrap();
+        let bars: Vec<u64> = map
+            .split("text-anchor=\"end\">")
+            .skip(1)
+            .map(|t| {
+                let label = t.split('<').next().unwrap();
+                label
+                    .split_once(" × ")
+                    .map_or(1, |(n, _)| n.parse().unwrap())
+            })
+            .collect();
+        let not_drawn: u64 = map
+            .split("</svg>")
+            .nth(1)
+            .and_then(|note| note.split(" smaller segments not drawn").next())
+            .and_then(|t| t.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(bars.iter().any(|&n| n > 1), "{rel}: no segments alike");
+        assert_eq!(bars.iter().sum::<u64>() + not_drawn, segments, "{rel}");
     }
 }

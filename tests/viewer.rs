@@ -18,6 +18,7 @@ const res = {errors: window.__errors};
 try {
   const root = document.querySelector('section.viewer'), m = root.memcut;
   res.visible = !root.hidden;
+  res.findings = m.findings;
   res.static_chart_hidden = getComputedStyle(document.querySelector('figure.chart')).display === 'none';
   const lanes = root.querySelector('canvas.bands'), area = root.querySelector('canvas.area');
   const D = JSON.parse(root.querySelector('script.memcut-data').textContent);
@@ -137,6 +138,13 @@ fn check(input: &Path, extra: &[&str], name: &str) -> serde_json::Value {
     );
     // Hover: the band's size, site and its stack, innermost frame first.
     let device = &report["devices"][0];
+    // Each finding's waste is shaded.
+    let findings = device["findings"].as_array().map_or(0, |f| f.len());
+    assert_eq!(
+        at("findings").as_u64(),
+        Some(findings as u64),
+        "{name}: findings drawn"
+    );
     let tip = at("tip")
         .as_str()
         .unwrap_or_else(|| panic!("{name}: no tooltip"));
@@ -213,6 +221,13 @@ fn the_viewer_hovers_zooms_and_lists_the_live_set() {
         &["--what-if", "activation_checkpointing", "--budget", "60%"],
         "what_if",
     );
+    // A run with two findings, each shaded.
+    let seen = check(
+        &samples.join("pairs/tuned/kept_graph.tinylm.warm.waste.trace.json.gz"),
+        &[],
+        "findings",
+    );
+    assert_eq!(seen["findings"], 2);
 }
 
 /// The corpus's largest snapshot: the page stays small and paints at once.

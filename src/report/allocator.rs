@@ -161,7 +161,7 @@ pub fn html(out: &mut String, d: &DeviceReport) {
 
 // Geometry of a segment map (SVG user units).
 const W: f64 = 1000.0;
-const LABEL: f64 = 92.0;
+const LABEL: f64 = 120.0;
 const RIGHT: f64 = 8.0;
 const ROW: f64 = 16.0;
 const BAR: f64 = 11.0;
@@ -174,9 +174,26 @@ fn segment_map(out: &mut String, d: &DeviceReport, s: &SegmentState, k: usize) {
     }
     let mut order: Vec<&SegmentMap> = s.segments.iter().collect();
     order.sort_by(|a, b| b.size.cmp(&a.size).then(a.address.cmp(&b.address)));
-    let shown = &order[..order.len().min(MAX_BARS)];
+    // Segments alike (same size, same blocks in the same places) are one
+    // bar: a run of 48 identical 128 MiB segments says so in one line.
+    let mut alike: Vec<(Layout, Vec<&SegmentMap>)> = Vec::new();
+    for seg in &order {
+        let key: Vec<_> = runs(seg)
+            .iter()
+            .map(|r| (r.offset, r.bytes, r.blocks, r.state, r.category))
+            .collect();
+        match alike
+            .iter_mut()
+            .find(|(k, g)| g[0].size == seg.size && g[0].expandable == seg.expandable && *k == key)
+        {
+            Some((_, group)) => group.push(seg),
+            None => alike.push((key, vec![seg])),
+        }
+    }
+    let groups = &alike[..alike.len().min(MAX_BARS)];
+    let drawn: usize = groups.iter().map(|(_, g)| g.len()).sum();
     let hatch = format!("hatch-{}-{k}", slug(&d.device));
-    let height = ROW * shown.len() as f64 + 4.0;
+    let height = ROW * groups.len() as f64 + 4.0;
     let _ = writeln!(
         out,
         "<figure>\n<figcaption class=\"title\">Segment map {} ({}): {}</figcaption>",
@@ -192,17 +209,23 @@ fn segment_map(out: &mut String, d: &DeviceReport, s: &SegmentState, k: usize) {
     );
     let mut present: Vec<Category> = Vec::new();
     let mut pending = false;
-    for (row, seg) in shown.iter().enumerate() {
+    for (row, (_, group)) in groups.iter().enumerate() {
+        let seg = group[0];
         let y = 2.0 + row as f64 * ROW;
         let scale = (W - LABEL - RIGHT) / seg.size.max(1) as f64;
+        let (label, title) = match group.len() {
+            1 => (h(seg.size), format!("segment {:#x}", seg.address)),
+            n => (
+                format!("{n} × {}", h(seg.size)),
+                format!("{n} segments alike, from {:#x}", seg.address),
+            ),
+        };
         let _ = write!(
             out,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text><rect class=\"seg\" x=\"{LABEL}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{BAR}\" fill=\"url(#{hatch})\"><title>segment {:#x}: {}{}</title></rect>",
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{label}</text><rect class=\"seg\" x=\"{LABEL}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{BAR}\" fill=\"url(#{hatch})\"><title>{title}: {}{}</title></rect>",
             LABEL - 6.0,
             y + BAR - 1.5,
-            h(seg.size),
             W - LABEL - RIGHT,
-            seg.address,
             h(seg.size),
             if seg.expandable { ", expandable" } else { "" }
         );
@@ -240,9 +263,12 @@ fn segment_map(out: &mut String, d: &DeviceReport, s: &SegmentState, k: usize) {
         out.push_str("<span><span class=\"sw\" style=\"background:#999;opacity:.45\"></span>pending free (lighter)</span>");
     }
     out.push_str("<span><span class=\"sw hatch\"></span>free (cached)</span></figcaption>\n");
-    let mut note = "One bar per segment, stretched to the full width (its size on the left), largest first; blocks of the same category side by side are one box (hover for its size).".to_owned();
-    if order.len() > shown.len() {
-        let rest = &order[shown.len()..];
+    let mut note = "One bar per segment, stretched to the full width (its size on the left), largest first; segments alike (the same blocks in the same places) share a bar (N × size); blocks of the same category side by side are one box (hover for its size).".to_owned();
+    if order.len() > drawn {
+        let rest: Vec<&SegmentMap> = alike[groups.len()..]
+            .iter()
+            .flat_map(|(_, g)| g.iter().copied())
+            .collect();
         let reserved: u64 = rest.iter().map(|m| m.size).sum();
         let free: u64 = rest
             .iter()
@@ -260,6 +286,9 @@ fn segment_map(out: &mut String, d: &DeviceReport, s: &SegmentState, k: usize) {
     }
     let _ = writeln!(out, "<p class=\"note\">{note}</p>\n</figure>");
 }
+
+/// A segment's runs of blocks, as (offset, bytes, blocks, state, category).
+type Layout = Vec<(u64, u64, u64, BlockUse, Option<Category>)>;
 
 /// Adjacent blocks with the same state and category.
 struct Run {

@@ -50,6 +50,14 @@ pub fn html(out: &mut String, d: &DeviceReport, n: usize) {
         .as_ref()
         .filter(|w| w.series.len() == t.x.len())
         .map(|w| (&w.series, w.levers.join(", ")));
+    // Each finding's waste: what lies between the recorded curve and the
+    // curve with its fix.
+    let findings: Vec<serde_json::Value> = d
+        .findings
+        .iter()
+        .filter(|f| f.series.len() == t.x.len())
+        .map(|f| json!({"kind": f.kind.as_str(), "fix": f.fix, "series": f.series}))
+        .collect();
     let data = json!({
         "unit": t.x_unit,
         "x": t.x,
@@ -63,6 +71,8 @@ pub fn html(out: &mut String, d: &DeviceReport, n: usize) {
         "what_if": what_if.as_ref().map(|w| w.0),
         "what_if_levers": what_if.as_ref().map(|w| &w.1),
         "bands": bands,
+        "findings": findings,
+        "finding_colours": FINDING_COLOURS,
         "frames": d.stacks.frames,
         "internal": d.stacks.internal,
         "stacks": d.stacks.stacks,
@@ -83,6 +93,20 @@ pub fn html(out: &mut String, d: &DeviceReport, n: usize) {
             legend,
             "<span><span class=\"ln\" style=\"border-top-color:#0a7d2c\"></span>what if: {}</span>",
             super::markup::escape(levers)
+        );
+    }
+    for (k, f) in d
+        .findings
+        .iter()
+        .filter(|f| f.series.len() == t.x.len())
+        .enumerate()
+    {
+        let _ = write!(
+            legend,
+            "<span><span class=\"sw\" style=\"background:{}\"></span>{} (what {} frees)</span>",
+            FINDING_COLOURS[k % FINDING_COLOURS.len()],
+            f.kind.as_str(),
+            super::markup::escape(&f.fix)
         );
     }
     legend.push_str("<span><span class=\"ln\"></span>peak</span>");
@@ -111,6 +135,13 @@ pub fn html(out: &mut String, d: &DeviceReport, n: usize) {
          <script type=\"application/json\" class=\"memcut-data\">{data}</script>\n</section>"
     );
 }
+
+/// Shades of the findings' waste (translucent over the categories).
+const FINDING_COLOURS: [&str; 3] = [
+    "rgba(106,27,154,.45)",
+    "rgba(183,28,28,.45)",
+    "rgba(0,96,100,.45)",
+];
 
 /// The viewer's style.
 pub const STYLE: &str = "\
@@ -203,6 +234,20 @@ function init(root) {
       }
       g.stroke(); g.setLineDash([]); g.lineWidth = 1;
     };
+    D.findings.forEach((f, k) => {
+      // The waste: from the curve with the fix up to the recorded total.
+      g.beginPath();
+      for (let i = i0; i <= i1; i++) {
+        const xa = X(D.x[i], w), xb = i < n - 1 ? X(D.x[i + 1], w) : xa, y = Y(Math.min(f.series[i], total[i]));
+        if (i === i0) g.moveTo(xa, y); else g.lineTo(xa, y);
+        g.lineTo(xb, y);
+      }
+      for (let i = i1; i >= i0; i--) {
+        const xa = X(D.x[i], w), xb = i < n - 1 ? X(D.x[i + 1], w) : xa;
+        g.lineTo(xb, Y(total[i])); g.lineTo(xa, Y(total[i]));
+      }
+      g.closePath(); g.fillStyle = D.finding_colours[k % D.finding_colours.length]; g.fill();
+    });
     if (D.reserved) line(D.reserved, '#222', [5, 3], 1.3);
     if (D.what_if) line(D.what_if, '#0a7d2c', [], 2);
     const mark = (x, style, label) => {
@@ -274,7 +319,8 @@ function init(root) {
     if (drag) { const dx = (drag - px) / (area.clientWidth - L - R) * (hi - lo); drag = px; pan(dx); return; }
     if (px < L) { tip.hidden = true; return; }
     const i = nearest(invX(px, area.clientWidth));
-    showTip(esc(fmtX(D.x[i])) + ': <b>' + esc(fmtB(total[i])) + '</b> allocated' + (D.what_if ? '; with ' + esc(D.what_if_levers) + ': ' + esc(fmtB(D.what_if[i])) : ''), px, py, area);
+    const waste = D.findings.map(f => '<br>' + esc(f.kind) + ': ' + esc(fmtB(Math.max(0, total[i] - f.series[i]))) + ' that ' + esc(f.fix) + ' frees').join('');
+    showTip(esc(fmtX(D.x[i])) + ': <b>' + esc(fmtB(total[i])) + '</b> allocated' + (D.what_if ? '; with ' + esc(D.what_if_levers) + ': ' + esc(fmtB(D.what_if[i])) : '') + waste, px, py, area);
   });
   for (const cv of [area, lanes]) cv.addEventListener('mouseleave', () => { tip.hidden = true; drag = null; });
   let drag = null, moved = false, downAt = 0;
@@ -317,7 +363,7 @@ function init(root) {
     live.innerHTML = h;
   }
   root.hidden = false;
-  root.memcut = {range: () => [lo, hi], full: full, bands: bands, X: x => X(x, lanes.clientWidth), laneH: () => laneH(lanes.clientHeight), top: T, left: L, nearest: nearest, showLive: showLive};
+  root.memcut = {findings: D.findings.length, range: () => [lo, hi], full: full, bands: bands, X: x => X(x, lanes.clientWidth), laneH: () => laneH(lanes.clientHeight), top: T, left: L, nearest: nearest, showLive: showLive};
   draw();
   window.addEventListener('resize', draw);
 }
