@@ -145,6 +145,11 @@ pub fn analyze_trace(
             .any(|l| l == whatif::CHECKPOINTING)
             .then(|| plan::checkpointing::model(&trace.sites, &cd.timeline, &cd.classes))
             .flatten();
+        let kv_limited = what_if
+            .iter()
+            .any(|l| l == whatif::KV_LIMIT)
+            .then(|| plan::kv_limit::model(&cd.timeline, &cd.classes))
+            .flatten();
         let sim = |levers: &[String]| {
             let input = whatif::Input {
                 timeline: &cd.timeline,
@@ -153,6 +158,7 @@ pub fn analyze_trace(
                 demand: planned.as_ref().map(|(_, demand)| demand),
                 catalogue: &catalogue,
                 checkpointing: checkpointed.as_ref(),
+                kv_limited: kv_limited.as_ref(),
             };
             whatif::what_if(&input, levers)
         };
@@ -226,30 +232,50 @@ pub fn analyze_trace(
             demand: Some(&demand),
             catalogue: &[],
             checkpointing: None,
+            kv_limited: None,
         };
         let fixed_demand = |k: usize| {
             let levers: Vec<String> = fixes[..=k].iter().map(|f| f.lever.clone()).collect();
             whatif::edited_demand(&fix_input, &demand, &levers)
         };
+        // The lever the plan prices with the run's own model: checkpointing
+        // in training, half the new tokens otherwise (plan::modelled_lever_name).
+        let training = facts.mode.value == Some(Mode::Training);
         let checkpointed_demand = |k: Option<usize>| {
             // The what-if's model when it made one, else made now.
-            let made;
-            let model = match &checkpointed {
-                Some(m) => m,
-                None => {
-                    made = plan::checkpointing::model(&trace.sites, &cd.timeline, &cd.classes)?;
-                    &made
+            let (made_ckpt, made_kv);
+            let input = if training {
+                let model = match &checkpointed {
+                    Some(m) => m,
+                    None => {
+                        made_ckpt =
+                            plan::checkpointing::model(&trace.sites, &cd.timeline, &cd.classes)?;
+                        &made_ckpt
+                    }
+                };
+                whatif::Input {
+                    checkpointing: Some(model),
+                    ..fix_input
+                }
+            } else {
+                let model = match &kv_limited {
+                    Some(m) => m,
+                    None => {
+                        made_kv = plan::kv_limit::model(&cd.timeline, &cd.classes)?;
+                        &made_kv
+                    }
+                };
+                whatif::Input {
+                    kv_limited: Some(model),
+                    ..fix_input
                 }
             };
-            let input = whatif::Input {
-                checkpointing: Some(model),
-                ..fix_input
-            };
+            let lever = plan::modelled_lever_name(training);
             let levers: Vec<String> = k
                 .map_or(&[][..], |k| &fixes[..=k])
                 .iter()
                 .map(|f| f.lever.clone())
-                .chain([whatif::CHECKPOINTING.to_owned()])
+                .chain([lever.to_owned()])
                 .collect();
             Some(whatif::edited_demand(&input, &demand, &levers))
         };

@@ -119,6 +119,14 @@ SETS = {
         {"seed": 72, "model": "llama", "d": 96, "layers": 3, "batch": 5, "seq": 48, "opt": "sgd"},
         {"seed": 73, "model": "tinylm", "d": 80, "layers": 3, "batch": 6, "seq": 96, "opt": "adamw"},
     ],
+    # generate() with a prompt as long as its new tokens (--only generate): the prompt's share of
+    # the cache does not shrink with fewer new tokens, which the kv_cache_limit factor ignores.
+    "levers_long_prompt": [
+        {"seed": 90, "model": "gpt2", "d": 128, "layers": 3, "batch": 4, "seq": 64, "prompt": 48,
+         "new_tokens": 48},
+        {"seed": 91, "model": "llama", "d": 112, "layers": 2, "batch": 3, "seq": 64, "prompt": 40,
+         "new_tokens": 40},
+    ],
     # Forward-only runs of nn.Sequential models (--only infer_grad, --only kept_graph), recorded
     # after the final set's CNN showed inference_mode's model kept a Sequential child's output
     # until the Sequential returned and the model learnt `input = module(input)`: new seeds and

@@ -18,6 +18,7 @@ pub mod components;
 pub mod demand;
 pub mod facts;
 pub mod fp32;
+pub mod kv_limit;
 pub mod levers;
 pub mod pools;
 #[cfg(test)]
@@ -314,10 +315,11 @@ pub struct PlanInput<'d> {
     /// The demand once fixes `0..=k` are applied, made only for the fixes
     /// the plan tries (see `whatif::edited_demand`).
     pub fixed_demand: &'d dyn Fn(usize) -> Demand<'d>,
-    /// The demand once fixes `0..=k` (none for `None`) and activation
-    /// checkpointing modelled from the run are applied (see
-    /// [`checkpointing::model`]); `None` where the stacks show no blocks,
-    /// and the lever is its factor.
+    /// The demand once fixes `0..=k` (none for `None`) and the lever
+    /// [`modelled_lever_name`] names are applied, modelled from the run
+    /// (see [`checkpointing::model`], [`kv_limit::model`]); `None` where the
+    /// run does not show it (no blocks, no growing cache), and the lever is
+    /// its factor.
     pub checkpointed_demand: &'d dyn Fn(Option<usize>) -> Option<Demand<'d>>,
 }
 
@@ -398,11 +400,13 @@ pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions
     let fixed = levers.len();
     decisions.extend(catalogue.iter().map(|l| decide(l, input.facts)));
     levers.extend(catalogue);
-    // Checkpointing modelled from the run's blocks, where they show, made
-    // only when the search tries it.
+    // The lever modelled from the run (checkpointing from the run's blocks
+    // in training, half the new tokens from the cache's growth otherwise),
+    // made only when the search tries it.
+    let training = input.facts.mode.value == Some(facts::Mode::Training);
     let checkpointing = levers[fixed..]
         .iter()
-        .position(|l| l.name == whatif::CHECKPOINTING);
+        .position(|l| l.name == modelled_lever_name(training));
     let checkpointed = std::cell::OnceCell::new();
     let get = || {
         checkpointed
@@ -486,6 +490,17 @@ pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions
         min_step_bytes: min_step,
         considered: considered(&cuts, &levers, &decisions, min_step),
         facts: input.facts.lines(),
+    }
+}
+
+/// The catalogue's lever the plan prices with the run's own model
+/// ([`PlanInput::checkpointed_demand`]): checkpointing in training, half
+/// the new tokens otherwise (the two never apply to one run).
+pub fn modelled_lever_name(training: bool) -> &'static str {
+    if training {
+        whatif::CHECKPOINTING
+    } else {
+        whatif::KV_LIMIT
     }
 }
 

@@ -16,6 +16,7 @@ use crate::timeline::DeviceTimeline;
 
 use super::checkpointing::Checkpointed;
 use super::demand::{allocator_overhead, scale, Demand, Row};
+use super::kv_limit::KvLimited;
 use super::levers::Lever;
 use super::pools::{Part, NPOOL};
 use super::NCAT;
@@ -48,6 +49,9 @@ pub struct Input<'a> {
     /// Checkpointing each block, modelled from the run's module calls
     /// (`None`: the catalogue's factor stands in).
     pub checkpointing: Option<&'a Checkpointed>,
+    /// Half the new tokens, modelled from the cache's growth (`None`: the
+    /// catalogue's factor stands in).
+    pub kv_limited: Option<&'a KvLimited>,
 }
 
 /// Names `--what-if` takes: every finding's fix, then the catalogue's.
@@ -149,6 +153,12 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
                 c.block,
                 c.gaps.len()
             ));
+        } else if let Some(k) = input.kv_limited.filter(|_| name == KV_LIMIT) {
+            out.gaps.extend_from_slice(&k.gaps);
+            out.because.push(format!(
+                "{name}: modelled from the run: generation stopped after {} of its {} forwards that grew the cache (half the new tokens): what the later ones make is not made, and the cache and activations live at the stop are freed there",
+                k.kept, k.forwards
+            ));
         } else if let Some(lever) = input.catalogue.iter().find(|l| &l.name == name) {
             for (a, b) in out.factors.iter_mut().zip(lever.factors()) {
                 *a *= b;
@@ -177,6 +187,9 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
 
 /// The catalogue's lever that the run's module calls can model.
 pub const CHECKPOINTING: &str = "activation_checkpointing";
+
+/// The catalogue's lever that the cache's growth can model.
+pub const KV_LIMIT: &str = "kv_cache_limit";
 
 /// Re-simulates the timeline with `levers` applied in order. An unknown
 /// lever name is an error naming the ones there are.
