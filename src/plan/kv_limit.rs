@@ -26,12 +26,26 @@ pub struct KvLimited {
 /// (a preallocated cache, or fewer than two forwards).
 pub fn model(timeline: &DeviceTimeline, classes: &[Classification]) -> Option<KvLimited> {
     let intervals = &timeline.replay.intervals;
+    let cache: Vec<&crate::timeline::Interval> = intervals
+        .iter()
+        .zip(classes)
+        .filter(|(iv, c)| c.category == Category::KvCache && !iv.origin.is_baseline())
+        .map(|(iv, _)| iv)
+        .collect();
+    // A forward's cache tensors live until the next forward replaces them;
+    // a tensor the cache's code makes and drops at once (a Llama's rotary
+    // tables, concatenated in each forward: most of its cache-like
+    // tensors) lives a few events, under a tenth of the long-lived ones'
+    // life (the 90th percentile), and is no forward's cache.
+    let mut lives: Vec<u32> = cache.iter().map(|iv| iv.end - iv.start).collect();
+    lives.sort_unstable();
+    let typical = lives.get(lives.len() * 9 / 10).copied().unwrap_or(0);
     // The first position of each forward's cache tensors: a run of one
     // size, each run larger than the one before.
     let mut starts: Vec<u32> = Vec::new();
     let mut size = 0u64;
-    for (iv, c) in intervals.iter().zip(classes) {
-        if c.category != Category::KvCache || iv.origin.is_baseline() {
+    for iv in cache {
+        if (iv.end - iv.start) * 10 < typical {
             continue;
         }
         if iv.size != size {
