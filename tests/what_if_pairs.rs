@@ -206,6 +206,10 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
         // 0: the peak is the prompt's forward); kv_cache_limit is now the run
         // stopped after half its forwards.
         "levers_long_prompt" => &[("kv_cache_limit", 0.01, 0.01)],
+        // generate() recorded after kv_cache_limit was modelled, scored
+        // untouched (GPT-2 20+60 tokens, Llama 12+72; seeds 95-96): 0.00% /
+        // 0.00% (the factor: 2.46% / 10.99%).
+        "levers_kv_check" => &[("kv_cache_limit", 0.01, 0.01)],
         // Forward-only runs of nn.Sequential models (a CNN, a five-layer
         // MLP; seeds 80, 82), recorded after the final set's CNN showed
         // that a Sequential binds each child's output to the next child's
@@ -586,6 +590,12 @@ fn final_pairs_come_true() {
 #[test]
 fn long_prompt_pairs_come_true() {
     check("levers_long_prompt");
+}
+
+/// generate() recorded after kv_cache_limit was modelled from the run.
+#[test]
+fn kv_check_pairs_come_true() {
+    check("levers_kv_check");
 }
 
 /// nn.Sequential models recorded after `input = module(input)` was modelled.

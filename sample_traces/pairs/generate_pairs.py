@@ -127,6 +127,14 @@ SETS = {
         {"seed": 91, "model": "llama", "d": 112, "layers": 2, "batch": 3, "seq": 64, "prompt": 40,
          "new_tokens": 40},
     ],
+    # generate() recorded after kv_cache_limit was modelled from the run (--only generate):
+    # new seeds, shapes and prompt lengths, not looked at before scoring.
+    "levers_kv_check": [
+        {"seed": 95, "model": "gpt2", "d": 96, "layers": 4, "batch": 2, "seq": 64, "prompt": 20,
+         "new_tokens": 60},
+        {"seed": 96, "model": "llama", "d": 128, "layers": 3, "batch": 5, "seq": 64, "prompt": 12,
+         "new_tokens": 72},
+    ],
     # Forward-only runs of nn.Sequential models (--only infer_grad, --only kept_graph), recorded
     # after the final set's CNN showed inference_mode's model kept a Sequential child's output
     # until the Sequential returned and the model learnt `input = module(input)`: new seeds and
