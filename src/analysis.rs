@@ -11,8 +11,8 @@ use crate::classify::{self, Builtin, Classification, Phase, Rule, UserRule};
 use crate::instant::At;
 use crate::model::{Action, BlockState, Category, DeviceTrace, Sites, Trace};
 use crate::schema::{
-    Attribution, BeforeRecordingPart, DeviceReport, EventRef, LiveAllocation, OomFinding, Peak,
-    Report, ReportedInstant, SegmentState, SegmentsView, SourceInfo, TimelineSeries, Tool, TopSite,
+    Attribution, BeforeRecordingPart, DeviceReport, LiveAllocation, OomFinding, Peak, Report,
+    ReportedInstant, SegmentState, SegmentsView, SourceInfo, TimelineSeries, Tool, TopSite,
     SCHEMA_VERSION,
 };
 use crate::segments;
@@ -365,11 +365,6 @@ fn live_allocations(
     live: &[(&Interval, &Classification)],
     options: &Options,
 ) -> (Vec<LiveAllocation>, stacks::StackTableBuilder) {
-    let t0 = replay.timestamped.then(|| device.events[0].ts_us);
-    let event = |position: u32| {
-        let k = position as usize - 1;
-        EventRef(k as u64, t0.map(|t0| device.events[k].ts_us - t0))
-    };
     // Live allocations share sites and rules: describe each once, and the
     // rows share the text.
     let mut described: HashMap<_, Arc<str>> = HashMap::new();
@@ -379,6 +374,7 @@ fn live_allocations(
     let mut rows: Vec<(LiveAllocation, crate::model::SiteId)> = live
         .iter()
         .map(|(i, c)| {
+            let (alloc, free) = bands::life(device, replay, i);
             let row = LiveAllocation {
                 addr: i.addr,
                 size: i.size,
@@ -413,8 +409,8 @@ fn live_allocations(
                     .or_insert_with(|| c.rule.name(&options.user_rules).into())
                     .clone(),
                 stack: None,
-                alloc: (!i.origin.is_baseline() && i.start > 0).then(|| event(i.start)),
-                free: (i.end < replay.positions()).then(|| event(i.end)),
+                alloc,
+                free,
             };
             (row, i.site)
         })

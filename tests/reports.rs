@@ -344,7 +344,6 @@ fn markdown_stays_under_200_lines_on_the_corpus() {
 #[test]
 #[ignore = "needs chromium (apt-get install chromium)"]
 fn html_loads_in_headless_chromium_without_errors() {
-    let browser = common::chromium();
     let dir = tempfile::tempdir().unwrap();
     let manifest = manifest();
     let fragmented = memcut::analyze_path(
@@ -371,26 +370,14 @@ fn html_loads_in_headless_chromium_without_errors() {
     for (name, html) in pages {
         let page = dir.path().join(name);
         std::fs::write(&page, html).unwrap();
-        let profile = tempfile::tempdir().unwrap();
-        let out = std::process::Command::new("timeout")
-            .arg("120")
-            .arg(browser)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-                "--enable-logging=stderr",
-                "--v=0",
-                "--dump-dom",
-            ])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .arg(format!("file://{}", page.display()))
-            .output()
-            .expect("run chromium");
+        let out = common::browser(&[
+            "--disable-component-update".into(),
+            "--disable-sync".into(),
+            "--enable-logging=stderr".into(),
+            "--v=0".into(),
+            "--dump-dom".into(),
+            format!("file://{}", page.display()),
+        ]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         let dom = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{name}: chromium failed:\n{stderr}");
@@ -419,23 +406,11 @@ fn html_loads_in_headless_chromium_without_errors() {
         );
         // A screenshot: the page paints (a blank page is a few KB of PNG).
         let shot = dir.path().join(format!("{name}.png"));
-        let profile = tempfile::tempdir().unwrap();
-        let out = std::process::Command::new("timeout")
-            .arg("120")
-            .arg(browser)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--hide-scrollbars",
-                "--window-size=1100,1400",
-            ])
-            .arg(format!("--user-data-dir={}", profile.path().display()))
-            .arg(format!("--screenshot={}", shot.display()))
-            .arg(format!("file://{}", page.display()))
-            .output()
-            .expect("run chromium");
+        let out = common::browser(&[
+            "--window-size=1100,1400".into(),
+            format!("--screenshot={}", shot.display()),
+            format!("file://{}", page.display()),
+        ]);
         assert!(out.status.success(), "{name}: screenshot failed");
         let png = std::fs::read(&shot).unwrap_or_default();
         assert!(

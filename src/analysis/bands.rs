@@ -12,7 +12,7 @@ use std::collections::BinaryHeap;
 
 use crate::model::DeviceTrace;
 use crate::schema::{Band, EventRef};
-use crate::timeline::Replay;
+use crate::timeline::{Interval, Replay};
 
 use super::stacks::StackTableBuilder;
 use super::{describe_site, ClassifiedDevice, Options};
@@ -35,6 +35,29 @@ pub fn x_of(device: &DeviceTrace, replay: &Replay, position: usize) -> f64 {
     } else {
         position as f64
     }
+}
+
+/// The events that made and ended an interval: `None` for one made before
+/// recording, or alive at the end. Times are since the first event, on the
+/// clock of `timeline.x`.
+pub fn life(
+    device: &DeviceTrace,
+    replay: &Replay,
+    iv: &Interval,
+) -> (Option<EventRef>, Option<EventRef>) {
+    let event = |position: u32| {
+        let k = position as usize - 1;
+        EventRef(
+            k as u64,
+            replay
+                .timestamped
+                .then(|| device.events[k].ts_us - device.events[0].ts_us),
+        )
+    };
+    (
+        (!iv.origin.is_baseline() && iv.start > 0).then(|| event(iv.start)),
+        (iv.end < replay.positions()).then(|| event(iv.end)),
+    )
 }
 
 /// The bands of a device, by first position then size (largest first);
@@ -75,20 +98,12 @@ pub fn bands(
         .collect();
     chosen.sort_unstable();
     chosen.dedup();
-    let event = |position: u32| {
-        let k = position as usize - 1;
-        EventRef(
-            k as u64,
-            replay
-                .timestamped
-                .then(|| device.events[k].ts_us - device.events[0].ts().unwrap_or(0.0)),
-        )
-    };
     let mut bands: Vec<Band> = chosen
         .into_iter()
         .map(|k| {
             let iv = &replay.intervals[k];
             let class = &cd.classes[k];
+            let (alloc, free) = life(device, replay, iv);
             Band {
                 x0: x_of(device, replay, iv.start as usize),
                 x1: x_of(device, replay, (iv.end as usize).min(positions - 1)),
@@ -97,8 +112,8 @@ pub fn bands(
                 rule: class.rule.name(&options.user_rules),
                 site: describe_site(sites, iv.site),
                 stack: stacks.stack_of(sites, iv.site),
-                alloc: (!iv.origin.is_baseline() && iv.start > 0).then(|| event(iv.start)),
-                free: (iv.end < replay.positions()).then(|| event(iv.end)),
+                alloc,
+                free,
             }
         })
         .collect();

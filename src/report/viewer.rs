@@ -52,10 +52,13 @@ pub fn html(out: &mut String, d: &DeviceReport, n: usize) {
         .map(|w| (&w.series, w.levers.join(", ")));
     // Each finding's waste: what lies between the recorded curve and the
     // curve with its fix.
-    let findings: Vec<serde_json::Value> = d
+    let drawn: Vec<&crate::schema::Finding> = d
         .findings
         .iter()
         .filter(|f| f.series.len() == t.x.len())
+        .collect();
+    let findings: Vec<serde_json::Value> = drawn
+        .iter()
         .map(|f| json!({"kind": f.kind.as_str(), "fix": f.fix, "series": f.series}))
         .collect();
     let data = json!({
@@ -95,12 +98,7 @@ pub fn html(out: &mut String, d: &DeviceReport, n: usize) {
             super::markup::escape(levers)
         );
     }
-    for (k, f) in d
-        .findings
-        .iter()
-        .filter(|f| f.series.len() == t.x.len())
-        .enumerate()
-    {
+    for (k, f) in drawn.iter().enumerate() {
         let _ = write!(
             legend,
             "<span><span class=\"sw\" style=\"background:{}\"></span>{} (what {} frees)</span>",
