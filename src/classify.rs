@@ -24,6 +24,7 @@
 //! Classification of one interval only reads shared, precomputed facts, so it
 //! runs in parallel with rayon and gives the same answer at any thread count.
 
+mod call_runs;
 mod calls;
 mod chains;
 mod layers;
@@ -250,6 +251,11 @@ builtin_rules! {
     MegatronParamBuffer = "megatron_param_buffer", Some(Category::Parameter), None, Provenance::Observed;
     /// Megatron's contiguous `grad_data` buffer.
     MegatronGradBuffer = "megatron_grad_buffer", Some(Category::Gradient), None, Provenance::Observed;
+    /// DistributedDataParallel's gradient buckets, made by its `Reducer`
+    /// (`_ddp_init_helper`) and remade after the first step
+    /// (`_rebuild_buckets`): the gradients, copied there for the
+    /// all-reduce, or viewed there (`gradient_as_bucket_view=True`).
+    DdpGradientBucket = "ddp_gradient_bucket", Some(Category::Gradient), None, Provenance::Observed;
     /// The cuBLAS / cuBLASLt workspace (`getNewWorkspace`).
     CublasWorkspace = "cublas_workspace", Some(Category::Temporary), None, Provenance::Observed;
     /// Buffers of one site sized exactly like the parameters.
@@ -324,6 +330,9 @@ struct ReplayFacts {
     kept_across_layers: Vec<bool>,
     /// The tensors behind the intervals, when some were updated in place.
     chains: Option<Chains>,
+    /// Per interval (empty when none): freed within the built-in call that
+    /// made it, where the trace does not delimit calls (`call_runs.rs`).
+    freed_within_call_run: Vec<bool>,
 }
 
 /// Classifies every interval of one replayed device.
@@ -553,6 +562,8 @@ impl ReplayFacts {
             facts.kept_across_layers = layers::kept_across_layers(ctx, intervals);
         }
         facts.chains = Chains::new(intervals, &ctx.version_bumps);
+        facts.freed_within_call_run =
+            call_runs::freed_within_call_runs(ctx, intervals, facts.chains.as_ref());
         facts
     }
 
@@ -649,9 +660,14 @@ fn classify_one(
     // happens. (Allowing one allocation in between was tried on
     // sample_traces/: it turned PyTorch's autograd_detail buffers into
     // temporaries.)
-    let short_lived = ctx
-        .freed_within_its_call(interval)
-        .unwrap_or(!alive_at_end && allocs_between == 0);
+    let short_lived = ctx.freed_within_its_call(interval).unwrap_or_else(|| {
+        replay_facts
+            .freed_within_call_run
+            .get(index)
+            .copied()
+            .unwrap_or(false)
+            || (!alive_at_end && allocs_between == 0)
+    });
 
     if facts.accumulate_grad && free_phase != Some(Phase::Backward) {
         return Builtin::AccumulateGradOutlivesBackward.class();

@@ -54,7 +54,18 @@ WORKLOADS = {
     "hf_train": "transformers LlamaForCausalLM from a tiny LlamaConfig, AdamW, loss from labels",
     "hf_generate": "transformers GPT2LMHeadModel from a tiny GPT2Config, generate(use_cache=True), greedy",
     "inference": "TinyLM forward under torch.inference_mode()",
+    # Issue 32's shapes (added after the first eight; a workload's seed is its index, so the
+    # first eight keep theirs).
+    "hf_static": "transformers LlamaForCausalLM from a tiny LlamaConfig, generate(cache_implementation='static'), greedy (StaticCache)",
+    "tied": "TinyLM with its output head tied to the token embedding, forward under torch.inference_mode()",
+    "mha_eval": "nn.MultiheadAttention layers and a head in eval under torch.inference_mode() (the fast path, aten::_native_multi_head_attention)",
+    "ddp": "MLP in two-rank gloo DistributedDataParallel (rank 0 recorded, rank 1 a peer process), AdamW",
+    "ddp_bucket_view": "the same with DistributedDataParallel(gradient_as_bucket_view=True): gradients are views of the buckets",
+    "compiled": "TinyLM compiled with torch.compile (CPU Inductor), AdamW; warm only (compiled in the unrecorded steps)",
 }
+# Workloads recorded from some starts only (a cold torch.compile would record the compiler).
+ONLY_STARTS = {"compiled": ("warm",)}
+DDP = ("ddp", "ddp_bucket_view")
 STARTS = ("cold", "warm")
 # Bare runs (no stacks, no shapes) recorded besides stack/nostack: the profiler's defaults + memory.
 BARE = (("adamw", "warm"), ("hf_train", "warm"), ("inference", "warm"))
@@ -69,6 +80,7 @@ VARIANTS = {
         "hf_batch": (2, 16),
         "gpt2": dict(vocab_size=256, n_embd=64, n_layer=2, n_head=4, n_positions=64),
         "gen": (2, 8, 3),  # batch, prompt tokens, new tokens
+        "mha": (64, 4, 2), "mha_batch": (4, 24),  # d, heads, layers; batch, tokens
     },
     "heldout": {
         "lm": dict(vocab=320, d=96, heads=6, ff=320, layers=3, ctx=64), "lm_batch": (3, 24),
@@ -79,6 +91,7 @@ VARIANTS = {
         "hf_batch": (3, 12),
         "gpt2": dict(vocab_size=320, n_embd=96, n_layer=3, n_head=6, n_positions=64),
         "gen": (3, 6, 5),
+        "mha": (96, 6, 3), "mha_batch": (3, 20),
     },
     # Recorded once at the end of a round of classifier work, with a seed not used before, as
     # the set nothing was tuned on (issue 11: "record a fresh set with new seeds and shapes").
@@ -91,7 +104,21 @@ VARIANTS = {
         "hf_batch": (2, 20),
         "gpt2": dict(vocab_size=384, n_embd=80, n_layer=4, n_head=5, n_positions=64),
         "gen": (4, 10, 4),
+        "mha": (80, 5, 2), "mha_batch": (5, 16),
     },
+}
+
+# Issue 32's set nothing was tuned on: recorded after its classifier work, seed 3200.
+VARIANTS["fresh32"] = {
+    "lm": dict(vocab=288, d=112, heads=7, ff=224, layers=3, ctx=40), "lm_batch": (3, 28),
+    "mlp": (112, 288, 160, 9), "mlp_batch": 28, "micro": 3,
+    "cnn": (10, 14, 6), "cnn_batch": (5, 18),
+    "llama": dict(vocab_size=288, hidden_size=112, intermediate_size=192, num_hidden_layers=3,
+                  num_attention_heads=7, num_key_value_heads=7, max_position_embeddings=64),
+    "hf_batch": (3, 14),
+    "gpt2": dict(vocab_size=288, n_embd=112, n_layer=3, n_head=7, n_positions=64),
+    "gen": (3, 7, 6),
+    "mha": (112, 7, 3), "mha_batch": (3, 20),
 }
 
 # Where the truth departs from PyTorch's label (README "Adjusted labels"); PyTorch's category
@@ -101,6 +128,8 @@ CACHE_REASON = "allocated by the Hugging Face cache ({}) (issue 11 section 4)"
 OP_REASON = ("allocated and freed within one call of {}: PyTorch's own definition of temporary, which it "
              "applies only to allocations it can tie to a tensor (issue 11 section 2)")
 CACHE_FILE = "transformers/cache_utils.py"
+PARAM_REASON = ("its storage is one of the model's parameters (model.parameters() at the end of the run), which "
+                "PyTorch labels otherwise: the MHA fast path's out_proj is an 'input' to it (issue 32)")
 
 
 def run_name(workload, start, mode):
@@ -110,8 +139,10 @@ def run_name(workload, start, mode):
 # =========================================================================== recording (child)
 
 
-def record(spec):
-    """One run in this (fresh) process: record, export, and for stack runs compute the truth."""
+def record(spec, peer=False):
+    """One run in this (fresh) process: record, export, and for stack runs compute the truth.
+
+    `peer`: rank 1 of a DDP run, which runs the same steps without a profiler."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -139,17 +170,31 @@ def record(spec):
             return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
     class TinyLM(nn.Module):
-        def __init__(self, vocab, d, heads, ff, layers, ctx):
+        def __init__(self, vocab, d, heads, ff, layers, ctx, tied=False):
             super().__init__()
             self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(ctx, d)
             self.blocks = nn.ModuleList(Block(d, heads, ff) for _ in range(layers))
             self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+            if tied:
+                self.head.weight = self.tok.weight
 
         def forward(self, idx):
             x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
             for blk in self.blocks:
                 x = blk(x)
             return self.head(self.ln(x))
+
+    class MhaNet(nn.Module):
+        def __init__(self, d, heads, layers):
+            super().__init__()
+            self.layers = nn.ModuleList(nn.MultiheadAttention(d, heads, batch_first=True)
+                                        for _ in range(layers))
+            self.head = nn.Linear(d, 10)
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x, x, x, need_weights=False)[0]
+            return self.head(x)
 
     def mlp():
         a, b, c, n = cfg["mlp"]
@@ -182,7 +227,19 @@ def record(spec):
         ids = torch.randint(0, cfg["llama"]["vocab_size"], (b, t))
         return model(input_ids=ids, labels=ids).loss
 
-    if spec["workload"] in ("hf_train", "hf_generate"):
+    if spec["workload"] in DDP:
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+        if not peer:
+            peer_proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--peer",
+                                          json.dumps(spec)])
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{spec['port']}",
+                                rank=1 if peer else 0, world_size=2)
+
+        def ddp_mlp():
+            return DistributedDataParallel(mlp(), gradient_as_bucket_view=spec["workload"] == "ddp_bucket_view")
+
+    if spec["workload"] in ("hf_train", "hf_generate", "hf_static"):
         # Imported before recording, as a script does at its top: transformers' lazy import
         # machinery inside the profiler would add ~1M Python events to a stack trace.
         import transformers
@@ -198,6 +255,9 @@ def record(spec):
     def gpt2():
         return GPT2LMHeadModel(gpt2_config).eval()
 
+    def compiled_lm():
+        return torch.compile(TinyLM(**cfg["lm"]))
+
     adamw = lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=False)  # noqa: E731
     train = {  # workload: (model, optimizer, loss, micro-batches)
         "adamw": (lambda: TinyLM(**cfg["lm"]), adamw, lm_loss, 1),
@@ -208,6 +268,9 @@ def record(spec):
         "grad_accum": (mlp, adamw, lambda m: mlp_loss(m, 1 / cfg["micro"]), cfg["micro"]),
         "cnn": (cnn, lambda m: torch.optim.Adam(m.parameters(), lr=1e-3, foreach=False), cnn_loss, 1),
         "hf_train": (llama, adamw, hf_loss, 1),
+        "ddp": (lambda: ddp_mlp(), adamw, mlp_loss, 1),
+        "ddp_bucket_view": (lambda: ddp_mlp(), adamw, mlp_loss, 1),
+        "compiled": (compiled_lm, adamw, lm_loss, 1),
     }
     state = {}
 
@@ -219,8 +282,12 @@ def record(spec):
             state["opt"] = make_opt(state["model"])
         elif w == "hf_generate":
             state["model"] = gpt2()
+        elif w == "hf_static":
+            state["model"] = llama().eval()
+        elif w == "mha_eval":
+            state["model"] = MhaNet(*cfg["mha"]).eval()
         else:
-            state["model"] = TinyLM(**cfg["lm"]).eval()
+            state["model"] = TinyLM(**cfg["lm"], tied=w == "tied").eval()
 
     def step():
         w, model = spec["workload"], state["model"]
@@ -230,13 +297,21 @@ def record(spec):
                 loss_fn(model).backward()
             state["opt"].step()
             state["opt"].zero_grad()
-        elif w == "hf_generate":
+        elif w in ("hf_generate", "hf_static"):
             b, prompt, new = cfg["gen"]
-            ids = torch.randint(0, cfg["gpt2"]["vocab_size"], (b, prompt))
+            vocab = cfg["gpt2" if w == "hf_generate" else "llama"]["vocab_size"]
+            ids = torch.randint(0, vocab, (b, prompt))
+            extra = {"cache_implementation": "static"} if w == "hf_static" else {}
             with torch.no_grad():
                 out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
-                                     min_new_tokens=new, do_sample=False, use_cache=True, pad_token_id=0)
+                                     min_new_tokens=new, do_sample=False, use_cache=True, pad_token_id=0,
+                                     **extra)
             del out
+        elif w == "mha_eval":
+            b, t = cfg["mha_batch"]
+            with torch.inference_mode():
+                out = model(torch.randn(b, t, cfg["mha"][0]))
+                del out
         else:
             b, t = cfg["lm_batch"]
             with torch.inference_mode():
@@ -246,6 +321,13 @@ def record(spec):
     stack = spec["mode"] == "stack"
     shapes = spec["mode"] in ("stack", "nostack")
     cold = spec["start"] == "cold"
+    if peer:  # the same collectives as rank 0, unrecorded
+        build()
+        for _ in range(1 if cold else 3):
+            step()
+        dist.barrier()  # rank 0 is still writing its profile: leave together
+        dist.destroy_process_group()
+        return
     if not cold:
         build()
     sched = schedule(wait=0 if cold else 1, warmup=0 if cold else 1, active=1, repeat=1)
@@ -258,11 +340,17 @@ def record(spec):
             step()
             prof.step()
 
+    if spec["workload"] in DDP:
+        dist.barrier()
+        dist.destroy_process_group()
+        if peer_proc.wait():
+            raise SystemExit("the DDP peer (rank 1) failed")
     os.chdir(spec["work"])
     name = spec["name"]
     prof.export_chrome_trace(name + ".trace.json")  # relative: Kineto stores it as traceName
     model = state["model"]
     facts = {
+        "parameter_addrs": sorted({p.untyped_storage().data_ptr() for p in model.parameters()}),
         "parameter_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
         "buffer_bytes": sum(b.numel() * b.element_size() for b in model.buffers()),
         "optimizer_state_bytes": sum(
@@ -374,8 +462,10 @@ def load_trace(path):
         if e.get("name") == "[memory]":
             a = e["args"]
             mem.append([base + int(e["ts"] * 1000), int(a["Addr"]), int(a["Bytes"]), int(a["Total Allocated"])])
-    if any(mem[i][0] > mem[i + 1][0] for i in range(len(mem) - 1)):
-        raise SystemExit(f"{path}: [memory] events not in time order (truth indexes assume they are)")
+    # Indexes count [memory] events in time order, file order breaking ties (memcut's order). A
+    # trace whose allocations come from several threads (DDP's gloo threads) is exported thread
+    # by thread, not in time order.
+    mem.sort(key=lambda m: m[0])
     return raw, mem
 
 
@@ -396,7 +486,7 @@ def pair_allocations(mem):
     return out
 
 
-def build_truth(mem, prof):
+def build_truth(mem, prof, param_addrs):
     """Truth rows of a stack run, in the index space of its Chrome trace's [memory] events."""
     by_event = {(t, addr, size): k for t, addr, size, k, _, _ in prof["allocations"]}
     cache_frame = {(t, addr): c for t, addr, size, _, c, _ in prof["allocations"] if size > 0}
@@ -436,13 +526,17 @@ def build_truth(mem, prof):
                     adj, reason = "temporary", STEP_REASON.format(n)
         if cache_frame[(mem[a][0], addr)]:
             adj, reason = "kv_cache", CACHE_REASON.format(cache_frame[(mem[a][0], addr)])
+        if f is None and addr in param_addrs and any(v[2] != "parameter" for v in vs):
+            adj, reason = "parameter", PARAM_REASON
         rows.append({"alloc": a, "free": f, "addr": addr, "size": size, "key": kid,
                      "versions": [[i, v, c, adj or c] for i, v, c in vs], "reason": reason})
     pre = []
-    for kid, size, _addr in prof["preexisting"]:
+    for kid, size, addr in prof["preexisting"]:
         vs = [[0, 0, "unknown"]] if kid is None else [
             [from_index(t) if t >= 0 else 0, v, c] for t, v, c in prof["versions"][str(kid)]]
-        pre.append({"key": kid, "size": size, "versions": [[i, v, c, c] for i, v, c in vs]})
+        adj = "parameter" if addr in param_addrs else None
+        pre.append({"key": kid, "size": size, "addr": addr,
+                    "versions": [[i, v, c, adj or c] for i, v, c in vs]})
     return rows, pre, key_row
 
 
@@ -474,7 +568,12 @@ def chrome_peak(mem, rows, pre, with_pre):
             "by_category_pytorch": dict(sorted(mix["pytorch"].items()))}
 
 
-def snapshot_truth(snap, prof, rows, key_row):
+def param_adjusted(c, addr, param_addrs):
+    """(adjusted, reason) of a tensor PyTorch labels `c` at `addr`."""
+    return ("parameter", PARAM_REASON) if addr in param_addrs and c != "parameter" else (c, None)
+
+
+def snapshot_truth(snap, prof, rows, key_row, param_addrs):
     """Truth rows in the snapshot's index space (CPU list = the last device list)."""
     trace = snap["device_traces"][-1]
     expect = prof["snapshot_entries"]
@@ -501,7 +600,7 @@ def snapshot_truth(snap, prof, rows, key_row):
             j = open_.pop((kid, version), None)
             if j is None:  # a tensor that existed before recording, freed at its first version bump
                 c = raw_category(prof, kid, version)
-                out.append([None, i, e["addr"], pre_size[kid], c, c, None])
+                out.append([None, i, e["addr"], pre_size[kid], c, *param_adjusted(c, e["addr"], param_addrs)])
             else:
                 out[j][1] = i
     # Pre-existing tensors never bumped are the segment's active blocks that no alloc opened;
@@ -518,7 +617,7 @@ def snapshot_truth(snap, prof, rows, key_row):
                 if size != b["requested_size"]:
                     raise SystemExit(f"pre-existing block at {addr}: {b['requested_size']} B, profiler {size}")
                 c = raw_category(prof, kid, 0)
-                out.append([None, None, addr, size, c, c, None])
+                out.append([None, None, addr, size, c, *param_adjusted(c, addr, param_addrs)])
             addr += b["size"]
     if never_bumped:
         raise SystemExit(f"{len(never_bumped)} pre-existing tensors missing from the snapshot's blocks")
@@ -633,6 +732,10 @@ def gpulike(raw, preexisting, n_memory):
     return out
 
 
+class TwinMismatch(Exception):
+    pass
+
+
 def finish_run(out_dir, work_dir, spec, twin):
     """Writes the run's four (three) files; returns its truth."""
     name = spec["name"]
@@ -641,22 +744,23 @@ def finish_run(out_dir, work_dir, spec, twin):
         work = json.load(f)
     if spec["mode"] == "stack":
         prof = work["profile"]
-        rows, pre, key_row = build_truth(mem, prof)
+        param_addrs = set(work["facts"]["parameter_addrs"])
+        rows, pre, key_row = build_truth(mem, prof, param_addrs)
         with open(os.path.join(work_dir, name + ".snapshot.pickle"), "rb") as f:
             snap_bytes = f.read()
         snap = pickle.loads(snap_bytes)
-        snap_rows, n_entries = snapshot_truth(snap, prof, rows, key_row)
+        snap_rows, n_entries = snapshot_truth(snap, prof, rows, key_row, param_addrs)
         exported = check_exported_timeline(mem, rows, pre, prof["exported_timeline"])
         with open(os.path.join(out_dir, name + ".snapshot.pickle.gz"), "wb") as f:
             f.write(gzip_bytes(snap_bytes))
     else:
         t = twin
         if [m[2] for m in mem] != t["_sizes"]:
-            raise SystemExit(f"{name}: [memory] events differ from its twin {t['run']['name']}")
+            raise TwinMismatch(f"{name}: [memory] events differ from its twin {t['run']['name']}")
         pairs = pair_allocations(mem)
         rows = [dict(r) for r in t["chrome"]["allocations_full"]]
         if [(p[0], p[1]) for p in pairs] != [(r["alloc"], r["free"]) for r in rows]:
-            raise SystemExit(f"{name}: allocations pair differently from its twin")
+            raise TwinMismatch(f"{name}: allocations pair differently from its twin")
         for r, p in zip(rows, pairs):
             r["addr"] = p[2]
         pre, snap_rows, exported = t["_pre"], None, t["pytorch_timeline_peak"]
@@ -754,6 +858,13 @@ def table(out_dir):
 TORCH_VERSION = TRANSFORMERS_VERSION = None
 
 
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=HERE, help="output folder (default: this script's folder)")
@@ -764,9 +875,13 @@ def main():
     ap.add_argument("--no-bare", action="store_true", help="skip the bare (no stacks, no shapes) runs")
     ap.add_argument("--table", action="store_true", help="print the README's run table for --out and exit")
     ap.add_argument("--record", help=argparse.SUPPRESS)  # internal: one run, in a fresh process
+    ap.add_argument("--peer", help=argparse.SUPPRESS)  # internal: a DDP run's rank 1
     args = ap.parse_args()
     if args.record:
         record(json.loads(args.record))
+        return
+    if args.peer:
+        record(json.loads(args.peer), peer=True)
         return
     if args.table:
         table(os.path.abspath(args.out))
@@ -784,6 +899,9 @@ def main():
         if w not in WORKLOADS:
             raise SystemExit(f"unknown workload {w!r}; known: {', '.join(WORKLOADS)}")
         for start in args.starts.split(","):
+            if start not in ONLY_STARTS.get(w, STARTS):
+                print(f"{w}.{start}: not recorded ({w} runs {', '.join(ONLY_STARTS[w])} only)")
+                continue
             modes = ["stack", "nostack"] + (["bare"] if (w, start) in BARE and not args.no_bare else [])
             twin = None
             for mode in modes:
@@ -794,12 +912,25 @@ def main():
                                      "record_shapes": mode != "bare", "with_stack": mode == "stack"},
                         "schedule": {"wait": 0, "warmup": 0, "active": 1, "repeat": 1} if start == "cold"
                         else {"wait": 1, "warmup": 1, "active": 1, "repeat": 1}}
-                child = dict(spec, work=work_dir)
-                p = subprocess.run([sys.executable, os.path.abspath(__file__), "--record", json.dumps(child)],
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                if p.returncode:
-                    raise SystemExit(f"{spec['name']}: recording failed:\n{p.stdout}")
-                t = finish_run(out_dir, work_dir, spec, twin)
+                # A DDP run's gloo threads allocate beside the main thread, so two recordings can
+                # interleave their [memory] events differently: a twin is recorded again until
+                # its events are its stack twin's (up to 5 times).
+                for attempt in range(5 if w in DDP and twin else 1):
+                    child = dict(spec, work=work_dir, port=free_port())
+                    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--record",
+                                        json.dumps(child)],
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                    if p.returncode:
+                        raise SystemExit(f"{spec['name']}: recording failed:\n{p.stdout}")
+                    try:
+                        t = finish_run(out_dir, work_dir, spec, twin)
+                        break
+                    except TwinMismatch as e:
+                        print(f"    attempt {attempt + 1}: {e}", flush=True)
+                else:
+                    print(f"{spec['name']}: not recorded (no recording matched its twin)", flush=True)
+                    summary.append(f"{spec['name']}: not recorded (no recording matched its twin)")
+                    continue
                 twin = twin or t
                 c, g, s = t["chrome"]["peak"], t["chrome"]["gpulike_peak"], t["snapshot"]
                 line = (f"{spec['name']:28} events {t['chrome']['events']:5}  cpu peak {c['bytes']:>9}  "

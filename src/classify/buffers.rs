@@ -8,6 +8,11 @@
 //!   allocated a few lines before `grad_data` (gradients, always). The
 //!   lowest allocating line of that `__init__` in a trace is `param_data`
 //!   when two lines allocate; a single line is `grad_data`.
+//! - DistributedDataParallel's gradient buckets: what its `Reducer` makes
+//!   (`torch/nn/parallel/distributed.py`, `_ddp_init_helper`, and
+//!   `_rebuild_buckets` after the first step) holds the gradients, copied
+//!   there for the all-reduce or viewed there
+//!   (`gradient_as_bucket_view=True`): `gradient`.
 //! - The cuBLAS workspace (`at::cuda::getNewWorkspace`, the cuBLASLt
 //!   workspace): a library's scratch space, `temporary`.
 //! - Buffers allocated together, one per parameter and each sized exactly
@@ -25,6 +30,7 @@ use crate::timeline::{Origin, Replay};
 use super::{Builtin, Classification};
 
 const MEGATRON_BUFFERS: &str = "megatron/core/distributed/param_and_grad_buffer.py";
+const DDP_FILE: &str = "torch/nn/parallel/distributed.py";
 /// The part of [`MEGATRON_BUFFERS`] no path separator can split.
 const BUFFERS_FILE: &str = "param_and_grad_buffer.py";
 
@@ -34,6 +40,8 @@ pub(super) fn by_site(sites: &Sites) -> Vec<Option<Classification>> {
     let buffers_file = sites.strings_where(|s| s.contains(BUFFERS_FILE));
     let workspace = sites
         .strings_where(|s| s.contains("getNewWorkspace") || s.contains("getCUDABlasLtWorkspace"));
+    let ddp = sites
+        .strings_where(|s| s.contains("parallel/distributed.py") || s.contains("_rebuild_buckets"));
     let megatron_line = |site: SiteId| {
         sites.frames(site).iter().find_map(|f| {
             if !buffers_file[f.filename as usize] && !buffers_file[f.name as usize] {
@@ -58,10 +66,21 @@ pub(super) fn by_site(sites: &Sites) -> Vec<Option<Classification>> {
                     Builtin::MegatronGradBuffer.class()
                 });
             }
-            let cublas = sites
-                .frames(site)
+            let frames = sites.frames(site);
+            if frames
                 .iter()
-                .any(|f| workspace[f.name as usize]);
+                .any(|f| ddp[f.filename as usize] || ddp[f.name as usize])
+                && frames.iter().any(|f| {
+                    let (file, name) = (sites.str(f.filename), sites.str(f.name));
+                    name.contains("_rebuild_buckets")
+                        || python_location(file, f.line, name).is_some_and(|(file, _, func)| {
+                            file.ends_with(DDP_FILE) && func == "_ddp_init_helper"
+                        })
+                })
+            {
+                return Some(Builtin::DdpGradientBucket.class());
+            }
+            let cublas = frames.iter().any(|f| workspace[f.name as usize]);
             cublas.then(|| Builtin::CublasWorkspace.class())
         })
         .collect()

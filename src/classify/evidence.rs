@@ -25,6 +25,20 @@ pub(super) struct Amount {
     pub(super) from: String,
 }
 
+/// The weights the operators read, and the output projections among them
+/// that may be the embedding table read again (tied) or weights of their own.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct WeightsRead {
+    /// Every weight once, a head shaped like an embedding table and read as
+    /// often as it counted once (as if tied).
+    pub(super) amount: Amount,
+    /// Bytes of those heads: a shape alone cannot tell a tied head (GPT-2,
+    /// BERT) from an untied one of the same shape (Llama, a `[vocab, d]`
+    /// output projection beside its embedding). The lump from before
+    /// recording decides (`prerecorded::split_lump`).
+    pub(super) heads_like_tables: u64,
+}
+
 /// The parameters' sizes, one per parameter (sorted), from the gradients.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct ParamSizes {
@@ -64,7 +78,7 @@ pub(super) struct Evidence {
     pub(super) params: Option<ParamSizes>,
     /// Parameter bytes from the weights operators read (`record_shapes`): a
     /// lower bound (blocks are rounded up, unread weights are missing).
-    pub(super) weights: Option<Amount>,
+    pub(super) weights: Option<WeightsRead>,
     pub(super) optimizer: Option<Optimizer>,
     /// Set when `Optimizer.zero_grad` freed nothing, or the first backward
     /// pass added gradients into existing ones: gradients live from step
@@ -76,6 +90,9 @@ pub(super) struct Evidence {
     pub(super) cublas_workspace: Option<Amount>,
     /// The history has a backward pass or an optimizer step.
     pub(super) training: bool,
+    /// An operator that reads weights (a linear layer, a convolution, an
+    /// embedding, a norm) ran, shapes recorded or not: a forward pass.
+    pub(super) reads_weights: bool,
 }
 
 impl Evidence {
@@ -113,6 +130,11 @@ impl Evidence {
             kv_pool,
             cublas_workspace: cublas_workspace(ctx, replay),
             training,
+            reads_weights: ctx
+                .trace
+                .evidence
+                .iter()
+                .any(|c| !weight_inputs(c.op).is_empty()),
         }
     }
 }
@@ -596,8 +618,8 @@ fn calls_by_step<'c>(
 /// the greatest common divisor of the counts. A linear weight shaped like an
 /// embedding table and read as often is counted once: it may be the tied
 /// output embedding (GPT-2, BERT), and the amount is a lower bound.
-fn weights_read(ctx: &Context<'_>) -> Option<Amount> {
-    let mut best: Option<Amount> = None;
+fn weights_read(ctx: &Context<'_>) -> Option<WeightsRead> {
+    let mut best: Option<WeightsRead> = None;
     for calls in calls_by_step(ctx, |op| !weight_inputs(op).is_empty()) {
         let mut counts: BTreeMap<(EvidenceOp, Vec<&TensorShape>), u64> = BTreeMap::new();
         for c in &calls {
@@ -623,13 +645,16 @@ fn weights_read(ctx: &Context<'_>) -> Option<Amount> {
         } else {
             counts.values().fold(0, |g, &n| gcd(g, n))
         };
-        let (mut bytes, mut per_op) = (0u64, BTreeMap::<&str, u64>::new());
+        let (mut bytes, mut heads, mut per_op) = (0u64, 0u64, BTreeMap::<&str, u64>::new());
         for ((op, weights), &n) in &counts {
             for (k, w) in weights.iter().enumerate() {
-                // An output projection tied to the embedding: same shape, read as often.
+                // An output projection that may be tied to the embedding: same shape, read as often.
                 let tied = *op == EvidenceOp::Linear && k == 0 && tables.contains(&(*w, n));
-                if !tied {
-                    bytes = bytes.saturating_add(w.bytes().saturating_mul(n / passes));
+                let b = w.bytes().saturating_mul(n / passes);
+                if tied {
+                    heads = heads.saturating_add(b);
+                } else {
+                    bytes = bytes.saturating_add(b);
                 }
             }
             *per_op.entry(op_name(*op)).or_default() += n / passes;
@@ -644,8 +669,11 @@ fn weights_read(ctx: &Context<'_>) -> Option<Amount> {
             "weights the operators read (record_shapes: {}{per_pass}); a lower bound",
             listed.join(", ")
         );
-        if best.as_ref().is_none_or(|b| bytes > b.bytes) {
-            best = Some(Amount { bytes, from });
+        if best.as_ref().is_none_or(|b| bytes > b.amount.bytes) {
+            best = Some(WeightsRead {
+                amount: Amount { bytes, from },
+                heads_like_tables: heads,
+            });
         }
     }
     best

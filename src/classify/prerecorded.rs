@@ -141,7 +141,7 @@ fn match_by_size(
                     classes[k] = weight;
                 }
             }
-            from.insert(weight.rule, "alive from before recording to the end of a history with no backward pass and no optimizer step: taken as weights (an assumption, not a measurement)".into());
+            from.insert(weight.rule, FORWARD_ONLY_WEIGHTS.into());
         }
         return;
     };
@@ -273,9 +273,9 @@ fn split_lump(
         .or_else(|| {
             evidence.weights.as_ref().map(|w| {
                 (
-                    w.bytes,
+                    w.amount.bytes,
                     Builtin::InferredParameterFromShapes,
-                    w.from.clone(),
+                    w.amount.from.clone(),
                 )
             })
         });
@@ -340,15 +340,84 @@ fn split_lump(
             &mut rest,
         );
     }
+    // Heads shaped like embedding tables were counted once, as if tied to
+    // them. What existed before recording decides: with room left for them
+    // (and, when an optimizer keeps state, for theirs), they are weights of
+    // their own; a tied head would leave exactly those bytes unexplained.
+    if let Some(w) = evidence
+        .weights
+        .as_ref()
+        .filter(|w| evidence.params.is_none() && w.heads_like_tables > 0)
+    {
+        let heads = w.heads_like_tables;
+        let states = evidence
+            .optimizer
+            .as_ref()
+            .map_or(0, |o| o.states_per_param);
+        let kept = u64::from(evidence.gradients_kept);
+        let need = heads.saturating_mul(1 + kept + states);
+        if need <= rest {
+            rest -= need;
+            let how = if rest == 0 {
+                "exactly what was left"
+            } else {
+                "with room for them"
+            };
+            let note = format!(
+                "; output projections shaped like the embedding table and read as often ({}) are weights of their own, not tied to it: what existed before recording holds them ({how})",
+                human_bytes(heads)
+            );
+            let mut add = |bytes: u64, builtin: Builtin, why: String| {
+                let class = builtin.class();
+                if bytes == 0 {
+                    return;
+                }
+                match parts.iter_mut().find(|p| p.1 == class) {
+                    Some(p) => {
+                        p.0 = p.0.saturating_add(bytes);
+                        p.2.push_str(&note);
+                    }
+                    None => parts.push((bytes, class, format!("{why}{note}"))),
+                }
+            };
+            add(
+                heads,
+                Builtin::InferredParameterFromShapes,
+                w.amount.from.clone(),
+            );
+            add(
+                heads * kept,
+                Builtin::InferredGradientKept,
+                gradients_kept_reason(),
+            );
+            if let Some(o) = &evidence.optimizer {
+                let why = format!("{} × {}", optimizer_reason(o), human_bytes(heads));
+                add(heads * states, Builtin::InferredOptimizerState, why);
+            }
+        }
+    }
     if rest > 0 {
-        parts.push((
-            rest,
-            Builtin::AllocatedBeforeProfilingUnattributed.class(),
-            "no evidence in the trace says what it is".into(),
-        ));
+        // Nothing read from the trace explains it, and the history runs
+        // forward passes and trains nothing: taken as weights, as a block
+        // alive through such a history is (match_by_size), and said to be
+        // an assumption.
+        let (class, why) = if parts.is_empty() && !evidence.training && evidence.reads_weights {
+            (
+                Builtin::InferredWeightsForwardOnly.class(),
+                FORWARD_ONLY_WEIGHTS.into(),
+            )
+        } else {
+            (
+                Builtin::AllocatedBeforeProfilingUnattributed.class(),
+                "no evidence in the trace says what it is".into(),
+            )
+        };
+        parts.push((rest, class, why));
     }
     parts
 }
+
+const FORWARD_ONLY_WEIGHTS: &str = "alive from before recording to the end of a history with no backward pass and no optimizer step: taken as weights (an assumption, not a measurement)";
 
 /// What existed before recording (every baseline interval, at the start),
 /// by (category, rule), largest first.
