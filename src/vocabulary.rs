@@ -203,6 +203,7 @@ fn frame_facts(sites: &Sites, frame: &Frame) -> FrameFacts {
         || (file.contains("torch/autograd/") && name == "backward")
         || (file.contains("torch/_tensor.py") && name.contains("backward"));
     f.forward |= is_module_frame(name)
+        || is_compiled_region_frame(name)
         || has("torch/nn/functional.py")
         || name.contains("_call_impl")
         || name == "forward"
@@ -338,6 +339,22 @@ pub fn is_operator_call(name: &str) -> bool {
     }
     name.contains("::") || is_backward_function(name)
 }
+
+/// Whether a frame is a `torch.compile`d graph running: its region
+/// (`Torch-Compiled Region: 0/0`, a profiler range or a snapshot entry's
+/// `compile_context`), the autograd function that runs it
+/// (`CompiledFunction`; its backward is `CompiledFunctionBackward`, a
+/// backward function), the compiled graph's call (`## Call CompiledFxGraph
+/// <hash> ##`), or Inductor's generated code (`torchinductor_<user>/…py`).
+pub fn is_compiled_region_frame(name: &str) -> bool {
+    name.starts_with(COMPILED_REGION)
+        || name == "CompiledFunction"
+        || name.starts_with("## Call CompiledFxGraph")
+        || name.contains("/torchinductor_")
+}
+
+/// How a compiled region's name starts (`Torch-Compiled Region: 0/0`).
+pub const COMPILED_REGION: &str = "Torch-Compiled Region: ";
 
 /// Whether a profiler operator named `name` is an autograd backward function:
 /// `MulBackward0`, `CopyBackwards`, a custom `MyFunctionBackward`, and the

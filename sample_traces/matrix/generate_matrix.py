@@ -128,6 +128,10 @@ CACHE_REASON = "allocated by the Hugging Face cache ({}) (issue 11 section 4)"
 OP_REASON = ("allocated and freed within one call of {}: PyTorch's own definition of temporary, which it "
              "applies only to allocations it can tie to a tensor (issue 11 section 2)")
 CACHE_FILE = "transformers/cache_utils.py"
+COMPILED_GRAPH = ("CompiledFunction", "## Call CompiledFxGraph")  # CompiledFunctionBackward too
+GRAPH_REASON = ("allocated inside a compiled graph's call, which makes neither parameters nor inputs (those exist "
+                "before the graph runs): PyTorch's profiler does not see the data flow inside the graph and labels "
+                "the forward graph's saved buffers 'parameter' or 'input'; the truth does not know (issue 32)")
 PARAM_REASON = ("its storage is one of the model's parameters (model.parameters() at the end of the run), which "
                 "PyTorch labels otherwise: the MHA fast path's out_proj is an 'input' to it (issue 32)")
 
@@ -400,15 +404,16 @@ def memory_profile_facts(mp, exported):
             k = (e.start_time_ns, f.ptr, f.alloc_size)
             if k in allocs:
                 raise SystemExit(f"two allocation events at {k}")
-            cache, op, parent = None, None, e.parent
+            cache, op, compiled, parent = None, None, False, e.parent
             while parent:
                 if cache is None and parent.tag in (_EventType.PyCall, _EventType.PyCCall) \
                         and CACHE_FILE in parent.name:
                     cache = parent.name
                 if op is None and parent.id in leaf_ops:
                     op = [parent.id, parent.name]
+                compiled |= parent.name.startswith(COMPILED_GRAPH)
                 parent = parent.parent
-            allocs[k] = (TensorKey.from_allocation(f), cache, op)
+            allocs[k] = (TensorKey.from_allocation(f), cache, op, compiled)
     key_ids = {}  # TensorKey -> small int
     versions = collections.defaultdict(list)  # key id -> [(t_ns, version, raw category)]
     preexisting = []  # [key id, size]
@@ -439,8 +444,9 @@ def memory_profile_facts(mp, exported):
         elif action == Action.INCREMENT_VERSION:
             snap_entries += [["free", kid, version], ["alloc", kid, version + 1]]
     return {
-        "allocations": [[t, ptr, size, key_ids.get(k) if k is not None else None, cache, op]
-                        for (t, ptr, size), (k, cache, op) in sorted(allocs.items(), key=lambda kv: kv[0])],
+        "allocations": [[t, ptr, size, key_ids.get(k) if k is not None else None, cache, op, compiled]
+                        for (t, ptr, size), (k, cache, op, compiled) in sorted(allocs.items(),
+                                                                               key=lambda kv: kv[0])],
         "versions": {str(k): sorted(v) for k, v in versions.items()},
         "preexisting": preexisting,
         "optimizer_steps": steps,
@@ -488,9 +494,10 @@ def pair_allocations(mem):
 
 def build_truth(mem, prof, param_addrs):
     """Truth rows of a stack run, in the index space of its Chrome trace's [memory] events."""
-    by_event = {(t, addr, size): k for t, addr, size, k, _, _ in prof["allocations"]}
-    cache_frame = {(t, addr): c for t, addr, size, _, c, _ in prof["allocations"] if size > 0}
-    op_of = {(t, addr, size): op for t, addr, size, _, _, op in prof["allocations"]}
+    by_event = {(t, addr, size): k for t, addr, size, k, _, _, _ in prof["allocations"]}
+    cache_frame = {(t, addr): c for t, addr, size, _, c, _, _ in prof["allocations"] if size > 0}
+    op_of = {(t, addr, size): op for t, addr, size, _, _, op, _ in prof["allocations"]}
+    in_graph = {(t, addr, size): g for t, addr, size, _, _, _, g in prof["allocations"]}
     if len(by_event) != len(mem):
         raise SystemExit(f"{len(mem)} [memory] events but {len(by_event)} profiler allocation events")
     ts = [m[0] for m in mem]
@@ -528,6 +535,12 @@ def build_truth(mem, prof, param_addrs):
             adj, reason = "kv_cache", CACHE_REASON.format(cache_frame[(mem[a][0], addr)])
         if f is None and addr in param_addrs and any(v[2] != "parameter" for v in vs):
             adj, reason = "parameter", PARAM_REASON
+        if in_graph[(mem[a][0], addr, size)] and adj is None and \
+                any(v[2] in ("parameter", "input") for v in vs):
+            vs = [[i, v, c, "unknown" if c in ("parameter", "input") else c] for i, v, c in vs]
+            rows.append({"alloc": a, "free": f, "addr": addr, "size": size, "key": kid,
+                         "versions": vs, "reason": GRAPH_REASON})
+            continue
         rows.append({"alloc": a, "free": f, "addr": addr, "size": size, "key": kid,
                      "versions": [[i, v, c, adj or c] for i, v, c in vs], "reason": reason})
     pre = []

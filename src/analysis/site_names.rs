@@ -17,7 +17,7 @@
 use std::borrow::Cow;
 
 use crate::model::{SiteId, Sites};
-use crate::vocabulary::is_operator_call;
+use crate::vocabulary::{is_operator_call, COMPILED_REGION};
 
 /// One frame as read: file, line, name.
 #[derive(Clone, Copy)]
@@ -105,7 +105,8 @@ fn is_source_line(f: &Frame<'_>) -> bool {
         && !f.name.starts_with("nn.Module:")
 }
 
-/// Frames whose path is PyTorch's own code.
+/// Frames whose path is PyTorch's own code, or code Inductor generated
+/// for a compiled graph (`/tmp/torchinductor_<user>/…py`).
 fn in_torch(f: &Frame<'_>) -> bool {
     let path = if f.file.ends_with(".py") {
         f.file
@@ -113,7 +114,7 @@ fn in_torch(f: &Frame<'_>) -> bool {
         f.name
     };
     let path = path.replace('\\', "/");
-    path.starts_with("torch/") || path.contains("/torch/")
+    path.starts_with("torch/") || path.contains("/torch/") || path.contains("/torchinductor_")
 }
 
 fn in_installed_package(f: &Frame<'_>) -> bool {
@@ -178,6 +179,8 @@ pub(super) fn describe(sites: &Sites, site: SiteId) -> String {
                 frames[from..]
                     .iter()
                     .filter(|f| !is_noise(f.file, f.name) && operator(f).is_none())
+                    // Named apart, after the rest.
+                    .filter(|f| !f.name.starts_with(COMPILED_REGION))
                     .filter(|f| is_python(f.file, f.name) || is_category(f.file))
                     .map(|f| f.show())
                     .find(|f| f != first)
@@ -197,9 +200,17 @@ pub(super) fn describe(sites: &Sites, site: SiteId) -> String {
     let second = user_line(index)
         .filter(|line| *line != first)
         .or_else(|| outer(index + 1, &first));
-    match second {
+    let name = match second {
         Some(second) => format!("{first} < {second}"),
         None => first,
+    };
+    // Made inside a compiled graph: which region (the innermost).
+    match frames
+        .iter()
+        .find_map(|f| f.name.strip_prefix(COMPILED_REGION))
+    {
+        Some(region) => format!("{name} [compiled region {region}]"),
+        None => name,
     }
 }
 
@@ -334,4 +345,46 @@ pub(super) fn is_noise(file: &str, name: &str) -> bool {
         return true;
     }
     NAMES.iter().any(|n| name.contains(n)) || FILES.iter().any(|f| file.contains(f))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(frames: &[(&str, u32, &str)]) -> String {
+        let mut sites = Sites::default();
+        let site = sites.intern_frames(frames);
+        describe(&sites, site)
+    }
+
+    /// A compiled graph's allocation names the user's line, not Inductor's
+    /// generated file, and its region (a snapshot's `compile_context`, a
+    /// profiler range).
+    #[test]
+    fn compiled_regions_are_named_and_generated_code_skipped() {
+        let with_stack = name(&[
+            (
+                "python_function",
+                0,
+                "<built-in function _empty_strided_cpu>",
+            ),
+            (
+                "python_function",
+                0,
+                "/tmp/torchinductor_root/x3/cx3ak.py(928): call",
+            ),
+            ("python_function", 0, "model.py(168): forward"),
+            ("user_annotation", 0, "Torch-Compiled Region: 0/0"),
+        ]);
+        assert_eq!(
+            with_stack,
+            "<built-in function _empty_strided_cpu> < model.py(168): forward [compiled region 0/0]"
+        );
+        let snapshot = name(&[
+            ("train.py", 7, "step"),
+            ("user_annotation", 0, "Torch-Compiled Region: 1/0"),
+        ]);
+        assert_eq!(snapshot, "train.py:7 step [compiled region 1/0]");
+        assert_eq!(name(&[("train.py", 7, "step")]), "train.py:7 step");
+    }
 }

@@ -10,7 +10,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::super::pickle::{Handle, Hook, Item, Lowered, Records, Value};
 use super::allocator_state::{self, BlockFields, SegmentFields};
-use crate::model::{Action, Category, Event, Frame, SiteId, Sites};
+use crate::model::{Action, Category, Event, Frame, SiteId, Sites, StrId};
+use crate::vocabulary::COMPILED_REGION;
 
 /// Lowers dicts to compact records while the unpickler streams:
 /// trace entries (`{"action": …}`) become [`Event`]s and frame dicts
@@ -56,6 +57,9 @@ pub(super) struct EntryLowering {
     block_runs: Vec<(u32, u32)>,
     /// Segments read as their dicts were appended to a list ([`Lowered::Segment`]).
     pub(super) segments: Vec<SegmentFields>,
+    /// Sites of entries made inside a compiled region, by (the entry's own
+    /// site, the region's name): its frames and the region's.
+    regions: FxHashMap<(SiteId, StrId), SiteId>,
 }
 
 impl Hook for EntryLowering {
@@ -389,6 +393,7 @@ impl EntryLowering {
         pairs: impl Iterator<Item = (&'a F, &'a F)>,
     ) -> bool {
         let mut has_frames = false;
+        let mut region = None;
         for (key, value) in pairs {
             let Some(key) = key.str() else { continue };
             match key {
@@ -402,10 +407,41 @@ impl EntryLowering {
                     has_frames = true;
                     event.site = value.site(self);
                 }
+                // `N/A` outside `torch.compile`d code.
+                "compile_context" => {
+                    region = value
+                        .str()
+                        .filter(|c| !c.is_empty() && *c != "N/A")
+                        .map(|c| self.sites.intern_str(&region_name(c)));
+                }
                 _ => {}
             }
         }
+        if let Some(region) = region {
+            event.site = self.in_region(event.site, region);
+        }
         has_frames
+    }
+
+    /// `site` with the compiled region `region` as its outermost frame
+    /// (profiler traces show the region as a range around the operators);
+    /// a site that holds an entry stays apart, as it is.
+    fn in_region(&mut self, site: SiteId, region: StrId) -> SiteId {
+        if self.sites_with_entries.contains(&site) {
+            return site;
+        }
+        if let Some(&s) = self.regions.get(&(site, region)) {
+            return s;
+        }
+        let mut frames = self.sites.frames(site).to_vec();
+        frames.push(Frame {
+            filename: self.sites.intern_str(REGION_FILE),
+            line: 0,
+            name: region,
+        });
+        let s = self.sites.intern_site(&frames);
+        self.regions.insert((site, region), s);
+        s
     }
 
     /// Interns a frames list as a site, then empties the list and leaves the
@@ -486,6 +522,20 @@ const BLANK_FRAME: Frame = Frame {
 
 /// A field value of a trace entry: a [`Value`], or an [`Item`] of a record
 /// the parser decoded in place (read exactly as the `Value` it stands for).
+/// The file of a compiled region's frame: what a profiler trace files its
+/// ranges under.
+const REGION_FILE: &str = "user_annotation";
+
+/// A `compile_context` as the profiler names the region
+/// (`Torch-Compiled Region: 0/0`), whether or not the value says it.
+fn region_name(context: &str) -> String {
+    if context.starts_with(COMPILED_REGION) {
+        context.to_owned()
+    } else {
+        format!("{COMPILED_REGION}{context}")
+    }
+}
+
 trait Field {
     fn u64(&self) -> Option<u64>;
     fn f64(&self) -> Option<f64>;

@@ -685,13 +685,19 @@ mod allocator_state_shapes {
     }
 
     fn alloc(addr: i128) -> Py {
-        Py::dict([
+        alloc_with(addr, [])
+    }
+
+    /// An alloc entry with more keys after its own.
+    fn alloc_with<'a>(addr: i128, more: impl IntoIterator<Item = (&'a str, Py)>) -> Py {
+        let keys = [
             ("action", Py::str("alloc")),
             ("addr", Py::Int(addr)),
             ("size", Py::Int(4096)),
             ("stream", Py::Int(0)),
             ("frames", Py::List(vec![frame(7)])),
-        ])
+        ];
+        Py::dict(keys.into_iter().chain(more))
     }
 
     fn snapshot(segments: Vec<Py>, entries: Vec<Py>) -> Py {
@@ -733,6 +739,35 @@ mod allocator_state_shapes {
             assert_eq!(blocks[2498].state, BlockState::ActiveAllocated);
             let line = trace.sites.frames(blocks[1234].site)[0].line;
             assert_eq!(line, 1234);
+        }
+    }
+
+    /// An entry made inside a `torch.compile`d region (`compile_context`,
+    /// PR #152707) has the region as its outermost frame, whichever way
+    /// the value spells it; `N/A` (outside compiled code) changes nothing.
+    #[test]
+    fn compile_context_names_the_region() {
+        let entry =
+            |addr: i128, context: &str| alloc_with(addr, [("compile_context", Py::str(context))]);
+        let entries = vec![
+            entry(1 << 20, "Torch-Compiled Region: 0/0"),
+            entry(2 << 20, "N/A"),
+            entry(3 << 20, "1/0"),
+            entry(4 << 20, "Torch-Compiled Region: 0/0"),
+        ];
+        for protocol in [2, 4] {
+            let bytes = dumps(&snapshot(vec![], entries.clone()), protocol);
+            generate::all_ways(&bytes).unwrap();
+            let trace = parse_pickle(&bytes[..], &Limits::default()).unwrap();
+            let events = &trace.devices[0].events;
+            let names = |k: usize| -> Vec<&str> {
+                let frames = trace.sites.frames(events[k].site);
+                frames.iter().map(|f| trace.sites.str(f.name)).collect()
+            };
+            assert_eq!(names(0), ["step", "Torch-Compiled Region: 0/0"]);
+            assert_eq!(names(1), ["step"]);
+            assert_eq!(names(2), ["step", "Torch-Compiled Region: 1/0"]);
+            assert_eq!(events[3].site, events[0].site);
         }
     }
 
