@@ -32,9 +32,11 @@ mod update_order;
 
 use rayon::prelude::*;
 
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::model::{Action, Category, DeviceTrace, Event, Format, OpCall, Sites, Trace};
+use crate::model::{
+    Action, Category, DeviceTrace, Event, EvidenceOp, Format, OpCall, Sites, TensorShape, Trace,
+};
 use crate::timeline::{Interval, Origin, Replay};
 use chains::{version_bumps, Chains};
 
@@ -215,6 +217,11 @@ builtin_rules! {
     /// Inference, no cache frames: replaced by a longer concatenation of
     /// itself (`cache = torch.cat([cache, new])`), the way a cache grows.
     InferredCacheGrowsByConcatenation = "inferred_cache_grows_by_concatenation", Some(Category::KvCache), Some(Phase::Forward), Provenance::Inferred;
+    /// Inference: made by an operator that creates (`aten::zeros`), sized
+    /// exactly like the tensor that `aten::index_copy_` writes into again
+    /// and again (`record_shapes`): a preallocated cache
+    /// (`StaticCache.update` writes each forward's keys and values so).
+    InferredCacheWrittenInPlace = "inferred_cache_written_in_place", Some(Category::KvCache), None, Provenance::Inferred;
     /// Inference: allocated by attention code and still live when the same
     /// code runs in the next layer (keys and values of the first pass).
     InferredCacheKeptAcrossLayers = "inferred_cache_kept_across_layers", Some(Category::KvCache), Some(Phase::Forward), Provenance::Inferred;
@@ -333,6 +340,9 @@ struct ReplayFacts {
     /// Per interval (empty when none): freed within the built-in call that
     /// made it, where the trace does not delimit calls (`call_runs.rs`).
     freed_within_call_run: Vec<bool>,
+    /// Inference with `record_shapes`: byte sizes of the tensors that
+    /// `aten::index_copy_` writes into more than once (a static cache).
+    written_in_place_sizes: FxHashSet<u64>,
 }
 
 /// Classifies every interval of one replayed device.
@@ -564,6 +574,21 @@ impl ReplayFacts {
         facts.chains = Chains::new(intervals, &ctx.version_bumps);
         facts.freed_within_call_run =
             call_runs::freed_within_call_runs(ctx, intervals, facts.chains.as_ref());
+        if !ctx.training && ctx.shapes_apply {
+            let mut writes: FxHashMap<&TensorShape, u32> = FxHashMap::default();
+            for c in &ctx.trace.evidence {
+                if let (EvidenceOp::IndexCopyInPlace, Some(Some(target))) = (c.op, c.inputs.first())
+                {
+                    *writes.entry(target).or_default() += 1;
+                }
+            }
+            facts.written_in_place_sizes = writes
+                .into_iter()
+                .filter(|&(_, n)| n > 1)
+                .map(|(t, _)| t.bytes())
+                .filter(|&b| b > 0)
+                .collect();
+        }
         facts
     }
 
@@ -718,6 +743,9 @@ fn classify_one(
                 Builtin::ShortLived.class()
             } else if facts.forward {
                 Builtin::ForwardOutput.class()
+            } else if facts.creates && replay_facts.written_in_place_sizes.contains(&interval.size)
+            {
+                Builtin::InferredCacheWrittenInPlace.class()
             } else if !alive_at_end
                 && calls::freed_in_allocating_call(
                     ctx.sites,

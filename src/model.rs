@@ -474,6 +474,10 @@ pub enum EvidenceOp {
     Maximum,
     /// `aten::lerp_` / `aten::_foreach_lerp_`: RMSprop's centred average.
     LerpInPlace,
+    /// `aten::index_copy_(self, dim, index, source)`: Hugging Face's
+    /// `StaticCache.update` writing each forward's keys and values into
+    /// its preallocated tensors (`self` is the cache).
+    IndexCopyInPlace,
 }
 
 impl EvidenceOp {
@@ -505,6 +509,7 @@ impl EvidenceOp {
             "aten::mul_" | "aten::_foreach_mul_" => MulInPlace,
             "aten::maximum" | "aten::_foreach_maximum_" => Maximum,
             "aten::lerp_" | "aten::_foreach_lerp_" => LerpInPlace,
+            "aten::index_copy_" => IndexCopyInPlace,
             _ => return None,
         })
     }

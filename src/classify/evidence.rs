@@ -563,6 +563,7 @@ fn op_name(op: EvidenceOp) -> &'static str {
         EvidenceOp::MulInPlace => "aten::mul_",
         EvidenceOp::Maximum => "aten::maximum",
         EvidenceOp::LerpInPlace => "aten::lerp_",
+        EvidenceOp::IndexCopyInPlace => "aten::index_copy_",
     }
 }
 
