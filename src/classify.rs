@@ -286,6 +286,10 @@ builtin_rules! {
     /// Existed before recording, updated in place by the optimizer step
     /// after the other tensors of its size (`classify/update_order.rs`).
     InferredParameterUpdatedLast = "inferred_parameter_updated_last_in_optimizer_step", Some(Category::Parameter), None, Provenance::InferredBeforeRecording;
+    /// From before recording, in a DistributedDataParallel run: blocks that
+    /// tile the parameters (last updated first, as DDP fills its buckets)
+    /// into runs of exactly their sizes: its gradient buckets.
+    InferredDdpBucket = "inferred_ddp_gradient_bucket", Some(Category::Gradient), None, Provenance::InferredBeforeRecording;
     /// Existed before recording, updated in place by the optimizer step
     /// before its parameter.
     InferredOptimizerStateUpdatedFirst = "inferred_optimizer_state_updated_before_its_parameter", Some(Category::OptimizerState), None, Provenance::InferredBeforeRecording;

@@ -103,7 +103,7 @@ const FLOORS: &[(&str, &str, u32, u32)] = &[
     ("ddp_bucket_view.warm.nostack", "gpulike",  95,  95),
     ("ddp_bucket_view.warm.stack",   "cpu",      95,  95),
     ("ddp_bucket_view.warm.stack",   "gpulike",  95,  95),
-    ("ddp_bucket_view.warm.stack",   "snapshot", 20,  20),
+    ("ddp_bucket_view.warm.stack",   "snapshot", 95,  95),
     ("grad_accum.cold.nostack",      "cpu",      95,  95),
     ("grad_accum.cold.nostack",      "gpulike",  95,  95),
     ("grad_accum.cold.stack",        "cpu",      95,  95),

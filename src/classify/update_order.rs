@@ -56,10 +56,27 @@ pub(super) fn classify(
             .as_ref()
             .is_none_or(|p| p.sizes.contains(&replay.intervals[k].size))
     };
-    let (order, other): (Vec<usize>, Vec<usize>) =
+    let (mut order, mut other): (Vec<usize>, Vec<usize>) =
         order.into_iter().partition(|&k| gradient_sized(k));
-    let sizes: Vec<u64> = order.iter().map(|&k| replay.intervals[k].size).collect();
-    let Some(params) = parameters(&sizes, evidence) else {
+    let sizes_of =
+        |order: &[usize]| -> Vec<u64> { order.iter().map(|&k| replay.intervals[k].size).collect() };
+    let mut params = parameters(&sizes_of(&order), evidence);
+    // Without the gradients' sizes, Adam's `step` counters (one element,
+    // updated first for each parameter) break the groups: set scalars
+    // apart and try again.
+    if params.is_none() && evidence.params.is_none() {
+        let (tensors, scalars): (Vec<usize>, Vec<usize>) = order
+            .iter()
+            .partition(|&&k| replay.intervals[k].size > MAX_SCALAR_BYTES);
+        if !scalars.is_empty() {
+            params = parameters(&sizes_of(&tensors), evidence);
+            if params.is_some() {
+                order = tensors;
+                other.extend(scalars);
+            }
+        }
+    }
+    let Some(params) = params else {
         return;
     };
     let parameter = Builtin::InferredParameterUpdatedLast.class();
@@ -70,6 +87,13 @@ pub(super) fn classify(
     for &k in &other {
         classes[k] = state;
     }
+    let param_sizes: Vec<u64> = order
+        .iter()
+        .zip(&params)
+        .filter(|(_, &p)| p)
+        .map(|(&k, _)| replay.intervals[k].size)
+        .collect();
+    ddp_buckets(ctx, replay, &param_sizes, classes, from);
     let n = params.iter().filter(|&&p| p).count();
     from.insert(
         parameter.rule,
@@ -87,6 +111,67 @@ pub(super) fn classify(
         ),
     );
 }
+
+/// DistributedDataParallel's gradient buckets among the blocks from before
+/// recording nothing else named: DDP fills its buckets with the
+/// parameters in reverse order (the order their gradients are ready), so
+/// the buckets are runs of consecutive parameters, last updated first,
+/// each exactly a block's size. Taken only in a run that shows DDP in its
+/// frames and when the blocks tile every parameter.
+fn ddp_buckets(
+    ctx: &Context<'_>,
+    replay: &Replay,
+    param_sizes: &[u64],
+    classes: &mut [Classification],
+    from: &mut BTreeMap<Rule, String>,
+) {
+    let ddp = ctx.sites.strings_where(|s| {
+        s.contains("parallel/distributed.py") || s.contains("DistributedDataParallel")
+    });
+    if !ddp.iter().any(|&b| b) || param_sizes.is_empty() {
+        return;
+    }
+    let open = Builtin::ExistedBeforeTraceNoEvidence.class();
+    let blocks: Vec<(usize, u64)> = (0..replay.intervals.len())
+        .filter(|&k| classes[k] == open && replay.intervals[k].origin.is_baseline())
+        .map(|k| (k, replay.intervals[k].size))
+        .collect();
+    let Some(taken) = tile(param_sizes, blocks) else {
+        return;
+    };
+    let bucket = Builtin::InferredDdpBucket.class();
+    for &k in &taken {
+        classes[k] = bucket;
+    }
+    from.insert(
+        bucket.rule,
+        format!(
+            "DistributedDataParallel's gradient buckets: {} block(s) from before recording that hold the {} parameters' sizes exactly, in runs of consecutive parameters (last updated first, as DDP fills its buckets)",
+            taken.len(),
+            param_sizes.len()
+        ),
+    );
+}
+
+/// The blocks (id, bytes) that hold `param_sizes`, last first, in runs of
+/// consecutive parameters of exactly a block's size each; `None` unless
+/// every parameter falls in one.
+fn tile(param_sizes: &[u64], mut blocks: Vec<(usize, u64)>) -> Option<Vec<usize>> {
+    let mut taken = Vec::new();
+    let mut run = 0u64;
+    for &size in param_sizes.iter().rev() {
+        run = run.saturating_add(size);
+        if let Some(j) = blocks.iter().position(|&(_, b)| b == run) {
+            taken.push(blocks.swap_remove(j).0);
+            run = 0;
+        }
+    }
+    (run == 0 && !taken.is_empty()).then_some(taken)
+}
+
+/// The most bytes a one-element tensor takes (a float64 or int64 step
+/// counter).
+const MAX_SCALAR_BYTES: u64 = 8;
 
 /// Whether `c` was decided here (`prerecorded` counts such blocks as shown).
 pub(super) fn decided(c: &Classification) -> bool {
@@ -232,6 +317,19 @@ mod tests {
         );
         // No gradients and no optimizer: no group size.
         assert_eq!(parameters(&[4, 4], &evidence(None, None)), None);
+    }
+
+    #[test]
+    fn buckets_tile_the_parameters_last_first() {
+        // Parameters 4, 8, 16, 32: one bucket of all, or 32+16 then 8+4.
+        assert_eq!(tile(&[4, 8, 16, 32], vec![(7, 60)]), Some(vec![7]));
+        assert_eq!(
+            tile(&[4, 8, 16, 32], vec![(1, 12), (2, 48), (3, 99)]),
+            Some(vec![2, 1])
+        );
+        // A block that takes some but not all parameters, or none at all.
+        assert_eq!(tile(&[4, 8, 16, 32], vec![(2, 48)]), None);
+        assert_eq!(tile(&[4, 8], vec![(1, 5)]), None);
     }
 
     #[test]
