@@ -231,6 +231,15 @@ builtin_rules! {
     /// Created (not computed), alive to the end, and in a training run the
     /// size of a gradient: a weight whose construction had no Python stack.
     InferredWeightsGradientSized = "inferred_weights_gradient_sized", Some(Category::Parameter), None, Provenance::Inferred;
+    /// The same where no gradient was allocated (DistributedDataParallel's
+    /// gradients as views of its buckets) and the optimizer's state, made
+    /// in its first step one tensor per parameter (`zeros_like(p)`), gives
+    /// the parameters' sizes instead.
+    InferredWeightsStateSized = "inferred_weights_sized_like_optimizer_state", Some(Category::Parameter), None, Provenance::Inferred;
+    /// Created, alive to the end, in a DistributedDataParallel run: tensors
+    /// that hold the weights (created before them, last first, as DDP fills
+    /// its buckets) in runs of exactly their sizes: its gradient buckets.
+    InferredDdpBucketMade = "inferred_ddp_gradient_bucket_sized_like_parameters", Some(Category::Gradient), None, Provenance::Inferred;
     /// Created (not computed) and alive to the end of an inference run.
     InferredWeightsCreatedAliveToEnd = "inferred_weights_created_alive_to_end", Some(Category::Parameter), None, Provenance::Inferred;
     /// Freed by the user function (or its caller) that allocated it before
@@ -336,6 +345,13 @@ pub struct Context<'a> {
 struct ReplayFacts {
     /// Sizes of the allocations the backward pass left behind (gradients).
     gradient_sizes: FxHashSet<u64>,
+    /// Without gradient allocations: sizes of the tensors the optimizer
+    /// step made and kept (its state; one-element `step` counters left
+    /// out).
+    state_sizes: FxHashSet<u64>,
+    /// Intervals that are DistributedDataParallel's buckets, made while
+    /// recording (see [`Builtin::InferredDdpBucketMade`]).
+    ddp_buckets: FxHashSet<usize>,
     /// Per interval (empty when none): kept by attention code across the
     /// layers of an inference forward pass (`layers.rs`).
     kept_across_layers: Vec<bool>,
@@ -571,6 +587,44 @@ impl ReplayFacts {
                 })
                 .map(|i| i.size)
                 .collect();
+            if facts.gradient_sizes.is_empty() {
+                facts.state_sizes = intervals
+                    .iter()
+                    .filter(|i| {
+                        i.origin == Origin::Traced
+                            && i.size > 8
+                            && ctx.phase(i.start) == Phase::Optimizer
+                            && (i.end >= ctx.positions || ctx.phase(i.end) != Phase::Optimizer)
+                    })
+                    .map(|i| i.size)
+                    .collect();
+            }
+        }
+        let sizes = if facts.gradient_sizes.is_empty() {
+            &facts.state_sizes
+        } else {
+            &facts.gradient_sizes
+        };
+        if !sizes.is_empty() && update_order::shows_ddp(ctx) {
+            // Made and kept: the weights (sized like them), and the rest.
+            let made: Vec<usize> = (0..intervals.len())
+                .filter(|&k| {
+                    let i = &intervals[k];
+                    i.origin == Origin::Traced
+                        && i.end >= ctx.positions
+                        && ctx.facts[i.site as usize].creates
+                        && ctx.phase(i.start) != Phase::Optimizer
+                })
+                .collect();
+            let (weights, rest): (Vec<usize>, Vec<usize>) = made
+                .into_iter()
+                .partition(|&k| sizes.contains(&intervals[k].size));
+            let weight_sizes: Vec<u64> = weights.iter().map(|&k| intervals[k].size).collect();
+            let rest = rest.into_iter().map(|k| (k, intervals[k].size)).collect();
+            facts.ddp_buckets = update_order::tile(&weight_sizes, rest)
+                .unwrap_or_default()
+                .into_iter()
+                .collect();
         }
         if !ctx.training {
             facts.kept_across_layers = layers::kept_across_layers(ctx, intervals);
@@ -758,6 +812,8 @@ fn classify_one(
                 )
             {
                 Builtin::InferredTemporaryFreedInAllocatingCall.class()
+            } else if replay_facts.ddp_buckets.contains(&index) {
+                Builtin::InferredDdpBucketMade.class()
             } else if facts.constructor && alive_at_end {
                 Builtin::InferredWeightsMadeInConstructor.class()
             } else if facts.creates && alive_at_end && !ctx.training {
@@ -767,6 +823,11 @@ fn classify_one(
                 && replay_facts.gradient_sizes.contains(&interval.size)
             {
                 Builtin::InferredWeightsGradientSized.class()
+            } else if facts.creates
+                && alive_at_end
+                && replay_facts.state_sizes.contains(&interval.size)
+            {
+                Builtin::InferredWeightsStateSized.class()
             } else if ctx.next_forward[interval.start as usize] < interval.end {
                 Builtin::AllocatedOutsideModelLiveDuringForward.class()
             } else {

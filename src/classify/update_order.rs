@@ -125,10 +125,7 @@ fn ddp_buckets(
     classes: &mut [Classification],
     from: &mut BTreeMap<Rule, String>,
 ) {
-    let ddp = ctx.sites.strings_where(|s| {
-        s.contains("parallel/distributed.py") || s.contains("DistributedDataParallel")
-    });
-    if !ddp.iter().any(|&b| b) || param_sizes.is_empty() {
+    if !shows_ddp(ctx) || param_sizes.is_empty() {
         return;
     }
     let open = Builtin::ExistedBeforeTraceNoEvidence.class();
@@ -153,10 +150,21 @@ fn ddp_buckets(
     );
 }
 
+/// Whether some frame shows DistributedDataParallel (its module's file, or
+/// the profiler's `DistributedDataParallel.forward` range).
+pub(super) fn shows_ddp(ctx: &Context<'_>) -> bool {
+    ctx.sites
+        .strings_where(|s| {
+            s.contains("parallel/distributed.py") || s.contains("DistributedDataParallel")
+        })
+        .into_iter()
+        .any(|b| b)
+}
+
 /// The blocks (id, bytes) that hold `param_sizes`, last first, in runs of
 /// consecutive parameters of exactly a block's size each; `None` unless
 /// every parameter falls in one.
-fn tile(param_sizes: &[u64], mut blocks: Vec<(usize, u64)>) -> Option<Vec<usize>> {
+pub(super) fn tile(param_sizes: &[u64], mut blocks: Vec<(usize, u64)>) -> Option<Vec<usize>> {
     let mut taken = Vec::new();
     let mut run = 0u64;
     for &size in param_sizes.iter().rev() {
