@@ -121,6 +121,19 @@ VARIANTS["fresh32"] = {
     "mha": (112, 7, 3), "mha_batch": (3, 20),
 }
 
+# Recorded once at the end of the session after fresh32 had been looked at: seed 3300.
+VARIANTS["fresh32b"] = {
+    "lm": dict(vocab=352, d=72, heads=3, ff=200, layers=2, ctx=36), "lm_batch": (6, 18),
+    "mlp": (88, 200, 232, 5), "mlp_batch": 20, "micro": 2,
+    "cnn": (7, 11, 5), "cnn_batch": (4, 22),
+    "llama": dict(vocab_size=352, hidden_size=72, intermediate_size=136, num_hidden_layers=2,
+                  num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64),
+    "hf_batch": (2, 18),
+    "gpt2": dict(vocab_size=352, n_embd=72, n_layer=2, n_head=3, n_positions=64),
+    "gen": (2, 9, 5),
+    "mha": (72, 3, 4), "mha_batch": (2, 30),
+}
+
 # Where the truth departs from PyTorch's label (README "Adjusted labels"); PyTorch's category
 # names are written in memcut's spelling (lower case; None = "unknown").
 STEP_REASON = "allocated and freed inside one {} range (issue 11 section 3)"
