@@ -32,11 +32,9 @@ mod update_order;
 
 use rayon::prelude::*;
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 
-use crate::model::{
-    Action, Category, DeviceTrace, Event, EvidenceOp, Format, OpCall, Sites, TensorShape, Trace,
-};
+use crate::model::{Action, Category, DeviceTrace, Event, Format, OpCall, Sites, Trace};
 use crate::timeline::{Interval, Origin, Replay};
 use chains::{version_bumps, Chains};
 
@@ -592,7 +590,7 @@ impl ReplayFacts {
                     .iter()
                     .filter(|i| {
                         i.origin == Origin::Traced
-                            && i.size > 8
+                            && i.size > update_order::MAX_SCALAR_BYTES
                             && ctx.phase(i.start) == Phase::Optimizer
                             && (i.end >= ctx.positions || ctx.phase(i.end) != Phase::Optimizer)
                     })
@@ -600,32 +598,12 @@ impl ReplayFacts {
                     .collect();
             }
         }
-        let sizes = if facts.gradient_sizes.is_empty() {
+        let weight_sizes = if facts.gradient_sizes.is_empty() {
             &facts.state_sizes
         } else {
             &facts.gradient_sizes
         };
-        if !sizes.is_empty() && update_order::shows_ddp(ctx) {
-            // Made and kept: the weights (sized like them), and the rest.
-            let made: Vec<usize> = (0..intervals.len())
-                .filter(|&k| {
-                    let i = &intervals[k];
-                    i.origin == Origin::Traced
-                        && i.end >= ctx.positions
-                        && ctx.facts[i.site as usize].creates
-                        && ctx.phase(i.start) != Phase::Optimizer
-                })
-                .collect();
-            let (weights, rest): (Vec<usize>, Vec<usize>) = made
-                .into_iter()
-                .partition(|&k| sizes.contains(&intervals[k].size));
-            let weight_sizes: Vec<u64> = weights.iter().map(|&k| intervals[k].size).collect();
-            let rest = rest.into_iter().map(|k| (k, intervals[k].size)).collect();
-            facts.ddp_buckets = update_order::tile(&weight_sizes, rest)
-                .unwrap_or_default()
-                .into_iter()
-                .collect();
-        }
+        facts.ddp_buckets = update_order::buckets_made(ctx, intervals, weight_sizes);
         if !ctx.training {
             facts.kept_across_layers = layers::kept_across_layers(ctx, intervals);
         }
@@ -633,19 +611,7 @@ impl ReplayFacts {
         facts.freed_within_call_run =
             call_runs::freed_within_call_runs(ctx, intervals, facts.chains.as_ref());
         if !ctx.training && ctx.shapes_apply {
-            let mut writes: FxHashMap<&TensorShape, u32> = FxHashMap::default();
-            for c in &ctx.trace.evidence {
-                if let (EvidenceOp::IndexCopyInPlace, Some(Some(target))) = (c.op, c.inputs.first())
-                {
-                    *writes.entry(target).or_default() += 1;
-                }
-            }
-            facts.written_in_place_sizes = writes
-                .into_iter()
-                .filter(|&(_, n)| n > 1)
-                .map(|(t, _)| t.bytes())
-                .filter(|&b| b > 0)
-                .collect();
+            facts.written_in_place_sizes = evidence::written_in_place_sizes(ctx);
         }
         facts
     }

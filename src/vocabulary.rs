@@ -353,6 +353,16 @@ pub fn is_compiled_region_frame(name: &str) -> bool {
         || name.contains("/torchinductor_")
 }
 
+/// PyTorch's DistributedDataParallel module file.
+pub const DDP_FILE: &str = "torch/nn/parallel/distributed.py";
+
+/// Whether a name (a frame's file or function, a profiler range) shows
+/// DistributedDataParallel: its module's file, or the profiler's
+/// `DistributedDataParallel.forward` range.
+pub fn is_ddp_name(name: &str) -> bool {
+    name.contains(DDP_FILE) || name.contains("DistributedDataParallel")
+}
+
 /// How a compiled region's name starts (`Torch-Compiled Region: 0/0`).
 pub const COMPILED_REGION: &str = "Torch-Compiled Region: ";
 
@@ -436,8 +446,7 @@ pub fn name_says(n: &str) -> NameSays {
             || n.starts_with("record_param_comms")
             || has("ProcessGroupNCCL")
             || has("rccl"),
-        data_parallel: has("torch/nn/parallel/distributed.py")
-            || has("DistributedDataParallel")
+        data_parallel: is_ddp_name(n)
             || has("megatron/core/distributed")
             || has("deepspeed/runtime/engine.py"),
         sharded: has("torch/distributed/fsdp")

@@ -548,14 +548,14 @@ def build_truth(mem, prof, param_addrs):
             adj, reason = "kv_cache", CACHE_REASON.format(cache_frame[(mem[a][0], addr)])
         if f is None and addr in param_addrs and any(v[2] != "parameter" for v in vs):
             adj, reason = "parameter", PARAM_REASON
-        if in_graph[(mem[a][0], addr, size)] and adj is None and \
-                any(v[2] in ("parameter", "input") for v in vs):
-            vs = [[i, v, c, "unknown" if c in ("parameter", "input") else c] for i, v, c in vs]
-            rows.append({"alloc": a, "free": f, "addr": addr, "size": size, "key": kid,
-                         "versions": vs, "reason": GRAPH_REASON})
-            continue
+        graph = in_graph[(mem[a][0], addr, size)] and adj is None and \
+            any(v[2] in ("parameter", "input") for v in vs)
+        if graph:  # only those versions are unknown
+            reason = GRAPH_REASON
         rows.append({"alloc": a, "free": f, "addr": addr, "size": size, "key": kid,
-                     "versions": [[i, v, c, adj or c] for i, v, c in vs], "reason": reason})
+                     "versions": [[i, v, c, ("unknown" if graph and c in ("parameter", "input") else
+                                             adj or c)] for i, v, c in vs],
+                     "reason": reason})
     pre = []
     for kid, size, addr in prof["preexisting"]:
         vs = [[0, 0, "unknown"]] if kid is None else [

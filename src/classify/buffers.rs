@@ -26,11 +26,11 @@ use rustc_hash::FxHashMap;
 
 use crate::model::{Category, SiteId, Sites};
 use crate::timeline::{Origin, Replay};
+use crate::vocabulary::{is_ddp_name, DDP_FILE};
 
 use super::{Builtin, Classification};
 
 const MEGATRON_BUFFERS: &str = "megatron/core/distributed/param_and_grad_buffer.py";
-const DDP_FILE: &str = "torch/nn/parallel/distributed.py";
 /// The part of [`MEGATRON_BUFFERS`] no path separator can split.
 const BUFFERS_FILE: &str = "param_and_grad_buffer.py";
 
@@ -40,8 +40,7 @@ pub(super) fn by_site(sites: &Sites) -> Vec<Option<Classification>> {
     let buffers_file = sites.strings_where(|s| s.contains(BUFFERS_FILE));
     let workspace = sites
         .strings_where(|s| s.contains("getNewWorkspace") || s.contains("getCUDABlasLtWorkspace"));
-    let ddp = sites
-        .strings_where(|s| s.contains("parallel/distributed.py") || s.contains("_rebuild_buckets"));
+    let ddp = sites.strings_where(|s| is_ddp_name(s) || s.contains("_rebuild_buckets"));
     let megatron_line = |site: SiteId| {
         sites.frames(site).iter().find_map(|f| {
             if !buffers_file[f.filename as usize] && !buffers_file[f.name as usize] {

@@ -62,9 +62,9 @@ pub(super) fn freed_within_call_runs(
             .take_while(|&&k| intervals[k].site == site)
             .count();
         let run = &order[r..e];
-        let sizes: Vec<u64> = run.iter().map(|&k| intervals[k].size).collect();
-        let period = shortest_period(&sizes).max(1);
         if builtin[site as usize] {
+            let sizes: Vec<u64> = run.iter().map(|&k| intervals[k].size).collect();
+            let period = shortest_period(&sizes).max(1);
             let after = order.get(e).map_or(ctx.positions, |&k| intervals[k].start);
             for (j, &k) in run.iter().enumerate() {
                 let next_call = run

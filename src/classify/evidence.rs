@@ -11,6 +11,8 @@
 
 use std::collections::BTreeMap;
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
 use crate::model::{Action, Category, EvidenceOp, OperatorCall, TensorShape};
 use crate::timeline::{Origin, Replay};
 use crate::units::human_bytes;
@@ -565,6 +567,23 @@ fn op_name(op: EvidenceOp) -> &'static str {
         EvidenceOp::LerpInPlace => "aten::lerp_",
         EvidenceOp::IndexCopyInPlace => "aten::index_copy_",
     }
+}
+
+/// Byte sizes of the tensors `aten::index_copy_` writes into more than
+/// once (`record_shapes`): a preallocated cache (`StaticCache.update`).
+pub(super) fn written_in_place_sizes(ctx: &Context<'_>) -> FxHashSet<u64> {
+    let mut writes: FxHashMap<&TensorShape, u32> = FxHashMap::default();
+    for c in &ctx.trace.evidence {
+        if let (EvidenceOp::IndexCopyInPlace, Some(Some(target))) = (c.op, c.inputs.first()) {
+            *writes.entry(target).or_default() += 1;
+        }
+    }
+    writes
+        .into_iter()
+        .filter(|&(_, n)| n > 1)
+        .map(|(t, _)| t.bytes())
+        .filter(|&b| b > 0)
+        .collect()
 }
 
 /// The calls of `ops` with recorded inputs, grouped by profiler step (one

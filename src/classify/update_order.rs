@@ -26,7 +26,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::timeline::Replay;
+use rustc_hash::FxHashSet;
+
+use crate::timeline::{Interval, Origin, Replay};
+use crate::vocabulary::is_ddp_name;
 
 use super::chains::Chains;
 use super::evidence::Evidence;
@@ -150,15 +153,36 @@ fn ddp_buckets(
     );
 }
 
-/// Whether some frame shows DistributedDataParallel (its module's file, or
-/// the profiler's `DistributedDataParallel.forward` range).
-pub(super) fn shows_ddp(ctx: &Context<'_>) -> bool {
-    ctx.sites
-        .strings_where(|s| {
-            s.contains("parallel/distributed.py") || s.contains("DistributedDataParallel")
+/// Whether some frame shows DistributedDataParallel ([`is_ddp_name`]).
+fn shows_ddp(ctx: &Context<'_>) -> bool {
+    ctx.sites.strings().any(is_ddp_name)
+}
+
+/// DistributedDataParallel's buckets among the tensors made while
+/// recording (`Builtin::InferredDdpBucketMade`): in a run that shows DDP,
+/// the tensors made outside the optimizer step and kept to the end that
+/// hold the weights (those of `weight_sizes`, in the order they were made)
+/// in runs of exactly their sizes ([`tile`]).
+pub(super) fn buckets_made(
+    ctx: &Context<'_>,
+    intervals: &[Interval],
+    weight_sizes: &FxHashSet<u64>,
+) -> FxHashSet<usize> {
+    if weight_sizes.is_empty() || !shows_ddp(ctx) {
+        return FxHashSet::default();
+    }
+    let (weights, rest): (Vec<usize>, Vec<usize>) = (0..intervals.len())
+        .filter(|&k| {
+            let i = &intervals[k];
+            i.origin == Origin::Traced
+                && i.end >= ctx.positions
+                && ctx.facts[i.site as usize].creates
+                && ctx.phase(i.start) != Phase::Optimizer
         })
-        .into_iter()
-        .any(|b| b)
+        .partition(|&k| weight_sizes.contains(&intervals[k].size));
+    let sizes: Vec<u64> = weights.iter().map(|&k| intervals[k].size).collect();
+    let rest = rest.into_iter().map(|k| (k, intervals[k].size)).collect();
+    tile(&sizes, rest).unwrap_or_default().into_iter().collect()
 }
 
 /// The blocks (id, bytes) that hold `param_sizes`, last first, in runs of
@@ -179,7 +203,7 @@ pub(super) fn tile(param_sizes: &[u64], mut blocks: Vec<(usize, u64)>) -> Option
 
 /// The most bytes a one-element tensor takes (a float64 or int64 step
 /// counter).
-const MAX_SCALAR_BYTES: u64 = 8;
+pub(super) const MAX_SCALAR_BYTES: u64 = 8;
 
 /// Whether `c` was decided here (`prerecorded` counts such blocks as shown).
 pub(super) fn decided(c: &Classification) -> bool {

@@ -520,8 +520,6 @@ const BLANK_FRAME: Frame = Frame {
     name: 0,
 };
 
-/// A field value of a trace entry: a [`Value`], or an [`Item`] of a record
-/// the parser decoded in place (read exactly as the `Value` it stands for).
 /// The file of a compiled region's frame: what a profiler trace files its
 /// ranges under.
 const REGION_FILE: &str = "user_annotation";
@@ -536,6 +534,8 @@ fn region_name(context: &str) -> String {
     }
 }
 
+/// A field value of a trace entry: a [`Value`], or an [`Item`] of a record
+/// the parser decoded in place (read exactly as the `Value` it stands for).
 trait Field {
     fn u64(&self) -> Option<u64>;
     fn f64(&self) -> Option<f64>;
