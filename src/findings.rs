@@ -8,7 +8,9 @@
 //!
 //! - **A graph release**: a run of frees with no allocation between them
 //!   that frees at least [`MIN_GRAPH_RELEASED`] tensors made by a forward
-//!   pass, most of what was allocated while they were.
+//!   pass, most of what was allocated while they were; or, where the stacks
+//!   name module calls, fewer that the forward's calls would have freed
+//!   before it returned (a small model's graph: `is_small_graph_release`).
 //!   Autograd frees a graph's saved tensors together when the graph dies;
 //!   without autograd (`inference_mode`, `no_grad`) a forward's
 //!   intermediates die one by one as the next operator consumes them.
@@ -219,9 +221,17 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
     releases.extend(run);
     releases.retain(|r| r.freed.len() >= MIN_RELEASED);
     let cast_sites = Casts::new(&trace.sites);
-    let (graphs, others): (Vec<Release>, Vec<Release>) = releases
-        .into_iter()
-        .partition(|r| is_graph_release(r, intervals, &alloc_positions, &cast_sites));
+    let calls = if releases.is_empty() {
+        None
+    } else {
+        calls::Calls::new(&trace.sites, device)
+    };
+    let (graphs, others): (Vec<Release>, Vec<Release>) = releases.into_iter().partition(|r| {
+        is_graph_release(r, intervals, &alloc_positions, &cast_sites)
+            || calls.as_ref().is_some_and(|c| {
+                is_small_graph_release(r, intervals, &alloc_positions, &cast_sites, c)
+            })
+    });
 
     // The weights' sizes, each weight once: a weight initialised in place
     // is one tensor whose versions the snapshot lists as intervals at the
@@ -247,11 +257,7 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
 
     let mut out = Vec::new();
     out.extend(kept_graph(trace, device, cd, &graphs, &cast_set));
-    let calls = if graphs.is_empty() {
-        None
-    } else {
-        calls::Calls::new(&trace.sites, device)
-    };
+    let calls = calls.filter(|_| !graphs.is_empty());
     out.extend(autograd_in_inference(
         cd,
         &graphs,
@@ -284,12 +290,7 @@ fn is_graph_release(
     alloc_positions: &[u32],
     casts: &Casts,
 ) -> bool {
-    let traced: Vec<&crate::timeline::Interval> = r
-        .freed
-        .iter()
-        .map(|&i| &intervals[i])
-        .filter(|iv| !iv.origin.is_baseline() && !casts.explicit(iv.site))
-        .collect();
+    let traced = traced(r, intervals, casts);
     let baseline = r
         .freed
         .iter()
@@ -307,8 +308,61 @@ fn is_graph_release(
         - alloc_positions.partition_point(|&p| p < first);
     // A small model's graph (a two-layer MLP saves seven tensors) is not
     // told from a module returning its locals without autograd (BERT's
-    // attention under no_grad frees six, from three calls): not read.
+    // attention under no_grad frees six, from three calls) by the count:
+    // the module calls tell them apart ([`is_small_graph_release`]).
     count >= MIN_GRAPH_RELEASED && traced.len() * 10 >= span * MIN_SHARE_OF_SPAN_TENTHS
+}
+
+/// What a release frees that was made while recording, not by an explicit
+/// cast (autocast's cache is freed in a run of its own when its region
+/// exits).
+fn traced<'i>(
+    r: &Release,
+    intervals: &'i [crate::timeline::Interval],
+    casts: &Casts,
+) -> Vec<&'i crate::timeline::Interval> {
+    r.freed
+        .iter()
+        .map(|&i| &intervals[i])
+        .filter(|iv| !iv.origin.is_baseline() && !casts.explicit(iv.site))
+        .collect()
+}
+
+/// Whether a run of frees too small for [`is_graph_release`] is a graph all
+/// the same, read from the module calls (a two-layer MLP's graph is seven
+/// tensors): after the forward's outermost call returned and the program
+/// allocated again (`out.argmax()`, the next forward), it frees at least
+/// [`MIN_RELEASED`] tensors that without autograd would have died inside
+/// that call (a call's locals, an output the next call had used), and the
+/// same share of its span as a bigger graph. A module returning its locals
+/// without autograd does that inside the forward; a returned tuple holds
+/// outputs, not intermediates.
+fn is_small_graph_release(
+    r: &Release,
+    intervals: &[crate::timeline::Interval],
+    alloc_positions: &[u32],
+    casts: &Casts,
+    calls: &calls::Calls,
+) -> bool {
+    let traced = traced(r, intervals, casts);
+    if traced.len() < MIN_RELEASED || traced.len() >= MIN_GRAPH_RELEASED {
+        return false;
+    }
+    let returned_before = |iv: &crate::timeline::Interval| {
+        calls.outermost_end(iv.start).is_some_and(|end| {
+            let next = alloc_positions.partition_point(|&p| p <= end);
+            alloc_positions.get(next).is_some_and(|&p| p < r.at)
+        })
+    };
+    let intermediates = traced
+        .iter()
+        .filter(|iv| returned_before(iv) && calls.last_use(iv.start).is_some())
+        .count();
+    let first = traced.iter().map(|iv| iv.start).min().unwrap_or(0);
+    let last = traced.iter().map(|iv| iv.start).max().unwrap_or(first);
+    let span = alloc_positions.partition_point(|&p| p <= last)
+        - alloc_positions.partition_point(|&p| p < first);
+    intermediates >= MIN_RELEASED && traced.len() * 10 >= span * MIN_SHARE_OF_SPAN_TENTHS
 }
 
 /// Share of the allocations in a release's span that it must free, in
@@ -339,8 +393,9 @@ fn kept_graph(
     let mut fixed_ends = Vec::new();
     let mut lines = Vec::new();
     for r in releases {
+        // A graph (`is_graph_release`), less autocast's copies.
         let freed = r.freed_except(casts);
-        if freed.len() < MIN_GRAPH_RELEASED {
+        if freed.len() < MIN_RELEASED {
             continue;
         }
         let Some(last) = freed.iter().map(|&i| intervals[i].start).max() else {
@@ -425,8 +480,9 @@ fn autograd_in_inference(
     let mut bytes = 0u64;
     let mut used = 0usize;
     for r in releases {
+        // A graph (`is_graph_release`), less autocast's copies.
         let freed = r.freed_except(casts);
-        if freed.len() < MIN_GRAPH_RELEASED {
+        if freed.len() < MIN_RELEASED {
             continue;
         }
         used += 1;
@@ -444,7 +500,7 @@ fn autograd_in_inference(
                 after_allocations(alloc_positions, iv.start, iv.end, LAST_USE_ALLOCATIONS);
             let end = match calls.as_ref().and_then(|c| c.last_use(iv.start)) {
                 Some((end, calls::Held::Output)) => end,
-                Some((end, calls::Held::Local)) => end.min(counted),
+                Some((end, calls::Held::Local(expression))) => end.min(counted.max(expression)),
                 None if calls.is_some() => continue,
                 None => counted,
             };

@@ -12,6 +12,8 @@
     VENV/bin/python sample_traces/pairs/generate_pairs.py --levers --only train --variants bf16_weights
     VENV/bin/python sample_traces/pairs/generate_pairs.py --levers_bf16 --only train --variants waste,bf16_weights
     VENV/bin/python sample_traces/pairs/generate_pairs.py --sequential_check --only infer_grad  # then kept_graph
+    VENV/bin/python sample_traces/pairs/generate_pairs.py --findings_check   # recorded last, untouched
+    VENV/bin/python sample_traces/pairs/generate_pairs.py --levers_check     # the same for the levers
 
 Each run is recorded in a fresh process (on CPU the profiler's `Total Allocated` counts from the
 first profile in a process), the whole run inside the recording when `start` is cold (model built
@@ -109,6 +111,14 @@ SETS = {
         {"seed": 63, "model": "mlp", "d": 320, "layers": 3, "batch": 40, "seq": 1, "opt": "sgd"},
         {"seed": 64, "model": "llama", "d": 112, "layers": 2, "batch": 4, "seq": 56, "opt": "adam"},
     ],
+    # Recorded at the end of the sixth session, after every lever model above was settled:
+    # new seeds and shapes, other optimizers per model, scored once and not tuned on.
+    "levers_check": [
+        {"seed": 110, "model": "gpt2", "d": 112, "layers": 3, "batch": 3, "seq": 56, "opt": "sgd"},
+        {"seed": 111, "model": "llama", "d": 96, "layers": 2, "batch": 5, "seq": 40, "opt": "adamw"},
+        {"seed": 112, "model": "cnn", "d": 14, "layers": 3, "batch": 7, "seq": 28, "opt": "adam"},
+        {"seed": 113, "model": "bert", "d": 80, "layers": 3, "batch": 5, "seq": 44, "opt": "adamw"},
+    ],
     # bf16 pairs only (--only train --variants waste,bf16_weights), recorded after the fresh
     # set showed attention's math path keeps fp32 in a bf16 run and the model learnt it: new
     # seeds and shapes, each attention kind (HF's SDPA with dropout: the math path; TinyLM's
@@ -142,6 +152,18 @@ SETS = {
     "sequential_check": [
         {"seed": 80, "model": "cnn", "d": 10, "layers": 4, "batch": 5, "seq": 28},
         {"seed": 82, "model": "mlp", "d": 448, "layers": 5, "batch": 24, "seq": 1},
+    ],
+    # Recorded after inference_mode's model learnt expressions (an operand held until its line's
+    # last operator), operands beside each other on one line (`act(gate(x)) * up(x)`), a call's
+    # output as what its last child returned, and small graphs (a two-layer MLP's) from the module
+    # calls: new seeds and shapes of every architecture, all four findings' workloads, scored
+    # once and not tuned on.
+    "findings_check": [
+        {"seed": 100, "model": "bert", "d": 112, "layers": 2, "batch": 3, "seq": 56},
+        {"seed": 101, "model": "gpt2", "d": 128, "layers": 4, "batch": 2, "seq": 40},
+        {"seed": 102, "model": "llama", "d": 80, "layers": 3, "batch": 4, "seq": 48},
+        {"seed": 103, "model": "mlp", "d": 320, "layers": 2, "batch": 40, "seq": 1},
+        {"seed": 104, "model": "cnn", "d": 12, "layers": 2, "batch": 6, "seq": 28},
     ],
     # Recorded after the fresh set was looked at (and memory_growth's runs changed for it):
     # untouched, with a CNN, an architecture no set above has.

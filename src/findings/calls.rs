@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use crate::model::{Action, DeviceTrace, SiteId, Sites, StrId};
+use crate::model::{Action, DeviceTrace, Frame, SiteId, Sites, StrId};
 
 /// Allocations scanned for the next link of a chain before taking the
 /// caller's return as the end (bounds the work on a very long call).
@@ -19,8 +19,12 @@ const MAX_SCAN: u32 = 4096;
 /// How a tensor is held without autograd (see [`Calls::last_use`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Held {
-    /// A local of a module call: gone by the time the call returns.
-    Local,
+    /// A local of a module call: gone by the time the call returns, and
+    /// not before the position given: the end of the expression it was
+    /// made in (`0.5 * x * (1 + tanh(…))` holds `0.5 * x` until the last
+    /// multiply), read as the run of the call's allocations made on its
+    /// source line.
+    Local(u32),
     /// A call's output, held by its caller until the next call used it.
     Output,
 }
@@ -36,6 +40,16 @@ pub struct Calls {
     sizes: Vec<u64>,
     /// Per site: its module frames, innermost first.
     chains: HashMap<SiteId, Vec<StrId>>,
+    /// Per site, per module of its chain: the source line in that
+    /// module's code the allocation was made from (its own line, or the
+    /// line that called the child module it was made in).
+    lines: HashMap<SiteId, Vec<Option<Frame>>>,
+    /// The sites whose operator saves its own result (see [`Held::Local`]).
+    saves_result: std::collections::HashSet<SiteId>,
+    /// Per module: its class (`nn.Module: Linear_3` → `Linear`).
+    classes: HashMap<StrId, Box<str>>,
+    /// Per call (module, first allocation): its output ([`Calls::output_of`]).
+    outputs: std::cell::RefCell<HashMap<(StrId, u32), u32>>,
     /// Per module: its calls as (first, last) allocation indices, in order.
     spans: HashMap<StrId, Vec<(u32, u32)>>,
     /// The modules that are `nn.Sequential`s (`nn.Module: Sequential_0`).
@@ -65,6 +79,9 @@ impl Calls {
         only: Option<&std::collections::HashSet<StrId>>,
     ) -> Option<Calls> {
         let mut chains: HashMap<SiteId, Vec<StrId>> = HashMap::new();
+        let mut lines: HashMap<SiteId, Vec<Option<Frame>>> = HashMap::new();
+        let mut saves_result = std::collections::HashSet::new();
+        let mut classes: HashMap<StrId, Box<str>> = HashMap::new();
         let mut alloc_sites = Vec::new();
         let mut positions = Vec::new();
         let mut sizes = Vec::new();
@@ -75,15 +92,42 @@ impl Calls {
             alloc_sites.push(e.site);
             positions.push(k as u32 + 1);
             sizes.push(e.size);
-            chains.entry(e.site).or_insert_with(|| {
-                sites
-                    .frames(e.site)
+            if let std::collections::hash_map::Entry::Vacant(v) = chains.entry(e.site) {
+                let frames = sites.frames(e.site);
+                let chain: Vec<StrId> = frames
                     .iter()
                     .filter(|f| crate::vocabulary::is_module_frame(sites.str(f.name)))
                     .filter(|f| only.is_none_or(|o| o.contains(&f.name)))
                     .map(|f| f.name)
-                    .collect()
-            });
+                    .collect();
+                let mut at = Vec::with_capacity(chain.len());
+                let mut from = 0;
+                for &m in &chain {
+                    at.push(
+                        frames[from..]
+                            .iter()
+                            .copied()
+                            .find(|f| is_code_line(sites, f)),
+                    );
+                    from += frames[from..]
+                        .iter()
+                        .position(|f| f.name == m)
+                        .map_or(frames.len() - from, |k| k + 1);
+                }
+                for &m in &chain {
+                    classes
+                        .entry(m)
+                        .or_insert_with(|| module_class(sites.str(m)).into());
+                }
+                lines.insert(e.site, at);
+                if frames
+                    .iter()
+                    .any(|f| crate::vocabulary::saves_its_result(sites.str(f.name)))
+                {
+                    saves_result.insert(e.site);
+                }
+                v.insert(chain);
+            }
         }
         if chains.values().all(Vec::is_empty) {
             return None;
@@ -109,6 +153,10 @@ impl Calls {
             positions,
             sizes,
             chains,
+            lines,
+            saves_result,
+            classes,
+            outputs: Default::default(),
             spans,
             sequential,
         })
@@ -136,15 +184,21 @@ impl Calls {
         let chain = &self.chains[&self.sites[a as usize]];
         for (level, &m) in chain.iter().enumerate() {
             let (first, last) = self.span(m, a)?;
-            // A leaf module's output is its first allocation (LayerNorm
-            // makes its mean and rstd after it); a module of modules
-            // returns what it made last.
-            let output = a == last || (level == 0 && a == first);
-            if output {
+            if a == self.output_of(m, (first, last)) {
                 continue;
             }
             if level == 0 {
-                return Some((self.after(last), Held::Local));
+                let site = self.sites[a as usize];
+                let line = self.line(a, 0);
+                let mut end = a;
+                while line.is_some()
+                    && !self.saves_result.contains(&site)
+                    && end < last
+                    && self.line(end + 1, 0) == line
+                {
+                    end += 1;
+                }
+                return Some((self.after(last), Held::Local(self.after(end))));
             }
             // The output of the call inside `m` that made it: held by a
             // name in `m`'s code until that name is bound again, which is
@@ -158,6 +212,8 @@ impl Calls {
             // module(input)`): held until the next child call returns,
             // whatever its size (a convolution changes the channels).
             let sequential = self.sequential.contains(&m);
+            let line = self.line(a, level);
+            let class = &self.classes[&chain[level - 1]];
             let scan_to = last.min(child_last + MAX_SCAN);
             let mut b = child_last + 1;
             while b <= scan_to {
@@ -167,14 +223,20 @@ impl Calls {
                 // operator's own allocation there.
                 let (made, done) = match at.checked_sub(1) {
                     Some(inner) => {
-                        let (first, end) = self.span(b_chain[inner], b)?;
-                        let leaf = self.chains[&self.sites[first as usize]].len() == at;
-                        let out = if leaf { first } else { end };
-                        (out, end)
+                        let span = self.span(b_chain[inner], b)?;
+                        (self.output_of(b_chain[inner], span), span.1)
                     }
                     None => (b, b),
                 };
-                if sequential || self.sizes[made as usize] == size {
+                // Another child called on the same line (`act(gate(x)) *
+                // up(x)`: `up`'s output is no new binding of `act`'s) is an
+                // operand beside it; a child of the same class there is the
+                // next turn of a loop (`for blk in blocks: x = blk(x)`).
+                let beside = at > 0
+                    && line.is_some()
+                    && self.line(b, at) == line
+                    && self.classes[&b_chain[at - 1]] != *class;
+                if sequential || (self.sizes[made as usize] == size && !beside) {
                     return Some((self.after(done), Held::Output));
                 }
                 b = done + 1;
@@ -192,9 +254,79 @@ impl Calls {
         Some((m, self.span(m, a)?.0))
     }
 
+    /// The position after the last allocation of the outermost module call
+    /// that the allocation at `start` was made in.
+    pub fn outermost_end(&self, start: u32) -> Option<u32> {
+        let a = self.positions.partition_point(|&p| p < start) as u32;
+        let m = *self.chains.get(self.sites.get(a as usize)?)?.last()?;
+        Some(self.positions[self.span(m, a)?.1 as usize])
+    }
+
+    /// The allocation a call of module `m` (its first and last allocation)
+    /// returns: what its last child call returned when that call ended it
+    /// (a block ending in `self.norm(x)`), else what it made last; of the
+    /// last operator's allocations (a run at one site) the last of the
+    /// largest (LayerNorm makes its output, then its mean and rstd).
+    fn output_of(&self, m: StrId, span: (u32, u32)) -> u32 {
+        if let Some(&out) = self.outputs.borrow().get(&(m, span.0)) {
+            return out;
+        }
+        let (first, last) = span;
+        let chain = &self.chains[&self.sites[last as usize]];
+        let child = chain
+            .iter()
+            .position(|&x| x == m)
+            .and_then(|p| p.checked_sub(1))
+            .map(|p| chain[p]);
+        let out = match child.and_then(|c| Some((c, self.span(c, last)?))) {
+            Some((c, child_span)) => self.output_of(c, child_span),
+            None => {
+                let site = self.sites[last as usize];
+                let mut from = last;
+                while from > first && self.sites[from as usize - 1] == site {
+                    from -= 1;
+                }
+                let run = from..=last;
+                let largest = run.clone().map(|k| self.sizes[k as usize]).max();
+                run.rev()
+                    .find(|&k| Some(self.sizes[k as usize]) == largest)
+                    .unwrap_or(last)
+            }
+        };
+        self.outputs.borrow_mut().insert((m, span.0), out);
+        out
+    }
+
+    /// The source line in the code of the `level`th module of allocation
+    /// `a`'s chain that it was made from.
+    fn line(&self, a: u32, level: usize) -> Option<Frame> {
+        let site = self.sites[a as usize];
+        self.lines[&site].get(level).copied().flatten()
+    }
+
     /// The position just after allocation `a` (the tensor is still live
     /// while it is made).
     fn after(&self, a: u32) -> u32 {
         self.positions[a as usize] + 1
+    }
+}
+
+/// A Python source line of the program's or a library's code: not a
+/// builtin, not a module's name, not `nn.Module`'s call machinery.
+fn is_code_line(sites: &Sites, f: &Frame) -> bool {
+    let (file, name) = (sites.str(f.filename), sites.str(f.name));
+    (file.ends_with(".py") || name.contains(".py("))
+        && !name.starts_with("<built-in")
+        && !crate::vocabulary::is_module_frame(name)
+        && !file.ends_with("torch/nn/modules/module.py")
+        && !name.starts_with("torch/nn/modules/module.py(")
+}
+
+/// A module frame's class: `nn.Module: Linear_3` → `Linear`.
+fn module_class(frame: &str) -> &str {
+    let name = frame.strip_prefix("nn.Module: ").unwrap_or(frame);
+    match name.rsplit_once('_') {
+        Some((class, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => class,
+        _ => name,
     }
 }
