@@ -116,3 +116,27 @@ fn an_instant_outside_the_trace_is_a_usage_error_naming_the_file() {
         assert_eq!(out.status.code(), Some(2), "--at {bad}");
     }
 }
+
+/// Issue 33 item 6: with `--at`, every format's headline says which
+/// instant it shows and that it is not the peak, and no line doubles the
+/// word (`allocator at at 1000`).
+#[test]
+fn the_headline_names_the_instant_not_the_peak() {
+    let peak = analyze(FRAGMENTED, None);
+    let k = peak.devices[0].peak.event_index - 2;
+    for format in ["text", "md", "html"] {
+        let out = Command::cargo_bin("memcut")
+            .unwrap()
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["analyze", FRAGMENTED, "--at", &k.to_string(), "-f", format])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{format}");
+        let page = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            page.contains(&format!("--at {k}")) && page.contains("not the peak"),
+            "{format}: {page}"
+        );
+        assert!(!page.contains("at at "), "{format}: {page}");
+    }
+}

@@ -364,3 +364,35 @@ fn the_corpus_runs_in_one_batch() {
     let reports = std::fs::read_dir(out.path().join("r")).unwrap().count();
     assert_eq!(reports, analysed * 3);
 }
+
+/// Issue 33 item 7: the Markdown summary leaves out the columns with
+/// nothing to say (Verdict without a budget, Reason when every file was
+/// read, Findings for clean runs) and keeps them when a row fills them.
+#[test]
+fn summary_columns_appear_only_with_something_to_say() {
+    let header = |args: &[&str], inputs: &[PathBuf]| {
+        let out = memcut()
+            .arg("batch")
+            .args(inputs)
+            .args(args)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        stdout
+            .lines()
+            .find(|l| l.starts_with("| File"))
+            .unwrap_or_else(|| panic!("no table in:\n{stdout}"))
+            .to_owned()
+    };
+    let clean = [sample("train_adamw.snapshot.pickle.gz")];
+    let h = header(&[], &clean);
+    assert!(
+        !h.contains("Verdict") && !h.contains("Reason") && !h.contains("Findings"),
+        "{h}"
+    );
+    let h = header(&["--budget", "1MiB"], &clean);
+    assert!(h.contains("Verdict") && !h.contains("Reason"), "{h}");
+    let input = mixed_folder();
+    let h = header(&[], &[input.path().to_path_buf()]);
+    assert!(h.contains("Reason") && !h.contains("Verdict"), "{h}");
+}
