@@ -210,6 +210,15 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
         // untouched (GPT-2 20+60 tokens, Llama 12+72; seeds 95-96): 0.00% /
         // 0.00% (the factor: 2.46% / 10.99%).
         "levers_kv_check" => &[("kv_cache_limit", 0.01, 0.01)],
+        // Untouched (seeds 100-104, recorded after inference_mode's sixth-
+        // session model): the 3% / 10%, except inference_mode held
+        // to what it showed (0.00% / 2.81%).
+        "findings_check" => &[
+            ("free_kept_graph", 0.03, 0.05),
+            ("inference_mode", 0.01, 0.03),
+            ("autocast_no_cache", 0.03, 0.10),
+            ("drop_growing_refs", 0.03, 0.10),
+        ],
         // Forward-only runs of nn.Sequential models (a CNN, a five-layer
         // MLP; seeds 80, 82), recorded after the final set's CNN showed
         // that a Sequential binds each child's output to the next child's
@@ -342,6 +351,36 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
     (
         "fresh/autocast.bert.warm.waste autocast_no_cache (trace.json.gz)",
         "BERT: no cast release in the trace",
+    ),
+    // The untouched findings_check set: a CNN's autocast copies are 0.13%
+    // of its peak, under the 1% a finding needs (no finding is right; the
+    // rows fail only for naming none).
+    (
+        "findings_check/autocast.cnn.cold.waste autocast_no_cache (trace.json.gz)",
+        "saving 0.13% of the peak: no finding",
+    ),
+    (
+        "findings_check/autocast.cnn.cold.waste autocast_no_cache (snapshot.pickle.gz)",
+        "saving 0.13% of the peak: no finding",
+    ),
+    (
+        "findings_check/autocast.cnn.warm.waste autocast_no_cache (trace.json.gz)",
+        "saving 0.13% of the peak: no finding",
+    ),
+    (
+        "findings_check/autocast.cnn.warm.waste autocast_no_cache (snapshot.pickle.gz)",
+        "saving 0.13% of the peak: no finding",
+    ),
+    // BERT's Chrome traces: the finding saves 537,440 B of the true
+    // 619,776 (13% under; 3.1% and 6.6% of the peak); its snapshots are
+    // exact. Not looked into: the set is the report of record.
+    (
+        "findings_check/autocast.bert.cold.waste autocast_no_cache (trace.json.gz)",
+        "saving 13% under",
+    ),
+    (
+        "findings_check/autocast.bert.warm.waste autocast_no_cache (trace.json.gz)",
+        "saving 13% under",
     ),
     // The copies' saving is 12% over the true one (2.2% and 3.9% of the
     // peak): in this Chrome trace a copy outlives its matmul's output by
@@ -531,6 +570,15 @@ fn fresh_pairs_come_true() {
 #[test]
 fn final_pairs_come_true() {
     check("final");
+}
+
+/// Recorded in the sixth session after inference_mode learnt expressions,
+/// operands beside each other and small graphs (BERT, GPT-2, Llama, a
+/// two-layer MLP, a CNN; seeds 100-104; all four findings' workloads):
+/// scored once, untouched, the report of record for the findings.
+#[test]
+fn findings_check_pairs_come_true() {
+    check("findings_check");
 }
 
 /// generate() with long prompts: half the new tokens leaves the prompt's
