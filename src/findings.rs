@@ -38,6 +38,7 @@ use crate::classify::{Phase, SiteFacts};
 use crate::model::{Action, Category, DeviceTrace, SiteId, Sites, Trace};
 use crate::schema::FindingKind;
 use crate::units::human_bytes;
+use crate::vocabulary::{cast_site, MATMUL};
 
 /// Fewest forward tensors a run of frees must release to be read at all
 /// (a forward without autograd frees its output and perhaps its input
@@ -554,32 +555,6 @@ impl<'a> Casts<'a> {
     /// Whether a site shows an explicit cast (`cached_cast`, `aten::_to_copy`).
     fn explicit(&self, site: SiteId) -> bool {
         matches!(self.how(site), Some(how) if how != MATMUL)
-    }
-}
-
-const MATMUL: &str = "a matmul-like call";
-
-/// How a site shows a cast: an explicit cast frame or operator, or (Python
-/// frames only) a matmul-like call, inside which autocast casts.
-fn cast_site(sites: &Sites, site: SiteId) -> Option<&'static str> {
-    let (mut matmul, mut copy) = (false, false);
-    for f in sites.frames(site) {
-        let name = sites.str(f.name);
-        if name.contains("cached_cast") {
-            return Some("at::autocast::cached_cast");
-        }
-        copy |= name.contains("aten::_to_copy") || name == "aten::to";
-        matmul |= ["linear", "matmul", "einsum", "addmm", "bmm", "conv"]
-            .iter()
-            .any(|m| name.contains(m));
-    }
-    // Autocast casts inside the operator it runs (`aten::linear` >
-    // `aten::_to_copy`); a cast on its own is a `.to(dtype)` of the
-    // program's (a model converted before it is moved).
-    match (copy, matmul) {
-        (true, true) => Some("aten::_to_copy inside a matmul"),
-        (false, true) => Some(MATMUL),
-        _ => None,
     }
 }
 

@@ -255,6 +255,38 @@ fn frame_facts(sites: &Sites, frame: &Frame) -> FrameFacts {
     ff
 }
 
+pub const MATMUL: &str = "a matmul-like call";
+
+/// How a site shows a cast (autocast's, or the program's `.to(dtype)`): an explicit cast frame or operator, or (Python
+/// frames only) a matmul-like call, inside which autocast casts.
+pub fn cast_site(sites: &Sites, site: SiteId) -> Option<&'static str> {
+    let (mut matmul, mut copy) = (false, false);
+    for f in sites.frames(site) {
+        let name = sites.str(f.name);
+        if name.contains("cached_cast") {
+            return Some("at::autocast::cached_cast");
+        }
+        copy |= name.contains("aten::_to_copy") || name == "aten::to";
+        matmul |= ["linear", "matmul", "einsum", "addmm", "bmm", "conv"]
+            .iter()
+            .any(|m| name.contains(m));
+    }
+    // Autocast casts inside the operator it runs (`aten::linear` >
+    // `aten::_to_copy`); a cast on its own is a `.to(dtype)` of the
+    // program's (a model converted before it is moved).
+    match (copy, matmul) {
+        (true, true) => Some("aten::_to_copy inside a matmul"),
+        (false, true) => Some(MATMUL),
+        _ => None,
+    }
+}
+
+/// Whether a site is an explicit cast: `cached_cast`, or `aten::_to_copy`
+/// inside a matmul-like operator (autocast casting its inputs).
+pub fn is_explicit_cast(sites: &Sites, site: SiteId) -> bool {
+    matches!(cast_site(sites, site), Some(how) if how != MATMUL)
+}
+
 /// Whether a frame is autograd freeing a graph's saved tensors rather than
 /// computing a backward: `BmmBackward0::release_variables()`,
 /// `SavedVariable::reset_data()`, `deleteNode`, a node's destructor. A

@@ -45,7 +45,7 @@ struct Alloc {
 /// is, or when code outside attention keeps as many.
 pub(super) fn kept_across_layers(ctx: &Context<'_>, intervals: &[Interval]) -> Vec<bool> {
     // The same code, whatever module instances run it.
-    let mut code_of_site: FxHashMap<SiteId, u32> = FxHashMap::default();
+    let mut code_of_site: FxHashMap<SiteId, Option<u32>> = FxHashMap::default();
     let mut codes: FxHashMap<Vec<Frame>, u32> = FxHashMap::default();
     let mut forward: Vec<Alloc> = Vec::new();
     for (index, interval) in intervals.iter().enumerate() {
@@ -56,6 +56,12 @@ pub(super) fn kept_across_layers(ctx: &Context<'_>, intervals: &[Interval]) -> V
             continue;
         }
         let code = *code_of_site.entry(interval.site).or_insert_with(|| {
+            // Autocast's copy of a weight is a cast, never a cache (a model
+            // of few layers keeps more of them than `LAYERS` at one line:
+            // BERT's query, key and value).
+            if crate::vocabulary::is_explicit_cast(ctx.sites, interval.site) {
+                return None;
+            }
             let frames: Vec<Frame> = ctx
                 .sites
                 .frames(interval.site)
@@ -64,8 +70,11 @@ pub(super) fn kept_across_layers(ctx: &Context<'_>, intervals: &[Interval]) -> V
                 .copied()
                 .collect();
             let next = codes.len() as u32;
-            *codes.entry(frames).or_insert(next)
+            Some(*codes.entry(frames).or_insert(next))
         });
+        let Some(code) = code else {
+            continue;
+        };
         forward.push(Alloc {
             code,
             start: interval.start,
