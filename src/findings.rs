@@ -372,6 +372,10 @@ fn is_small_graph_release(
 /// pairs; no run without autograd had a release of 8 tensors at all.
 const MIN_SHARE_OF_SPAN_TENTHS: usize = 2;
 
+/// Casts an operator makes before its output, at most (autocast's
+/// `addmm` casts its input, weight and bias).
+const MAX_CASTS_BEFORE_OUTPUT: usize = 4;
+
 /// The end of a tensor that lives until just after the `n`-th allocation
 /// following its own (or `end` if that is sooner).
 fn after_allocations(alloc_positions: &[u32], start: u32, end: u32, n: usize) -> u32 {
@@ -621,12 +625,24 @@ fn autocast_cache<'r>(
         return None;
     }
     let bytes: u64 = casts.iter().map(|&i| intervals[i].size).sum();
-    // Without the cache each copy is freed once its operator has used it.
+    // Without the cache each copy is freed once its operator has used it:
+    // just after the operator's output, the next allocation that is not
+    // itself a cast (a linear casts its input, weight and bias first).
+    let site_at: HashMap<u32, SiteId> = intervals.iter().map(|iv| (iv.start, iv.site)).collect();
     let fixed_ends = casts
         .iter()
         .map(|&i| {
             let iv = &intervals[i];
-            (i, after_allocations(alloc_positions, iv.start, iv.end, 1))
+            let next = alloc_positions.partition_point(|&p| p <= iv.start);
+            let output = alloc_positions[next..]
+                .iter()
+                .take(MAX_CASTS_BEFORE_OUTPUT)
+                .find(|&&p| !site_at.get(&p).is_some_and(|&s| cast_sites.explicit(s)));
+            let end = match output {
+                Some(&p) => (p + 1).min(iv.end),
+                None => after_allocations(alloc_positions, iv.start, iv.end, 1),
+            };
+            (i, end)
         })
         .collect();
     let shown = match weights {
