@@ -196,6 +196,21 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
             ("bf16_weights", 0.01, 0.06),
             ("kv_cache_limit", 0.01, 0.01),
         ],
+        // Untouched (seeds 120-123, even batches: a first recording's odd
+        // ones halved to a third of the batch): the 3% / 10%.
+        // Over every prediction, warm snapshots' listed misses included:
+        // set_to_none 0.01% / 11.4%, fused 0 / 0, halve_micro_batch 0.01% /
+        // 0.86%, checkpointing 0.12% / 1.62%, bf16 1.84% / 20.3%, halve_batch
+        // 0.16% / 0.50%, kv_cache_limit 0 / 0.
+        "levers_check" => &[
+            ("zero_grad_set_to_none", 0.03, 0.10),
+            ("fused_optimizer", 0.01, 0.01),
+            ("halve_micro_batch", 0.03, 0.10),
+            ("activation_checkpointing", 0.03, 0.10),
+            ("halve_batch", 0.03, 0.10),
+            ("bf16_weights", 0.03, 0.10),
+            ("kv_cache_limit", 0.01, 0.01),
+        ],
         // bf16 pairs recorded after the fresh set showed that attention's
         // math path keeps fp32 in a bf16 run and the model learnt it (new
         // seeds, shapes and optimizers; HF's SDPA with dropout takes the
@@ -253,6 +268,23 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
     (
         "levers_fresh/train.bert.warm.waste zero_grad_set_to_none (snapshot.pickle.gz)",
         "gradients from before recording",
+    ),
+    // levers_check (untouched): the same two kinds of warm snapshot.
+    (
+        "levers_check/train.llama.warm.waste zero_grad_set_to_none (snapshot.pickle.gz)",
+        "gradients from before recording",
+    ),
+    (
+        "levers_check/train.bert.warm.waste bf16_weights (snapshot.pickle.gz)",
+        "state from before recording is unknown",
+    ),
+    (
+        "levers_check/train.gpt2.warm.waste bf16_weights (snapshot.pickle.gz)",
+        "state from before recording is unknown",
+    ),
+    (
+        "levers_check/train.llama.warm.waste bf16_weights (snapshot.pickle.gz)",
+        "state from before recording is unknown",
     ),
     (
         "levers_fresh/train.llama.warm.waste zero_grad_set_to_none (snapshot.pickle.gz)",
@@ -584,6 +616,14 @@ fn final_pairs_come_true() {
 #[test]
 fn findings_check_pairs_come_true() {
     check("findings_check");
+}
+
+/// The catalogue's levers on a set recorded at the end of the sixth
+/// session (GPT-2 with SGD, Llama with AdamW, a CNN with Adam, BERT with
+/// AdamW; seeds 110-113): scored once, untouched.
+#[test]
+fn levers_check_pairs_come_true() {
+    check("levers_check");
 }
 
 /// generate() with long prompts: half the new tokens leaves the prompt's
