@@ -222,16 +222,16 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
     releases.extend(run);
     releases.retain(|r| r.freed.len() >= MIN_RELEASED);
     let cast_sites = Casts::new(&trace.sites);
-    let calls = if releases.is_empty() {
-        None
-    } else {
-        calls::Calls::new(&trace.sites, device)
-    };
+    // The module calls, read once and only where needed (a big trace's
+    // sites hold thousands of frames).
+    let calls = std::cell::OnceCell::new();
+    let read_calls = || calls.get_or_init(|| calls::Calls::new(&trace.sites, device));
     let (graphs, others): (Vec<Release>, Vec<Release>) = releases.into_iter().partition(|r| {
         is_graph_release(r, intervals, &alloc_positions, &cast_sites)
-            || calls.as_ref().is_some_and(|c| {
-                is_small_graph_release(r, intervals, &alloc_positions, &cast_sites, c)
-            })
+            || (may_be_small_graph(&traced(r, intervals, &cast_sites), &alloc_positions)
+                && read_calls().as_ref().is_some_and(|c| {
+                    is_small_graph_release(r, intervals, &alloc_positions, &cast_sites, c)
+                }))
     });
 
     // The weights' sizes, each weight once: a weight initialised in place
@@ -258,7 +258,12 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
 
     let mut out = Vec::new();
     out.extend(kept_graph(trace, device, cd, &graphs, &cast_set));
-    let calls = calls.filter(|_| !graphs.is_empty());
+    let calls = if graphs.is_empty() {
+        None
+    } else {
+        read_calls();
+        calls.into_inner().flatten()
+    };
     out.extend(autograd_in_inference(
         cd,
         &graphs,
@@ -301,17 +306,24 @@ fn is_graph_release(
     if count < MIN_GRAPH_RELEASED {
         return false;
     }
-    let Some(first) = traced.iter().map(|iv| iv.start).min() else {
-        return true;
-    };
-    let last = traced.iter().map(|iv| iv.start).max().unwrap_or(first);
-    let span = alloc_positions.partition_point(|&p| p <= last)
-        - alloc_positions.partition_point(|&p| p < first);
     // A small model's graph (a two-layer MLP saves seven tensors) is not
     // told from a module returning its locals without autograd (BERT's
     // attention under no_grad frees six, from three calls) by the count:
     // the module calls tell them apart ([`is_small_graph_release`]).
-    count >= MIN_GRAPH_RELEASED && traced.len() * 10 >= span * MIN_SHARE_OF_SPAN_TENTHS
+    traced.is_empty() || frees_a_share_of_its_span(&traced, alloc_positions)
+}
+
+/// Whether `traced` are at least [`MIN_SHARE_OF_SPAN_TENTHS`] of the
+/// allocations made from the first of them to the last.
+fn frees_a_share_of_its_span(
+    traced: &[&crate::timeline::Interval],
+    alloc_positions: &[u32],
+) -> bool {
+    let first = traced.iter().map(|iv| iv.start).min().unwrap_or(0);
+    let last = traced.iter().map(|iv| iv.start).max().unwrap_or(first);
+    let span = alloc_positions.partition_point(|&p| p <= last)
+        - alloc_positions.partition_point(|&p| p < first);
+    traced.len() * 10 >= span * MIN_SHARE_OF_SPAN_TENTHS
 }
 
 /// What a release frees that was made while recording, not by an explicit
@@ -334,8 +346,8 @@ fn traced<'i>(
 /// tensors): after the forward's outermost call returned and the program
 /// allocated again (`out.argmax()`, the next forward), it frees at least
 /// [`MIN_RELEASED`] tensors that without autograd would have died inside
-/// that call (a call's locals, an output the next call had used), and the
-/// same share of its span as a bigger graph. A module returning its locals
+/// that call (a call's locals, an output the next call had used), past
+/// [`may_be_small_graph`]'s checks. A module returning its locals
 /// without autograd does that inside the forward; a returned tuple holds
 /// outputs, not intermediates.
 fn is_small_graph_release(
@@ -346,9 +358,6 @@ fn is_small_graph_release(
     calls: &calls::Calls,
 ) -> bool {
     let traced = traced(r, intervals, casts);
-    if traced.len() < MIN_RELEASED || traced.len() >= MIN_GRAPH_RELEASED {
-        return false;
-    }
     let returned_before = |iv: &crate::timeline::Interval| {
         calls.outermost_end(iv.start).is_some_and(|end| {
             let next = alloc_positions.partition_point(|&p| p <= end);
@@ -359,11 +368,16 @@ fn is_small_graph_release(
         .iter()
         .filter(|iv| returned_before(iv) && calls.last_use(iv.start).is_some())
         .count();
-    let first = traced.iter().map(|iv| iv.start).min().unwrap_or(0);
-    let last = traced.iter().map(|iv| iv.start).max().unwrap_or(first);
-    let span = alloc_positions.partition_point(|&p| p <= last)
-        - alloc_positions.partition_point(|&p| p < first);
-    intermediates >= MIN_RELEASED && traced.len() * 10 >= span * MIN_SHARE_OF_SPAN_TENTHS
+    intermediates >= MIN_RELEASED
+}
+
+/// What [`is_small_graph_release`] asks of a release's [`traced`] tensors
+/// that needs no module calls: a count too small for [`is_graph_release`]
+/// but at least [`MIN_RELEASED`], and the same share of its span as a
+/// bigger graph.
+fn may_be_small_graph(traced: &[&crate::timeline::Interval], alloc_positions: &[u32]) -> bool {
+    (MIN_RELEASED..MIN_GRAPH_RELEASED).contains(&traced.len())
+        && frees_a_share_of_its_span(traced, alloc_positions)
 }
 
 /// Share of the allocations in a release's span that it must free, in

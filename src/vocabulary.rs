@@ -257,34 +257,69 @@ fn frame_facts(sites: &Sites, frame: &Frame) -> FrameFacts {
 
 pub const MATMUL: &str = "a matmul-like call";
 
-/// How a site shows a cast (autocast's, or the program's `.to(dtype)`): an explicit cast frame or operator, or (Python
-/// frames only) a matmul-like call, inside which autocast casts.
-pub fn cast_site(sites: &Sites, site: SiteId) -> Option<&'static str> {
-    let (mut matmul, mut copy) = (false, false);
-    for f in sites.frames(site) {
-        let name = sites.str(f.name);
-        if name.contains("cached_cast") {
-            return Some("at::autocast::cached_cast");
-        }
-        copy |= name.contains("aten::_to_copy") || name == "aten::to";
-        matmul |= ["linear", "matmul", "einsum", "addmm", "bmm", "conv"]
-            .iter()
-            .any(|m| name.contains(m));
-    }
+/// What one frame says of a cast: bit 0 `cached_cast`, bit 1 a copy
+/// (`aten::_to_copy`, `aten::to`), bit 2 a matmul-like operator.
+fn cast_bits(name: &str) -> u8 {
+    let cached = name.contains("cached_cast");
+    let copy = name.contains("aten::_to_copy") || name == "aten::to";
+    let matmul = ["linear", "matmul", "einsum", "addmm", "bmm", "conv"]
+        .iter()
+        .any(|m| name.contains(m));
+    u8::from(cached) | u8::from(copy) << 1 | u8::from(matmul) << 2
+}
+
+/// How frames whose [`cast_bits`] are `bits` (or-ed) show a cast.
+fn cast_of(bits: u8) -> Option<&'static str> {
     // Autocast casts inside the operator it runs (`aten::linear` >
     // `aten::_to_copy`); a cast on its own is a `.to(dtype)` of the
     // program's (a model converted before it is moved).
-    match (copy, matmul) {
-        (true, true) => Some("aten::_to_copy inside a matmul"),
-        (false, true) => Some(MATMUL),
+    match (bits & 1 != 0, bits & 2 != 0, bits & 4 != 0) {
+        (true, _, _) => Some("at::autocast::cached_cast"),
+        (_, true, true) => Some("aten::_to_copy inside a matmul"),
+        (_, false, true) => Some(MATMUL),
         _ => None,
     }
 }
 
-/// Whether a site is an explicit cast: `cached_cast`, or `aten::_to_copy`
-/// inside a matmul-like operator (autocast casting its inputs).
-pub fn is_explicit_cast(sites: &Sites, site: SiteId) -> bool {
-    matches!(cast_site(sites, site), Some(how) if how != MATMUL)
+/// How a site shows a cast (autocast's, or the program's `.to(dtype)`): an
+/// explicit cast frame or operator, or (Python frames only) a matmul-like
+/// call, inside which autocast casts.
+pub fn cast_site(sites: &Sites, site: SiteId) -> Option<&'static str> {
+    cast_of(
+        sites
+            .frames(site)
+            .iter()
+            .fold(0, |bits, f| bits | cast_bits(sites.str(f.name))),
+    )
+}
+
+/// [`cast_site`]'s explicit casts (`cached_cast`, or `aten::_to_copy`
+/// inside a matmul-like operator: autocast casting its inputs), each
+/// distinct frame read once.
+pub struct ExplicitCasts<'a> {
+    sites: &'a Sites,
+    by_name: FxHashMap<StrId, u8>,
+}
+
+impl<'a> ExplicitCasts<'a> {
+    pub fn new(sites: &'a Sites) -> ExplicitCasts<'a> {
+        ExplicitCasts {
+            sites,
+            by_name: FxHashMap::default(),
+        }
+    }
+
+    /// Whether `site` is an explicit cast.
+    pub fn at(&mut self, site: SiteId) -> bool {
+        let mut bits = 0;
+        for f in self.sites.frames(site) {
+            bits |= *self
+                .by_name
+                .entry(f.name)
+                .or_insert_with(|| cast_bits(self.sites.str(f.name)));
+        }
+        matches!(cast_of(bits), Some(how) if how != MATMUL)
+    }
 }
 
 /// Whether a frame is autograd freeing a graph's saved tensors rather than

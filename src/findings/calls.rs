@@ -82,6 +82,9 @@ impl Calls {
         let mut lines: HashMap<SiteId, Vec<Option<Frame>>> = HashMap::new();
         let mut saves_result = std::collections::HashSet::new();
         let mut classes: HashMap<StrId, Box<str>> = HashMap::new();
+        // Per distinct frame, read once: sites share most of their frames.
+        let mut code_lines: HashMap<(StrId, StrId), bool> = HashMap::new();
+        let mut result_savers: HashMap<StrId, bool> = HashMap::new();
         let mut alloc_sites = Vec::new();
         let mut positions = Vec::new();
         let mut sizes = Vec::new();
@@ -100,31 +103,36 @@ impl Calls {
                     .filter(|f| only.is_none_or(|o| o.contains(&f.name)))
                     .map(|f| f.name)
                     .collect();
-                let mut at = Vec::with_capacity(chain.len());
-                let mut from = 0;
-                for &m in &chain {
-                    at.push(
-                        frames[from..]
+                // Lines, result-saving operators and classes serve
+                // `last_use`; `Calls::only`'s users read the calls alone.
+                if only.is_none() {
+                    let mut code_line = |f: &Frame| {
+                        *code_lines
+                            .entry((f.filename, f.name))
+                            .or_insert_with(|| is_code_line(sites, f))
+                    };
+                    let mut at = Vec::with_capacity(chain.len());
+                    let mut from = 0;
+                    for &m in &chain {
+                        at.push(frames[from..].iter().copied().find(|f| code_line(f)));
+                        from += frames[from..]
                             .iter()
-                            .copied()
-                            .find(|f| is_code_line(sites, f)),
-                    );
-                    from += frames[from..]
-                        .iter()
-                        .position(|f| f.name == m)
-                        .map_or(frames.len() - from, |k| k + 1);
-                }
-                for &m in &chain {
-                    classes
-                        .entry(m)
-                        .or_insert_with(|| module_class(sites.str(m)).into());
-                }
-                lines.insert(e.site, at);
-                if frames
-                    .iter()
-                    .any(|f| crate::vocabulary::saves_its_result(sites.str(f.name)))
-                {
-                    saves_result.insert(e.site);
+                            .position(|f| f.name == m)
+                            .map_or(frames.len() - from, |k| k + 1);
+                    }
+                    for &m in &chain {
+                        classes
+                            .entry(m)
+                            .or_insert_with(|| module_class(sites.str(m)).into());
+                    }
+                    lines.insert(e.site, at);
+                    if frames.iter().any(|f| {
+                        *result_savers.entry(f.name).or_insert_with(|| {
+                            crate::vocabulary::saves_its_result(sites.str(f.name))
+                        })
+                    }) {
+                        saves_result.insert(e.site);
+                    }
                 }
                 v.insert(chain);
             }
