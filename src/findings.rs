@@ -570,6 +570,15 @@ impl<'a> Casts<'a> {
             .or_insert_with(|| cast_site(self.sites, site))
     }
 
+    /// Whether a site's innermost frame is a profiler operator (`aten::addmm`),
+    /// as a Chrome trace's sites are: allocations there are that call's.
+    fn names_an_operator(&self, site: SiteId) -> bool {
+        self.sites
+            .frames(site)
+            .first()
+            .is_some_and(|f| self.sites.str(f.name).starts_with("aten::"))
+    }
+
     /// Whether a site shows an explicit cast (`cached_cast`, `aten::_to_copy`).
     fn explicit(&self, site: SiteId) -> bool {
         matches!(self.how(site), Some(how) if how != MATMUL)
@@ -651,9 +660,23 @@ fn autocast_cache<'r>(
             let output = alloc_positions[next..]
                 .iter()
                 .take(MAX_CASTS_BEFORE_OUTPUT)
-                .find(|&&p| !site_at.get(&p).is_some_and(|&s| cast_sites.explicit(s)));
+                .position(|&p| !site_at.get(&p).is_some_and(|&s| cast_sites.explicit(s)));
             let end = match output {
-                Some(&p) => (p + 1).min(iv.end),
+                Some(k) => {
+                    // A named operator's own scratch after its output (a
+                    // bf16 `addmm`'s workspace) is made at the output's
+                    // site: the copy lives through it, to the operator's end.
+                    let k = next + k;
+                    let site = site_at.get(&alloc_positions[k]).copied();
+                    let mut last = k;
+                    while site.is_some_and(|s| cast_sites.names_an_operator(s))
+                        && last + 1 < alloc_positions.len()
+                        && site_at.get(&alloc_positions[last + 1]).copied() == site
+                    {
+                        last += 1;
+                    }
+                    (alloc_positions[last] + 1).min(iv.end)
+                }
                 None => after_allocations(alloc_positions, iv.start, iv.end, 1),
             };
             (i, end)

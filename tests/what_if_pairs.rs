@@ -403,33 +403,6 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
         "findings_check/autocast.cnn.warm.waste autocast_no_cache (snapshot.pickle.gz)",
         "saving 0.13% of the peak: no finding",
     ),
-    // BERT's Chrome traces: scored untouched, the finding saved 537,440 B
-    // of the true 619,776 (13% under): autocast's copies at the query/key/
-    // value line (three per layer, six in two layers) were taken for a KV
-    // cache kept across layers. Casts are no cache now (classify/layers.rs):
-    // all 28 copies are found, as in the snapshot, and the saving is 689,312
-    // (11% over; 2.6% and 5.5% of the peak): in a Chrome trace a copy
-    // outlives its matmul's output by more than the one allocation the
-    // model gives it (as the tuned TinyLM's below).
-    (
-        "findings_check/autocast.bert.cold.waste autocast_no_cache (trace.json.gz)",
-        "saving 11% over",
-    ),
-    (
-        "findings_check/autocast.bert.warm.waste autocast_no_cache (trace.json.gz)",
-        "saving 11% over",
-    ),
-    // The copies' saving is 12% over the true one (2.2% and 3.9% of the
-    // peak): in this Chrome trace a copy outlives its matmul's output by
-    // more than the one allocation the model gives it.
-    (
-        "tuned/autocast.tinylm.cold.waste autocast_no_cache (trace.json.gz)",
-        "saving 12% over",
-    ),
-    (
-        "tuned/autocast.tinylm.warm.waste autocast_no_cache (trace.json.gz)",
-        "saving 12% over",
-    ),
 ];
 
 /// Whether a finding's saving must be within 10% of the true one.
