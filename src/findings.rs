@@ -38,7 +38,7 @@ use crate::classify::{Phase, SiteFacts};
 use crate::model::{Action, Category, DeviceTrace, SiteId, Sites, Trace};
 use crate::schema::FindingKind;
 use crate::units::human_bytes;
-use crate::vocabulary::{cast_site, MATMUL};
+use crate::vocabulary::{CastSites as Casts, MATMUL};
 
 /// Fewest forward tensors a run of frees must release to be read at all
 /// (a forward without autograd frees its output and perhaps its input
@@ -227,11 +227,12 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
     let calls = std::cell::OnceCell::new();
     let read_calls = || calls.get_or_init(|| calls::Calls::new(&trace.sites, device));
     let (graphs, others): (Vec<Release>, Vec<Release>) = releases.into_iter().partition(|r| {
-        is_graph_release(r, intervals, &alloc_positions, &cast_sites)
-            || (may_be_small_graph(&traced(r, intervals, &cast_sites), &alloc_positions)
-                && read_calls().as_ref().is_some_and(|c| {
-                    is_small_graph_release(r, intervals, &alloc_positions, &cast_sites, c)
-                }))
+        let traced = traced(r, intervals, &cast_sites);
+        is_graph_release(r, &traced, intervals, &alloc_positions)
+            || (may_be_small_graph(&traced, &alloc_positions)
+                && read_calls()
+                    .as_ref()
+                    .is_some_and(|c| is_small_graph_release(r, &traced, &alloc_positions, c)))
     });
 
     // The weights' sizes, each weight once: a weight initialised in place
@@ -246,6 +247,8 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
     }
     let casts = autocast_cache(
         &cast_sites,
+        &trace.sites,
+        device,
         cd,
         graphs.iter().chain(&others),
         &params,
@@ -292,11 +295,10 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
 /// frees a few locals of one call).
 fn is_graph_release(
     r: &Release,
+    traced: &[&crate::timeline::Interval],
     intervals: &[crate::timeline::Interval],
     alloc_positions: &[u32],
-    casts: &Casts,
 ) -> bool {
-    let traced = traced(r, intervals, casts);
     let baseline = r
         .freed
         .iter()
@@ -310,7 +312,7 @@ fn is_graph_release(
     // told from a module returning its locals without autograd (BERT's
     // attention under no_grad frees six, from three calls) by the count:
     // the module calls tell them apart ([`is_small_graph_release`]).
-    traced.is_empty() || frees_a_share_of_its_span(&traced, alloc_positions)
+    traced.is_empty() || frees_a_share_of_its_span(traced, alloc_positions)
 }
 
 /// Whether `traced` are at least [`MIN_SHARE_OF_SPAN_TENTHS`] of the
@@ -352,12 +354,10 @@ fn traced<'i>(
 /// outputs, not intermediates.
 fn is_small_graph_release(
     r: &Release,
-    intervals: &[crate::timeline::Interval],
+    traced: &[&crate::timeline::Interval],
     alloc_positions: &[u32],
-    casts: &Casts,
     calls: &calls::Calls,
 ) -> bool {
-    let traced = traced(r, intervals, casts);
     let returned_before = |iv: &crate::timeline::Interval| {
         calls.outermost_end(iv.start).is_some_and(|end| {
             let next = alloc_positions.partition_point(|&p| p <= end);
@@ -548,45 +548,19 @@ fn autograd_in_inference(
     })
 }
 
-/// How sites show casts ([`cast_site`]), read once per site.
-struct Casts<'a> {
-    sites: &'a Sites,
-    memo: std::cell::RefCell<HashMap<SiteId, Option<&'static str>>>,
-}
-
-impl<'a> Casts<'a> {
-    fn new(sites: &'a Sites) -> Casts<'a> {
-        Casts {
-            sites,
-            memo: Default::default(),
-        }
-    }
-
-    fn how(&self, site: SiteId) -> Option<&'static str> {
-        *self
-            .memo
-            .borrow_mut()
-            .entry(site)
-            .or_insert_with(|| cast_site(self.sites, site))
-    }
-
-    /// Whether a site's innermost frame is a profiler operator (`aten::addmm`),
-    /// as a Chrome trace's sites are: allocations there are that call's.
-    fn names_an_operator(&self, site: SiteId) -> bool {
-        self.sites
-            .frames(site)
-            .first()
-            .is_some_and(|f| self.sites.str(f.name).starts_with("aten::"))
-    }
-
-    /// Whether a site shows an explicit cast (`cached_cast`, `aten::_to_copy`).
-    fn explicit(&self, site: SiteId) -> bool {
-        matches!(self.how(site), Some(how) if how != MATMUL)
-    }
+/// Whether a site's innermost frame is a profiler operator (`aten::addmm`),
+/// as a Chrome trace's sites are: allocations there are that call's.
+fn names_an_operator(sites: &Sites, site: SiteId) -> bool {
+    sites
+        .frames(site)
+        .first()
+        .is_some_and(|f| sites.str(f.name).starts_with("aten::"))
 }
 
 fn autocast_cache<'r>(
     cast_sites: &Casts,
+    sites: &Sites,
+    device: &DeviceTrace,
     cd: &ClassifiedDevice,
     releases: impl Iterator<Item = &'r Release>,
     params: &HashMap<u64, u32>,
@@ -651,7 +625,8 @@ fn autocast_cache<'r>(
     // Without the cache each copy is freed once its operator has used it:
     // just after the operator's output, the next allocation that is not
     // itself a cast (a linear casts its input, weight and bias first).
-    let site_at: HashMap<u32, SiteId> = intervals.iter().map(|iv| (iv.start, iv.site)).collect();
+    // The site of the allocation at position `p` (after its event).
+    let site_at = |p: u32| device.events[p as usize - 1].site;
     let fixed_ends = casts
         .iter()
         .map(|&i| {
@@ -660,18 +635,18 @@ fn autocast_cache<'r>(
             let output = alloc_positions[next..]
                 .iter()
                 .take(MAX_CASTS_BEFORE_OUTPUT)
-                .position(|&p| !site_at.get(&p).is_some_and(|&s| cast_sites.explicit(s)));
+                .position(|&p| !cast_sites.explicit(site_at(p)));
             let end = match output {
                 Some(k) => {
                     // A named operator's own scratch after its output (a
                     // bf16 `addmm`'s workspace) is made at the output's
                     // site: the copy lives through it, to the operator's end.
                     let k = next + k;
-                    let site = site_at.get(&alloc_positions[k]).copied();
+                    let site = site_at(alloc_positions[k]);
                     let mut last = k;
-                    while site.is_some_and(|s| cast_sites.names_an_operator(s))
+                    while names_an_operator(sites, site)
                         && last + 1 < alloc_positions.len()
-                        && site_at.get(&alloc_positions[last + 1]).copied() == site
+                        && site_at(alloc_positions[last + 1]) == site
                     {
                         last += 1;
                     }

@@ -13,6 +13,8 @@
 
 mod operators;
 
+use std::cell::RefCell;
+
 use rustc_hash::FxHashMap;
 
 use crate::model::{Frame, SiteId, Sites, StrId};
@@ -281,44 +283,46 @@ fn cast_of(bits: u8) -> Option<&'static str> {
     }
 }
 
-/// How a site shows a cast (autocast's, or the program's `.to(dtype)`): an
+/// How sites show casts (autocast's, or the program's `.to(dtype)`): an
 /// explicit cast frame or operator, or (Python frames only) a matmul-like
-/// call, inside which autocast casts.
-pub fn cast_site(sites: &Sites, site: SiteId) -> Option<&'static str> {
-    cast_of(
-        sites
-            .frames(site)
-            .iter()
-            .fold(0, |bits, f| bits | cast_bits(sites.str(f.name))),
-    )
-}
-
-/// [`cast_site`]'s explicit casts (`cached_cast`, or `aten::_to_copy`
-/// inside a matmul-like operator: autocast casting its inputs), each
-/// distinct frame read once.
-pub struct ExplicitCasts<'a> {
+/// call, inside which autocast casts. Each distinct frame name and each
+/// site is read once.
+pub struct CastSites<'a> {
     sites: &'a Sites,
-    by_name: FxHashMap<StrId, u8>,
+    by_name: RefCell<FxHashMap<StrId, u8>>,
+    by_site: RefCell<FxHashMap<SiteId, Option<&'static str>>>,
 }
 
-impl<'a> ExplicitCasts<'a> {
-    pub fn new(sites: &'a Sites) -> ExplicitCasts<'a> {
-        ExplicitCasts {
+impl<'a> CastSites<'a> {
+    pub fn new(sites: &'a Sites) -> CastSites<'a> {
+        CastSites {
             sites,
-            by_name: FxHashMap::default(),
+            by_name: RefCell::default(),
+            by_site: RefCell::default(),
         }
     }
 
-    /// Whether `site` is an explicit cast.
-    pub fn at(&mut self, site: SiteId) -> bool {
-        let mut bits = 0;
-        for f in self.sites.frames(site) {
-            bits |= *self
-                .by_name
-                .entry(f.name)
-                .or_insert_with(|| cast_bits(self.sites.str(f.name)));
+    /// How `site` shows a cast, if it does.
+    pub fn how(&self, site: SiteId) -> Option<&'static str> {
+        if let Some(&how) = self.by_site.borrow().get(&site) {
+            return how;
         }
-        matches!(cast_of(bits), Some(how) if how != MATMUL)
+        let mut by_name = self.by_name.borrow_mut();
+        let bits = self.sites.frames(site).iter().fold(0, |bits, f| {
+            bits | *by_name
+                .entry(f.name)
+                .or_insert_with(|| cast_bits(self.sites.str(f.name)))
+        });
+        let how = cast_of(bits);
+        self.by_site.borrow_mut().insert(site, how);
+        how
+    }
+
+    /// Whether `site` is an explicit cast: `cached_cast`, or
+    /// `aten::_to_copy` inside a matmul-like operator (autocast casting its
+    /// inputs).
+    pub fn explicit(&self, site: SiteId) -> bool {
+        matches!(self.how(site), Some(how) if how != MATMUL)
     }
 }
 
@@ -368,6 +372,23 @@ pub fn is_attention_call_frame(name: &str) -> bool {
 /// (`nn.Module: Block_1`): one call of that module allocated below it.
 pub fn is_module_frame(name: &str) -> bool {
     name.starts_with("nn.Module:")
+}
+
+/// A module frame's class: `nn.Module: Linear_3` → `Linear`.
+pub fn module_class(frame: &str) -> &str {
+    let name = frame.strip_prefix("nn.Module: ").unwrap_or(frame);
+    match name.rsplit_once('_') {
+        Some((class, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => class,
+        _ => name,
+    }
+}
+
+/// A Python source line (`file.py` with a line, or the profiler's
+/// `file.py(N): name`): not a builtin, not a module's name.
+pub fn is_source_line(file: &str, name: &str) -> bool {
+    (file.ends_with(".py") || name.contains(".py("))
+        && !name.starts_with("<built-in")
+        && !is_module_frame(name)
 }
 
 /// Whether a module frame names an `nn.Sequential` (`nn.Module:

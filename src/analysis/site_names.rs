@@ -100,9 +100,7 @@ fn schema_name(op: &str) -> Cow<'_, str> {
 
 /// A Python source line (not a builtin, not a module's name).
 fn is_source_line(f: &Frame<'_>) -> bool {
-    is_python(f.file, f.name)
-        && !f.name.starts_with("<built-in")
-        && !f.name.starts_with("nn.Module:")
+    crate::vocabulary::is_source_line(f.file, f.name)
 }
 
 /// Frames whose path is PyTorch's own code, or code Inductor generated

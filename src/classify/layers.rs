@@ -46,7 +46,7 @@ struct Alloc {
 pub(super) fn kept_across_layers(ctx: &Context<'_>, intervals: &[Interval]) -> Vec<bool> {
     // The same code, whatever module instances run it.
     let mut code_of_site: FxHashMap<SiteId, Option<u32>> = FxHashMap::default();
-    let mut casts = crate::vocabulary::ExplicitCasts::new(ctx.sites);
+    let casts = crate::vocabulary::CastSites::new(ctx.sites);
     let mut codes: FxHashMap<Vec<Frame>, u32> = FxHashMap::default();
     let mut forward: Vec<Alloc> = Vec::new();
     for (index, interval) in intervals.iter().enumerate() {
@@ -60,7 +60,7 @@ pub(super) fn kept_across_layers(ctx: &Context<'_>, intervals: &[Interval]) -> V
             // Autocast's copy of a weight is a cast, never a cache (a model
             // of few layers keeps more of them than `LAYERS` at one line:
             // BERT's query, key and value).
-            if casts.at(interval.site) {
+            if casts.explicit(interval.site) {
                 return None;
             }
             let frames: Vec<Frame> = ctx

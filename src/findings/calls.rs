@@ -121,9 +121,9 @@ impl Calls {
                             .map_or(frames.len() - from, |k| k + 1);
                     }
                     for &m in &chain {
-                        classes
-                            .entry(m)
-                            .or_insert_with(|| module_class(sites.str(m)).into());
+                        classes.entry(m).or_insert_with(|| {
+                            crate::vocabulary::module_class(sites.str(m)).into()
+                        });
                     }
                     lines.insert(e.site, at);
                     if frames.iter().any(|f| {
@@ -319,22 +319,11 @@ impl Calls {
     }
 }
 
-/// A Python source line of the program's or a library's code: not a
-/// builtin, not a module's name, not `nn.Module`'s call machinery.
+/// A Python source line of the program's or a library's code, not
+/// `nn.Module`'s call machinery.
 fn is_code_line(sites: &Sites, f: &Frame) -> bool {
     let (file, name) = (sites.str(f.filename), sites.str(f.name));
-    (file.ends_with(".py") || name.contains(".py("))
-        && !name.starts_with("<built-in")
-        && !crate::vocabulary::is_module_frame(name)
+    crate::vocabulary::is_source_line(file, name)
         && !file.ends_with("torch/nn/modules/module.py")
         && !name.starts_with("torch/nn/modules/module.py(")
-}
-
-/// A module frame's class: `nn.Module: Linear_3` → `Linear`.
-fn module_class(frame: &str) -> &str {
-    let name = frame.strip_prefix("nn.Module: ").unwrap_or(frame);
-    match name.rsplit_once('_') {
-        Some((class, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => class,
-        _ => name,
-    }
 }
