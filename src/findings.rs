@@ -31,6 +31,7 @@
 use std::collections::HashMap;
 
 mod calls;
+mod gradients;
 mod growth;
 
 use crate::analysis::ClassifiedDevice;
@@ -86,6 +87,7 @@ impl FindingKind {
             FindingKind::AutogradInInference => "inference_mode",
             FindingKind::AutocastWeightCache => "autocast_no_cache",
             FindingKind::MemoryGrowth => "drop_growing_refs",
+            FindingKind::GradientsKeptThroughForward => "zero_grad_set_to_none",
         }
     }
 
@@ -96,6 +98,7 @@ impl FindingKind {
             FindingKind::AutogradInInference => "run the forward under `torch.inference_mode()` (or `torch.no_grad()`)",
             FindingKind::AutocastWeightCache => "use `torch.autocast(..., cache_enabled=False)`, or cast the model to bf16 when the accuracy allows",
             FindingKind::MemoryGrowth => "keep only what later code needs of each run's tensors (`.item()`, `.detach().cpu()`, a reduction), not the tensors themselves",
+            FindingKind::GradientsKeptThroughForward => "call `optimizer.zero_grad(set_to_none=True)` right after `optimizer.step()`, so gradients are freed until backward writes them again",
         }
     }
 
@@ -106,9 +109,19 @@ impl FindingKind {
         )
     }
 
-    /// The kind a lever name fixes, if it is a finding's lever.
+    /// Whether the what-if models the fix from the finding's own
+    /// allocations ([`Found::fixed_ends`]); else its lever is the
+    /// catalogue's, modelled there (`zero_grad_set_to_none`).
+    pub fn modelled_by_finding(self) -> bool {
+        self != FindingKind::GradientsKeptThroughForward
+    }
+
+    /// The kind whose own model a lever name applies, if it is such a
+    /// finding's lever.
     pub fn for_lever(lever: &str) -> Option<FindingKind> {
-        FindingKind::ALL.into_iter().find(|k| k.lever() == lever)
+        FindingKind::ALL
+            .into_iter()
+            .find(|k| k.modelled_by_finding() && k.lever() == lever)
     }
 }
 
@@ -162,7 +175,7 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
     // left to a finding of its own), and autocast's copies are saved for
     // the backward anyway.
     if training {
-        return Vec::new();
+        return gradients::kept_through_forward(cd).into_iter().collect();
     }
     // Which interval each event frees (an interval ends after its free).
     let mut freed_by = vec![u32::MAX; device.events.len()];

@@ -11,7 +11,7 @@ use crate::model::{DeviceTrace, Diagnostic, Trace};
 use crate::plan::demand::Demand;
 use crate::plan::facts::{FactsInput, Mode, RunFacts};
 use crate::plan::levers::{parse_levers, Lever, LeversError};
-use crate::plan::pools::{Overlay, OverlayInput};
+use crate::plan::pools::{Overlay, OverlayInput, Part};
 use crate::plan::whatif;
 use crate::schema::{Finding, WhatIf};
 use crate::schema::{Report, SourceInfo};
@@ -100,6 +100,8 @@ pub fn analyze_trace(
                 .zip(&selected)
                 .map(|(d, device)| {
                     let found = findings::find(trace, device, d);
+                    let kept = kept_gradients_curve(&found, d);
+                    let found = (found, kept);
                     let wants_plan = may_get_a_plan(device, &d.timeline.replay, &options.plan);
                     if !wants_plan && what_if.is_empty() {
                         return (found, None, wants_plan);
@@ -129,7 +131,7 @@ pub fn analyze_trace(
         },
     );
     let mut warnings = Vec::new();
-    for (((d, (found, planned, wants_plan)), device), cd) in report
+    for (((d, ((found, kept_curve), planned, wants_plan)), device), cd) in report
         .devices
         .iter_mut()
         .zip(planned)
@@ -167,27 +169,43 @@ pub fn analyze_trace(
         d.findings = found
             .iter()
             .filter_map(|f| {
-                let after = sim(&[f.kind.lever().to_owned()]).ok()?;
+                // A catalogue lever's finding is priced by its own curve
+                // (the what-if gives the same peak through the demand).
+                let (peak_after, curve) = match &kept_curve {
+                    Some(curve) if !f.kind.modelled_by_finding() => {
+                        (curve.iter().copied().max().unwrap_or(0), curve.clone())
+                    }
+                    _ => {
+                        let after = sim(&[f.kind.lever().to_owned()]).ok()?;
+                        (after.peak_allocated, after.curve)
+                    }
+                };
                 // A waste whose fix would not lower the peak by 1% is not
                 // worth a reader's attention (nor a false alarm's risk).
-                let saving = before.saturating_sub(after.peak_allocated);
+                let saving = before.saturating_sub(peak_after);
                 if saving * 100 < before {
                     return None;
                 }
-                Some(Finding {
-                    kind: f.kind,
-                    bytes_at_peak: f
+                let bytes_at_peak = match &kept_curve {
+                    Some(curve) if !f.kind.modelled_by_finding() => {
+                        before.saturating_sub(curve[peak as usize])
+                    }
+                    _ => f
                         .intervals
                         .iter()
                         .map(|&i| &cd.timeline.replay.intervals[i])
                         .filter(|iv| iv.live_at(peak))
                         .map(|iv| iv.size)
                         .sum(),
+                };
+                Some(Finding {
+                    kind: f.kind,
+                    bytes_at_peak,
                     evidence: f.evidence.clone(),
                     fix: f.kind.lever().to_owned(),
                     saving_bytes: saving,
-                    peak_after_bytes: after.peak_allocated,
-                    series: plotted(&after.curve, options.analysis.plot_points),
+                    peak_after_bytes: peak_after,
+                    series: plotted(&curve, options.analysis.plot_points),
                 })
             })
             .collect();
@@ -214,10 +232,13 @@ pub fn analyze_trace(
             facts.complete(&demand.max_by_pool(), overlay, &d.peak.allocations);
         }
         // The findings' fixes, in order; the demand with the first k+1 of
-        // them applied is made when the plan tries the k-th.
+        // them applied is made when the plan tries the k-th. A fix that is
+        // a catalogue lever (`zero_grad_set_to_none`) is the search's: it
+        // costs nothing there too, so it comes first all the same.
         let fixes: Vec<plan::Fix> = d
             .findings
             .iter()
+            .filter(|f| f.kind.modelled_by_finding())
             .map(|f| plan::Fix {
                 lever: f.fix.clone(),
                 action: f.kind.action().to_owned(),
@@ -305,6 +326,31 @@ fn plotted(curve: &[u64], points: usize) -> Vec<u64> {
         .chunks(bucket)
         .map(|c| c.iter().copied().max().unwrap_or(0))
         .collect()
+}
+
+/// The allocated curve with the gradients kept across steps removed,
+/// for a device with a `gradients_kept_through_forward` finding: what its
+/// fix (`zero_grad_set_to_none`) leaves, read off the windows the planner's
+/// lever removes, without gathering the planner's facts and demand.
+fn kept_gradients_curve(
+    found: &[findings::Found],
+    d: &analysis::ClassifiedDevice,
+) -> Option<Vec<u64>> {
+    found
+        .iter()
+        .any(|f| !f.kind.modelled_by_finding())
+        .then(|| {
+            let overlay = Overlay::build(
+                &d.timeline,
+                &d.classes,
+                OverlayInput {
+                    training: true,
+                    weight_sizes: &[],
+                    attention_math: &[],
+                },
+            );
+            whatif::curve_without(&d.timeline, &overlay, Part::KeptAcrossSteps)
+        })
 }
 
 /// Whether [`plan::plan_for`] can find a budget for a device: one given,

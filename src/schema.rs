@@ -146,14 +146,18 @@ pub enum FindingKind {
     /// Memory growing run after run: a line whose tensors outlive its
     /// next runs (fix: `drop_growing_refs`).
     MemoryGrowth,
+    /// Gradients kept from an optimizer step through the next forward,
+    /// zeroed in place instead of freed (fix: `zero_grad_set_to_none`).
+    GradientsKeptThroughForward,
 }
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 4] = [
+    pub const ALL: [FindingKind; 5] = [
         FindingKind::GraphKeptAlive,
         FindingKind::AutogradInInference,
         FindingKind::AutocastWeightCache,
         FindingKind::MemoryGrowth,
+        FindingKind::GradientsKeptThroughForward,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -162,6 +166,7 @@ impl FindingKind {
             FindingKind::AutogradInInference => "autograd_in_inference",
             FindingKind::AutocastWeightCache => "autocast_weight_cache",
             FindingKind::MemoryGrowth => "memory_growth",
+            FindingKind::GradientsKeptThroughForward => "gradients_kept_through_forward",
         }
     }
 }

@@ -19,7 +19,7 @@
 
 use std::path::{Path, PathBuf};
 
-use memcut::{AnalyzeOptions, Report};
+use memcut::{AnalyzeOptions, FindingKind, Report};
 
 struct Pair {
     baseline: String,
@@ -80,11 +80,47 @@ fn score(set: &str) -> Vec<(String, f64, Vec<String>)> {
             let truth = before as f64 - f.peak.allocated_bytes as f64;
             let error = (predicted - truth).abs() / before as f64;
             if set.starts_with("levers") {
-                // Catalogue levers on clean runs: no finding on either run,
-                // and the prediction within the worst case.
-                for (run, r) in [(&p.baseline, b), (&p.fixed, f)] {
-                    if let Some(x) = r.findings.first() {
-                        problems.push(format!("{run} names {:?}", x.kind));
+                // Catalogue levers: the runs' only waste is the gradients
+                // `zero_grad()` keeps in training (`set_to_none=False` in
+                // every baseline; its pair's fixed run frees them), named
+                // where the recording shows a step then a forward and the
+                // fix saves 1% of the peak; no other finding on either run;
+                // the prediction within the worst case.
+                let set_to_none = p.lever == "zero_grad_set_to_none";
+                for (run, r, fixed) in [(&p.baseline, b, false), (&p.fixed, f, true)] {
+                    let may_keep = !(set_to_none && fixed);
+                    for x in &r.findings {
+                        if !(may_keep && x.kind == FindingKind::GradientsKeptThroughForward) {
+                            problems.push(format!("{run} names {:?}", x.kind));
+                        }
+                    }
+                }
+                if set_to_none {
+                    let named = b
+                        .findings
+                        .iter()
+                        .find(|x| x.kind == FindingKind::GradientsKeptThroughForward);
+                    // Priced by its own curve, the finding says what the
+                    // what-if says.
+                    if let Some(x) = named {
+                        assert_eq!(
+                            x.peak_after_bytes,
+                            b.what_if.as_ref().unwrap().peak_allocated_bytes,
+                            "{} ({format})",
+                            p.baseline
+                        );
+                    }
+                    match named {
+                        None if truth >= 0.01 * before as f64 => {
+                            problems.push(format!("no finding for a true saving of {truth}"))
+                        }
+                        Some(x) if (x.saving_bytes as f64 - truth).abs() > 0.1 * truth.max(0.0) => {
+                            problems.push(format!(
+                                "finding saves {}, not within 10% of the true {truth}",
+                                x.saving_bytes
+                            ))
+                        }
+                        _ => {}
                     }
                 }
                 if error > 0.10 {
@@ -405,9 +441,60 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
     ),
 ];
 
-/// Whether a finding's saving must be within 10% of the true one.
-fn saving_checked(_lever: &str) -> bool {
-    true
+/// Rows whose prediction passes but whose baseline does not name the
+/// finding its lever fixes (within 10% of the true saving), each with why.
+/// Each must still miss (so the list stays true).
+const KNOWN_FINDING_MISSES: &[(&str, &str)] = &[
+    // Warm snapshots made from a profile: the gradients kept from the
+    // warm-up step predate the recording and carry no frames (`unknown`),
+    // so nothing in the file says they are gradients. The what-if's error
+    // on these rows is counted above (0.6-9.0% of the peak).
+    (
+        "levers/train.gpt2.warm.waste zero_grad_set_to_none (snapshot.pickle.gz)",
+        WARM_GRADIENTS,
+    ),
+    (
+        "levers/train.mlp.warm.waste zero_grad_set_to_none (snapshot.pickle.gz)",
+        WARM_GRADIENTS,
+    ),
+    (
+        "levers_check/train.bert.warm.waste zero_grad_set_to_none (snapshot.pickle.gz)",
+        WARM_GRADIENTS,
+    ),
+    (
+        "levers_check/train.gpt2.warm.waste zero_grad_set_to_none (snapshot.pickle.gz)",
+        WARM_GRADIENTS,
+    ),
+    (
+        "levers_untuned/train.tinylm.warm.waste zero_grad_set_to_none (snapshot.pickle.gz)",
+        WARM_GRADIENTS,
+    ),
+    (
+        "levers_fresh/train.cnn.warm.waste zero_grad_set_to_none (snapshot.pickle.gz)",
+        WARM_GRADIENTS,
+    ),
+    (
+        "levers_fresh/train.gpt2.warm.waste zero_grad_set_to_none (snapshot.pickle.gz)",
+        WARM_GRADIENTS,
+    ),
+    (
+        "levers_fresh/train.mlp.warm.waste zero_grad_set_to_none (snapshot.pickle.gz)",
+        WARM_GRADIENTS,
+    ),
+    // The Chrome trace ends one 512 KiB gradient's window at a tensor of
+    // its size that backward made before the peak: 1.79 MiB of the true
+    // 2.21 MiB (2.0% of the peak; the snapshot of the same run is exact).
+    (
+        "levers_fresh/train.gpt2.cold.waste zero_grad_set_to_none (trace.json.gz)",
+        "one gradient's window ends early",
+    ),
+];
+
+const WARM_GRADIENTS: &str = "gradients from before recording, without frames";
+
+/// A problem with the finding rather than with the prediction.
+fn is_finding_problem(problem: &str) -> bool {
+    problem.starts_with("no finding for a true saving") || problem.starts_with("finding saves")
 }
 
 fn check(set: &str) {
@@ -423,10 +510,15 @@ fn check(set: &str) {
     for (name, _, problems) in &rows {
         let key = format!("{set}/{name}");
         let known = KNOWN_MISSES.iter().any(|(n, _)| *n == key);
-        let lever = name.split(' ').nth(1).unwrap_or("");
+        let finding_known = KNOWN_FINDING_MISSES.iter().any(|(n, _)| *n == key);
+        if finding_known && !problems.iter().any(|p| is_finding_problem(p)) {
+            failures.push(format!(
+                "{name}: listed as a known finding miss but names it"
+            ));
+        }
         let real: Vec<&String> = problems
             .iter()
-            .filter(|p| saving_checked(lever) || !p.starts_with("finding saves"))
+            .filter(|p| !(finding_known && is_finding_problem(p)))
             .collect();
         match (known, real.is_empty()) {
             (false, false) => failures.push(format!("{name}: {problems:?}")),

@@ -443,6 +443,19 @@ impl Overlay {
     pub fn is_empty(&self) -> bool {
         self.enter.is_empty()
     }
+
+    /// Bytes in `part` at `position` (entered at or before it, not yet
+    /// left).
+    pub fn part_at(&self, part: Part, position: u32) -> u64 {
+        let sum = |changes: &[PartChange]| -> i64 {
+            changes
+                .iter()
+                .filter(|c| c.1 == part && c.0 <= position)
+                .map(|c| c.2)
+                .sum()
+        };
+        (sum(&self.enter) + sum(&self.leave)).max(0) as u64
+    }
 }
 
 /// Tensors backward computes and frees within it, by size, in allocation

@@ -18,7 +18,7 @@ use super::checkpointing::Checkpointed;
 use super::demand::{allocator_overhead, scale, Demand, Row};
 use super::kv_limit::KvLimited;
 use super::levers::Lever;
-use super::pools::{Part, NPOOL};
+use super::pools::{Overlay, Part, NPOOL};
 use super::NCAT;
 
 /// The re-simulated peak.
@@ -58,6 +58,7 @@ pub struct Input<'a> {
 pub fn lever_names(catalogue: &[Lever]) -> Vec<String> {
     FindingKind::ALL
         .iter()
+        .filter(|k| k.modelled_by_finding())
         .map(|k| k.lever().to_owned())
         .chain(catalogue.iter().map(|l| l.name.clone()))
         .collect()
@@ -183,6 +184,32 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
         }
     }
     Ok(out)
+}
+
+/// The allocated bytes at every position with one part of `overlay`
+/// removed: the what-if of a lever that removes exactly that part and
+/// nothing else (`zero_grad_set_to_none` on the gradients kept across
+/// steps), without the demand's other pools. A finding whose fix is such a
+/// lever is priced by it; `what_if` gives the same peak through the demand.
+pub fn curve_without(tl: &DeviceTimeline, overlay: &Overlay, part: Part) -> Vec<u64> {
+    let mut changes: Vec<(u32, i64)> = overlay
+        .enter
+        .iter()
+        .chain(&overlay.leave)
+        .filter(|c| c.1 == part)
+        .map(|c| (c.0, c.2))
+        .collect();
+    changes.sort_unstable_by_key(|c| c.0);
+    let mut changes = changes.into_iter().peekable();
+    let mut removed = 0i64;
+    let mut out = Vec::with_capacity(tl.replay.allocated.len());
+    for (p, &allocated) in tl.replay.allocated.iter().enumerate() {
+        while let Some((_, bytes)) = changes.next_if(|c| c.0 as usize <= p) {
+            removed += bytes;
+        }
+        out.push(allocated.saturating_sub(removed.max(0) as u64));
+    }
+    out
 }
 
 /// The catalogue's lever that the run's module calls can model.
