@@ -300,6 +300,10 @@ builtin_rules! {
     /// Existed before recording, updated in place by the optimizer step
     /// before its parameter.
     InferredOptimizerStateUpdatedFirst = "inferred_optimizer_state_updated_before_its_parameter", Some(Category::OptimizerState), None, Provenance::InferredBeforeRecording;
+    /// Existed before recording, and backward added a new gradient into it
+    /// in place (`classify/evidence.rs`, `added_into_prerecorded`): a
+    /// gradient kept between steps.
+    InferredGradientAddedInto = "inferred_gradient_added_into_in_backward", Some(Category::Gradient), None, Provenance::InferredBeforeRecording;
 }
 
 pub use crate::vocabulary::{Phase, SiteFacts};

@@ -14,6 +14,7 @@
     VENV/bin/python sample_traces/pairs/generate_pairs.py --sequential_check --only infer_grad  # then kept_graph
     VENV/bin/python sample_traces/pairs/generate_pairs.py --findings_check   # recorded last, untouched
     VENV/bin/python sample_traces/pairs/generate_pairs.py --levers_check     # the same for the levers
+    VENV/bin/python sample_traces/pairs/generate_pairs.py --levers_grads_check --only train --variants waste,zero_grad_set_to_none
 
 Each run is recorded in a fresh process (on CPU the profiler's `Total Allocated` counts from the
 first profile in a process), the whole run inside the recording when `start` is cold (model built
@@ -120,6 +121,16 @@ SETS = {
         {"seed": 121, "model": "llama", "d": 96, "layers": 2, "batch": 6, "seq": 40, "opt": "adamw"},
         {"seed": 122, "model": "cnn", "d": 14, "layers": 3, "batch": 8, "seq": 28, "opt": "adam"},
         {"seed": 123, "model": "bert", "d": 80, "layers": 2, "batch": 6, "seq": 44, "opt": "adamw"},
+    ],
+    # set_to_none pairs only (--only train --variants waste,zero_grad_set_to_none), recorded
+    # after the gradients_kept_through_forward finding was settled on the sets above: new seeds,
+    # shapes and optimizers per model, scored once and not tuned on.
+    "levers_grads_check": [
+        {"seed": 130, "model": "tinylm", "d": 104, "layers": 3, "batch": 6, "seq": 60, "opt": "sgd"},
+        {"seed": 131, "model": "mlp", "d": 288, "layers": 3, "batch": 36, "seq": 1, "opt": "adam"},
+        {"seed": 132, "model": "llama", "d": 120, "layers": 2, "batch": 4, "seq": 44, "opt": "adam"},
+        {"seed": 133, "model": "cnn", "d": 20, "layers": 3, "batch": 4, "seq": 24, "opt": "adamw"},
+        {"seed": 134, "model": "bert", "d": 96, "layers": 3, "batch": 4, "seq": 52, "opt": "sgd"},
     ],
     # bf16 pairs only (--only train --variants waste,bf16_weights), recorded after the fresh
     # set showed attention's math path keeps fp32 in a bf16 run and the model learnt it: new

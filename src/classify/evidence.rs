@@ -86,6 +86,9 @@ pub(super) struct Evidence {
     /// pass added gradients into existing ones: gradients live from step
     /// to step, so they existed before recording.
     pub(super) gradients_kept: bool,
+    /// The first versions of the tensors from before recording that
+    /// backward added a new gradient into ([`added_into_prerecorded`]).
+    pub(super) added_into: Vec<usize>,
     pub(super) kv_pool: Option<KvPool>,
     /// PyTorch's cuBLAS workspace, which a trace recorded after warm-up
     /// holds from its first matrix multiply on (see [`cublas_workspace`]).
@@ -108,14 +111,25 @@ impl Evidence {
     ) -> Evidence {
         let optimizer = optimizer(ctx);
         let zero_grad = zero_grad_runs(ctx);
+        let added_into = added_into_prerecorded(ctx, replay);
         let gradients_kept = zero_grad
             .as_ref()
             .is_some_and(|runs| runs.iter().all(Vec::is_empty))
-            || accumulated_into_existing(ctx, replay, classes);
+            || accumulated_into_existing(ctx, replay, classes)
+            || !added_into.is_empty();
         let params = zero_grad
             .and_then(freed_by_zero_grad)
             .or_else(|| live_gradients(replay, classes))
-            .or_else(|| accumulated_in_place(ctx));
+            .or_else(|| accumulated_in_place(ctx))
+            .or_else(|| {
+                (!added_into.is_empty()).then(|| {
+                    let n = added_into.len();
+                    sorted(
+                        added_into.iter().map(|&k| replay.intervals[k].size).collect(),
+                        format!("sizes of the {n} gradients from before recording that backward added new ones into"),
+                    )
+                })
+            });
         let training = ctx.training || optimizer.is_some() || has_optimizer_step(ctx);
         // Shapes are not tied to a device: they speak for the one device
         // with memory from before recording.
@@ -129,6 +143,7 @@ impl Evidence {
             weights,
             optimizer,
             gradients_kept,
+            added_into,
             kv_pool,
             cublas_workspace: cublas_workspace(ctx, replay),
             training,
@@ -378,6 +393,52 @@ fn accumulated_in_place(ctx: &Context<'_>) -> Option<ParamSizes> {
         format!("sizes of the {period} gradients AccumulateGrad added in place")
     };
     Some(sorted(pass, why))
+}
+
+/// Gradients kept from before recording, in a snapshot made from a
+/// profile (which shows each in-place update as a new version of the
+/// tensor, `chains.rs`): backward computes each new gradient as a tensor of
+/// its own, `AccumulateGrad` adds it into the kept `.grad` in place (a new
+/// version of a frameless tensor from before recording) and the computed
+/// one is freed at once. So a version, in backward, of a tensor from before
+/// recording, followed straight away by the free of a tensor of its size
+/// that backward made, is a gradient. Returns those tensors' first versions
+/// (interval indices), each once, in the order of their first such add.
+fn added_into_prerecorded(ctx: &Context<'_>, replay: &Replay) -> Vec<usize> {
+    let bumps = &ctx.version_bumps;
+    let Some(chains) = super::chains::Chains::new(&replay.intervals, bumps) else {
+        return Vec::new();
+    };
+    let events = &ctx.device.events;
+    let mut seen = FxHashSet::default();
+    let mut out = Vec::new();
+    for (i, iv) in replay.intervals.iter().enumerate() {
+        // A version starts just after its bump's allocation event.
+        let Some(bump) = iv.start.checked_sub(1) else {
+            continue;
+        };
+        if bumps.binary_search(&bump).is_err() || ctx.phase(iv.start) != super::Phase::Backward {
+            continue;
+        }
+        let root = chains.root(i);
+        if root == i || !replay.intervals[root].origin.is_baseline() {
+            continue;
+        }
+        // The next free (its request first, when the format has one).
+        let next = events[bump as usize + 1..]
+            .iter()
+            .find(|e| e.action != Action::FreeRequested);
+        let freed_computed = next.is_some_and(|e| {
+            e.action == Action::FreeCompleted
+                && e.size == iv.size
+                && e.addr != iv.addr
+                && ctx.facts[e.site as usize].phase() == super::Phase::Backward
+        });
+        if freed_computed && seen.insert(root) {
+            out.push(root);
+        }
+    }
+    out
 }
 
 /// Whether the first backward pass found `.grad` tensors already there:

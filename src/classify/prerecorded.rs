@@ -94,6 +94,22 @@ pub(super) fn match_blocks(
     classes: &mut [Classification],
     from: &mut BTreeMap<Rule, String>,
 ) {
+    // Gradients backward added into, told by that (`evidence.rs`).
+    let added = Builtin::InferredGradientAddedInto.class();
+    for &k in &evidence.added_into {
+        if classes[k].rule == Builtin::ExistedBeforeTraceNoEvidence.into() {
+            classes[k] = added;
+        }
+    }
+    if !evidence.added_into.is_empty() {
+        from.insert(
+            added.rule,
+            format!(
+                "from before recording, and backward added a new gradient into each in place ({} tensors): gradients kept between steps",
+                evidence.added_into.len()
+            ),
+        );
+    }
     let chains = Chains::new(&replay.intervals, &ctx.version_bumps);
     if let Some(chains) = &chains {
         update_order::classify(ctx, evidence, replay, chains, classes, from);

@@ -46,8 +46,12 @@ pub(super) fn classify(
     classes: &mut [Classification],
     from: &mut BTreeMap<Rule, String>,
 ) {
-    let order = last_updated_order(ctx, replay, chains);
+    let mut order = last_updated_order(ctx, replay, chains);
     let open = Builtin::ExistedBeforeTraceNoEvidence.class();
+    // Gradients kept between steps are zeroed in place after the step
+    // (`zero_grad(set_to_none=False)`): not the step's groups.
+    let added = Builtin::InferredGradientAddedInto.class();
+    order.retain(|&k| classes[k] != added);
     if order.is_empty() || order.iter().any(|&k| classes[k] != open) {
         return;
     }
@@ -205,10 +209,12 @@ pub(super) fn tile(param_sizes: &[u64], mut blocks: Vec<(usize, u64)>) -> Option
 /// counter).
 pub(super) const MAX_SCALAR_BYTES: u64 = 8;
 
-/// Whether `c` was decided here (`prerecorded` counts such blocks as shown).
+/// Whether `c` was decided from the tensor's in-place updates, here or by
+/// backward's adds (`prerecorded` counts such blocks as shown).
 pub(super) fn decided(c: &Classification) -> bool {
     c.rule == Builtin::InferredParameterUpdatedLast.into()
         || c.rule == Builtin::InferredOptimizerStateUpdatedFirst.into()
+        || c.rule == Builtin::InferredGradientAddedInto.into()
 }
 
 /// The first versions of the tensors from before recording that the
