@@ -667,3 +667,45 @@ fn plan_steps_are_the_what_if_peaks() {
     assert!(checkpointed > 0, "no plan used checkpointing");
     assert!(kv_limited > 0, "no plan used kv_cache_limit");
 }
+
+/// A warm profile-made snapshot of a training run that keeps its
+/// gradients: the model's state from before the recording has no frames,
+/// and is read from its in-place updates (backward's adds into the kept
+/// gradients, then the optimizer step's order), not left `unknown`.
+#[test]
+fn warm_snapshots_name_the_state_from_before_recording() {
+    let mut checked = 0;
+    for set in [
+        "levers",
+        "levers_check",
+        "levers_untuned",
+        "levers_grads_check",
+    ] {
+        let (dir, pairs) = pairs(set);
+        let mut baselines: Vec<&str> = pairs
+            .iter()
+            .map(|p| p.baseline.as_str())
+            .filter(|b| b.starts_with("train.") && b.contains(".warm."))
+            .collect();
+        baselines.sort_unstable();
+        baselines.dedup();
+        for b in baselines {
+            let path = dir.join(format!("{b}.snapshot.pickle.gz"));
+            let r = analyze(&path, &[]);
+            let d = &r.devices[0];
+            let named = d
+                .before_recording
+                .iter()
+                .find(|p| p.rule == "inferred_gradient_added_into_in_backward");
+            assert!(named.is_some(), "{set}/{b}: {:?}", d.before_recording);
+            let unknown = d.peak.attribution.unknown_bytes;
+            assert!(
+                unknown * 100 <= d.peak.allocated_bytes,
+                "{set}/{b}: {unknown} of {} unknown at the peak",
+                d.peak.allocated_bytes
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 12, "{checked} warm training snapshots");
+}
