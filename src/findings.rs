@@ -33,6 +33,9 @@ use std::collections::HashMap;
 mod calls;
 mod gradients;
 mod growth;
+mod oom;
+
+pub use oom::fragmentation_at_oom;
 
 use crate::analysis::ClassifiedDevice;
 use crate::classify::{Phase, SiteFacts};
@@ -88,6 +91,7 @@ impl FindingKind {
             FindingKind::AutocastWeightCache => "autocast_no_cache",
             FindingKind::MemoryGrowth => "drop_growing_refs",
             FindingKind::GradientsKeptThroughForward => "zero_grad_set_to_none",
+            FindingKind::FragmentationAtOom => "expandable_segments",
         }
     }
 
@@ -99,6 +103,7 @@ impl FindingKind {
             FindingKind::AutocastWeightCache => "use `torch.autocast(..., cache_enabled=False)`, or cast the model to bf16 when the accuracy allows",
             FindingKind::MemoryGrowth => "keep only what later code needs of each run's tensors (`.item()`, `.detach().cpu()`, a reduction), not the tensors themselves",
             FindingKind::GradientsKeptThroughForward => "call `optimizer.zero_grad(set_to_none=True)` right after `optimizer.step()`, so gradients are freed until backward writes them again",
+            FindingKind::FragmentationAtOom => "set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`",
         }
     }
 
@@ -111,9 +116,13 @@ impl FindingKind {
 
     /// Whether the what-if models the fix from the finding's own
     /// allocations ([`Found::fixed_ends`]); else its lever is the
-    /// catalogue's, modelled there (`zero_grad_set_to_none`).
+    /// catalogue's, modelled there (`zero_grad_set_to_none`,
+    /// `expandable_segments`).
     pub fn modelled_by_finding(self) -> bool {
-        self != FindingKind::GradientsKeptThroughForward
+        !matches!(
+            self,
+            FindingKind::GradientsKeptThroughForward | FindingKind::FragmentationAtOom
+        )
     }
 
     /// The kind whose own model a lever name applies, if it is such a

@@ -13,7 +13,7 @@ use crate::plan::facts::{FactsInput, Mode, RunFacts};
 use crate::plan::levers::{parse_levers, Lever, LeversError};
 use crate::plan::pools::{Overlay, OverlayInput, Part};
 use crate::plan::whatif;
-use crate::schema::{Finding, WhatIf};
+use crate::schema::{Finding, FindingKind, WhatIf};
 use crate::schema::{Report, SourceInfo};
 use crate::timeline::Replay;
 use crate::{analysis, findings, input, plan};
@@ -172,7 +172,7 @@ pub fn analyze_trace(
                 // A catalogue lever's finding is priced by its own curve
                 // (the what-if gives the same peak through the demand).
                 let (peak_after, curve) = match &kept_curve {
-                    Some(curve) if !f.kind.modelled_by_finding() => {
+                    Some(curve) if f.kind == FindingKind::GradientsKeptThroughForward => {
                         (curve.iter().copied().max().unwrap_or(0), curve.clone())
                     }
                     _ => {
@@ -187,7 +187,7 @@ pub fn analyze_trace(
                     return None;
                 }
                 let bytes_at_peak = match &kept_curve {
-                    Some(curve) if !f.kind.modelled_by_finding() => {
+                    Some(curve) if f.kind == FindingKind::GradientsKeptThroughForward => {
                         before.saturating_sub(curve[peak as usize])
                     }
                     _ => f
@@ -209,6 +209,11 @@ pub fn analyze_trace(
                 })
             })
             .collect();
+        d.findings.extend(findings::fragmentation_at_oom(
+            &d.ooms,
+            d.segments.as_ref(),
+            before,
+        ));
         if !what_if.is_empty() {
             match sim(what_if) {
                 Ok(o) => {

@@ -149,15 +149,19 @@ pub enum FindingKind {
     /// Gradients kept from an optimizer step through the next forward,
     /// zeroed in place instead of freed (fix: `zero_grad_set_to_none`).
     GradientsKeptThroughForward,
+    /// An OOM whose request the cached memory could have served but for
+    /// fragmentation (fix: `expandable_segments`).
+    FragmentationAtOom,
 }
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 5] = [
+    pub const ALL: [FindingKind; 6] = [
         FindingKind::GraphKeptAlive,
         FindingKind::AutogradInInference,
         FindingKind::AutocastWeightCache,
         FindingKind::MemoryGrowth,
         FindingKind::GradientsKeptThroughForward,
+        FindingKind::FragmentationAtOom,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -167,6 +171,7 @@ impl FindingKind {
             FindingKind::AutocastWeightCache => "autocast_weight_cache",
             FindingKind::MemoryGrowth => "memory_growth",
             FindingKind::GradientsKeptThroughForward => "gradients_kept_through_forward",
+            FindingKind::FragmentationAtOom => "fragmentation_at_oom",
         }
     }
 }

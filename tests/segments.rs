@@ -52,6 +52,21 @@ fn a_request_larger_than_every_free_block_but_not_the_free_total_is_fragmentatio
     let dump = &view.instants[2];
     assert!(dump.exact);
     assert_eq!(dump.largest_free_block_bytes, 16 * MIB);
+    // The finding the report leads with: the 32 MiB of holes, fixed by
+    // expandable segments; the allocated peak does not move.
+    let kinds: Vec<_> = d.findings.iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, [memcut::FindingKind::FragmentationAtOom]);
+    let f = &d.findings[0];
+    assert_eq!(
+        (f.fix.as_str(), f.saving_bytes),
+        ("expandable_segments", 32 * MIB)
+    );
+    assert_eq!(f.peak_after_bytes, d.peak.allocated_bytes);
+    assert!(
+        f.evidence[0].contains("across 1 segment"),
+        "{:?}",
+        f.evidence
+    );
     let html = render(&r, OutputFormat::Html);
     assert!(html.contains("<svg class=\"segments\""));
     assert!(html.contains("Segment map at oom 0"));

@@ -216,6 +216,16 @@ pub(crate) struct CategoryLines {
 /// A finding's headline: what, how much of the peak, and what its fix does
 /// (`graph_kept_alive: 12.3 MiB at the peak; fix free_kept_graph: peak 30.0 MiB -> 16.4 MiB (saves 13.6 MiB)`).
 pub(crate) fn finding_line(f: &crate::schema::Finding) -> String {
+    if f.kind == crate::schema::FindingKind::FragmentationAtOom {
+        // Reserved memory at an OOM: the allocated peak does not move.
+        return format!(
+            "{}: {} cached at an OOM in free blocks too small for its request; fix {}: the cache serves it (the allocated peak stays {})",
+            f.kind.as_str(),
+            human_bytes(f.saving_bytes),
+            f.fix,
+            human_bytes(f.peak_after_bytes)
+        );
+    }
     format!(
         "{}: {} at the peak; fix {}: peak {} → {} (saves {})",
         f.kind.as_str(),
