@@ -308,6 +308,24 @@ def test_findings_and_what_if_are_the_cli_json(cli, in_root):
     assert device["what_if"]["estimate"] is False
 
 
+KEPT_GRADIENTS = "sample_traces/pairs/levers_check/train.llama.cold.waste.snapshot.pickle.gz"
+
+
+def test_a_training_finding_is_priced_as_its_catalogue_lever(cli, in_root):
+    # zero_grad(set_to_none=False): the gradients live through the next
+    # forward; the finding's fix is the catalogue's lever, and the finding
+    # says what the what-if of that lever says.
+    lever = "zero_grad_set_to_none"
+    report = memcut.analyze(KEPT_GRADIENTS, what_if=[lever])
+    assert report == cli_json(cli, [KEPT_GRADIENTS, "--what-if", lever])
+    device = report["devices"][0]
+    (finding,) = device["findings"]
+    assert finding["kind"] == "gradients_kept_through_forward"
+    assert finding["fix"] == lever
+    assert finding["peak_after_bytes"] == device["what_if"]["peak_allocated_bytes"]
+    assert finding["saving_bytes"] > 0
+
+
 def test_an_unknown_what_if_lever_is_refused(in_root):
     with pytest.raises(memcut.MemcutError, match="unknown lever `nope` for what_if"):
         memcut.analyze(KEPT_GRAPH, what_if=["nope"])
