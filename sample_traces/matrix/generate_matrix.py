@@ -121,6 +121,20 @@ VARIANTS["fresh32"] = {
     "mha": (112, 7, 3), "mha_batch": (3, 20),
 }
 
+# Recorded at the end of the seventh session, after the warm snapshots' gradients were read
+# from backward's in-place adds: seed 3400, not tuned on.
+VARIANTS["fresh33"] = {
+    "lm": dict(vocab=320, d=96, heads=4, ff=256, layers=3, ctx=44), "lm_batch": (4, 22),
+    "mlp": (104, 320, 144, 6), "mlp_batch": 32, "micro": 3,
+    "cnn": (8, 16, 7), "cnn_batch": (6, 20),
+    "llama": dict(vocab_size=320, hidden_size=96, intermediate_size=176, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64),
+    "hf_batch": (2, 16),
+    "gpt2": dict(vocab_size=320, n_embd=96, n_layer=3, n_head=4, n_positions=64),
+    "gen": (3, 8, 5),
+    "mha": (96, 4, 3), "mha_batch": (4, 24),
+}
+
 # Recorded once at the end of the session after fresh32 had been looked at: seed 3300.
 VARIANTS["fresh32b"] = {
     "lm": dict(vocab=352, d=72, heads=3, ff=200, layers=2, ctx=36), "lm_batch": (6, 18),
