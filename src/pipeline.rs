@@ -152,6 +152,9 @@ pub fn analyze_trace(
             .any(|l| l == whatif::KV_LIMIT)
             .then(|| plan::kv_limit::model(&cd.timeline, &cd.classes))
             .flatten();
+        let peak = cd.timeline.replay.peak_position();
+        let before = cd.timeline.replay.allocated[peak as usize];
+        let found = ungated(found, cd, before);
         let sim = |levers: &[String]| {
             let input = whatif::Input {
                 timeline: &cd.timeline,
@@ -164,8 +167,6 @@ pub fn analyze_trace(
             };
             whatif::what_if(&input, levers)
         };
-        let peak = cd.timeline.replay.peak_position();
-        let before = cd.timeline.replay.allocated[peak as usize];
         d.findings = found
             .iter()
             .filter_map(|f| {
@@ -180,12 +181,10 @@ pub fn analyze_trace(
                         (after.peak_allocated, after.curve)
                     }
                 };
-                // A waste whose fix would not lower the peak by 1% is not
-                // worth a reader's attention (nor a false alarm's risk).
-                let saving = before.saturating_sub(peak_after);
-                if saving * 100 < before {
+                if !stands(before, peak_after) {
                     return None;
                 }
+                let saving = before.saturating_sub(peak_after);
                 let bytes_at_peak = match &kept_curve {
                     Some(curve) if f.kind == FindingKind::GradientsKeptThroughForward => {
                         before.saturating_sub(curve[peak as usize])
@@ -331,6 +330,52 @@ fn plotted(curve: &[u64], points: usize) -> Vec<u64> {
         .chunks(bucket)
         .map(|c| c.iter().copied().max().unwrap_or(0))
         .collect()
+}
+
+/// Whether a finding's fix lowers the peak `before` by at least 1% when
+/// applied alone: what a finding must do to be reported (less is not
+/// worth a reader's attention, nor a false alarm's risk).
+fn stands(before: u64, peak_after: u64) -> bool {
+    before.saturating_sub(peak_after) * 100 >= before
+}
+
+/// The findings with each gate (`Found::after`: autocast's copies, which a
+/// graph autograd keeps saves until `inference_mode`) dropped where the
+/// gating finding does not stand: applied alone its fix changes the peak
+/// by less than 1%, so no graph worth naming holds what it gates (a
+/// `no_grad` BERT under autocast, whose Chrome trace has a release that
+/// reads as a small graph).
+fn ungated(
+    mut found: Vec<findings::Found>,
+    cd: &analysis::ClassifiedDevice,
+    before: u64,
+) -> Vec<findings::Found> {
+    let gates: Vec<FindingKind> = found.iter().filter_map(|f| f.after).collect();
+    if gates.is_empty() {
+        return found;
+    }
+    let input = whatif::Input {
+        timeline: &cd.timeline,
+        classes: &cd.classes,
+        findings: &found,
+        demand: None,
+        catalogue: &[],
+        checkpointing: None,
+        kv_limited: None,
+    };
+    let fallen: Vec<FindingKind> = gates
+        .into_iter()
+        .filter(|k| {
+            whatif::what_if(&input, &[k.lever().to_owned()])
+                .is_ok_and(|o| !stands(before, o.peak_allocated))
+        })
+        .collect();
+    for f in &mut found {
+        if f.after.is_some_and(|k| fallen.contains(&k)) {
+            f.after = None;
+        }
+    }
+    found
 }
 
 /// The allocated curve with the gradients kept across steps removed,

@@ -325,14 +325,6 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
         "final/autocast.cnn.warm.waste autocast_no_cache (trace.json.gz)",
         "tiny saving, 4x over",
     ),
-    (
-        "fresh/autocast.bert.cold.waste autocast_no_cache (trace.json.gz)",
-        "BERT: no cast release in the trace",
-    ),
-    (
-        "fresh/autocast.bert.warm.waste autocast_no_cache (trace.json.gz)",
-        "BERT: no cast release in the trace",
-    ),
     // The untouched findings_check set: a CNN's autocast copies are 0.13%
     // of its peak, under the 1% a finding needs (no finding is right; the
     // rows fail only for naming none).
