@@ -3,8 +3,8 @@
 
 use super::Found;
 use crate::analysis::ClassifiedDevice;
-use crate::classify::{Phase, Rule};
 use crate::model::Category;
+use crate::plan::pools::PhasePositions;
 use crate::schema::FindingKind;
 use crate::units::human_bytes;
 
@@ -26,21 +26,11 @@ use crate::units::human_bytes;
 /// models from the same windows; `fixed_ends` stays empty.
 pub(super) fn kept_through_forward(cd: &ClassifiedDevice) -> Option<Found> {
     let intervals = &cd.timeline.replay.intervals;
-    // Positions where each phase allocated, ascending (intervals are in
-    // allocation order). Not gradients: a snapshot made from a profile
-    // restarts a kept gradient at its `zero_()`, with backward's frames.
-    let (mut forward, mut backward, mut optimizer) = (Vec::new(), Vec::new(), Vec::new());
-    for (iv, c) in intervals.iter().zip(&cd.classes) {
-        let Rule::Builtin(rule) = c.rule else {
-            continue;
-        };
-        match rule.phase_observed() {
-            Some(Phase::Forward) => forward.push(iv.start),
-            Some(Phase::Backward) if c.category != Category::Gradient => backward.push(iv.start),
-            Some(Phase::Optimizer) => optimizer.push(iv.start),
-            _ => {}
-        }
-    }
+    let PhasePositions {
+        forward,
+        backward,
+        optimizer,
+    } = PhasePositions::of(intervals, &cd.classes);
     if optimizer.is_empty() || forward.is_empty() {
         return None;
     }
