@@ -49,6 +49,10 @@ WORKLOADS = {
     # `outs.append(model(x))` with autograd on: every forward's graph stays, memory grows
     # forward after forward. Fix: keep only what is needed (`.argmax(-1)`), the graph goes.
     "leak": ["drop_growing_refs"],
+    # Training with a hand-written AdamW that updates its moments out of place
+    # (`m = 0.9 * m + 0.1 * g`, as course code often does): each step holds two copies of the
+    # moments of the parameter it updates. Fix: the same optimizer updating them in place.
+    "train_oop": ["optimizer_state_in_place"],
     # Inference (no_grad) under torch.autocast(bf16) with the weight cache on, two forwards in
     # one region.
     # Fix: autocast(cache_enabled=False).
@@ -121,6 +125,16 @@ SETS = {
         {"seed": 121, "model": "llama", "d": 96, "layers": 2, "batch": 6, "seq": 40, "opt": "adamw"},
         {"seed": 122, "model": "cnn", "d": 14, "layers": 3, "batch": 8, "seq": 28, "opt": "adam"},
         {"seed": 123, "model": "bert", "d": 80, "layers": 2, "batch": 6, "seq": 44, "opt": "adamw"},
+    ],
+    # The hand-written optimizer's pairs (--only train_oop), recorded for a finding seen in two
+    # corpus snapshots (cs336-bcrafton, cs336-wedsonlin: a course's AdamW updating its moments
+    # out of place). A first model (each old moment freed where its replacement is made) was
+    # scored on them once and not landed: it missed the out-of-place arithmetic's own
+    # temporaries (cold MLP: 4.5 of 13.2 MiB) and, warm, the old moments from before the
+    # recording. Wide MLP and a TinyLM, small batches, so the step's second copies matter.
+    "oop_check": [
+        {"seed": 140, "model": "mlp", "d": 768, "layers": 2, "batch": 8, "seq": 1},
+        {"seed": 141, "model": "tinylm", "d": 192, "layers": 2, "batch": 2, "seq": 32},
     ],
     # set_to_none pairs only (--only train --variants waste,zero_grad_set_to_none), recorded
     # after the gradients_kept_through_forward finding was settled on the sets above: new seeds,
@@ -308,6 +322,32 @@ def record(spec):
 
     optimizer = None
 
+    class HandAdamW(torch.optim.Optimizer):
+        # A hand-written AdamW (no bias correction, no weight decay: only the memory matters).
+        def __init__(self, params, in_place):
+            super().__init__(params, dict(lr=1e-3))
+            self.in_place = in_place
+
+        @torch.no_grad()
+        def step(self):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    state = self.state[p]
+                    if not state:
+                        state["m"], state["v"] = torch.zeros_like(p), torch.zeros_like(p)
+                    g = p.grad
+                    if self.in_place:
+                        m, v = state["m"], state["v"]
+                        m.mul_(0.9).add_(g, alpha=0.1)
+                        v.mul_(0.999).addcmul_(g, g, value=0.001)
+                    else:
+                        m = 0.9 * state["m"] + 0.1 * g
+                        v = 0.999 * state["v"] + 0.001 * g * g
+                        state["m"], state["v"] = m, v
+                    p.addcdiv_(m, v.sqrt().add_(1e-8), value=-group["lr"])
+
     def train_step(model):
         nonlocal optimizer
         if optimizer is None:
@@ -316,7 +356,9 @@ def record(spec):
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             fused = variant == "fused_optimizer"
             opt = cfg.get("opt", "adamw")
-            if opt == "sgd":
+            if workload == "train_oop":
+                optimizer = HandAdamW(model.parameters(), in_place=variant == "optimizer_state_in_place")
+            elif opt == "sgd":
                 optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9, fused=fused)
             elif opt == "adam":
                 optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=fused)
@@ -333,7 +375,7 @@ def record(spec):
         optimizer.zero_grad(set_to_none=variant == "zero_grad_set_to_none")
 
     def step(model):
-        if workload == "train":
+        if workload in ("train", "train_oop"):
             train_step(model)
             return
         x = inputs()
@@ -403,7 +445,7 @@ def record(spec):
             if cold:
                 model = build()
             # Cold training runs two steps: the optimizer's state is made in the first.
-            for _ in range(2 if cold and workload == "train" else 1):
+            for _ in range(2 if cold and workload in ("train", "train_oop") else 1):
                 step(model)
             prof.step()
     out_dir = os.path.join(HERE, spec["set"])
