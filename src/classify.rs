@@ -28,7 +28,10 @@ mod call_runs;
 mod calls;
 mod chains;
 mod layers;
+mod phases;
 mod update_order;
+
+pub use phases::PhasePositions;
 
 use rayon::prelude::*;
 

@@ -34,6 +34,7 @@ mod calls;
 mod gradients;
 mod growth;
 mod oom;
+mod optimizer;
 
 pub use oom::fragmentation_at_oom;
 
@@ -92,6 +93,7 @@ impl FindingKind {
             FindingKind::MemoryGrowth => "drop_growing_refs",
             FindingKind::GradientsKeptThroughForward => "zero_grad_set_to_none",
             FindingKind::FragmentationAtOom => "expandable_segments",
+            FindingKind::OptimizerStateReplacedOutOfPlace => "optimizer_state_in_place",
         }
     }
 
@@ -104,6 +106,7 @@ impl FindingKind {
             FindingKind::MemoryGrowth => "keep only what later code needs of each run's tensors (`.item()`, `.detach().cpu()`, a reduction), not the tensors themselves",
             FindingKind::GradientsKeptThroughForward => "call `optimizer.zero_grad(set_to_none=True)` right after `optimizer.step()`, so gradients are freed until backward writes them again",
             FindingKind::FragmentationAtOom => "set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`",
+            FindingKind::OptimizerStateReplacedOutOfPlace => "update the optimizer's state in place (`m.mul_(beta1).add_(g, alpha=1 - beta1)`, `v.mul_(beta2).addcmul_(g, g, value=1 - beta2)`), or use `torch.optim.AdamW`, so the step never holds two copies of a moment",
         }
     }
 
@@ -184,7 +187,10 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
     // left to a finding of its own), and autocast's copies are saved for
     // the backward anyway.
     if training {
-        return gradients::kept_through_forward(cd).into_iter().collect();
+        return gradients::kept_through_forward(cd)
+            .into_iter()
+            .chain(optimizer::replaced_out_of_place(trace, cd))
+            .collect();
     }
     // Which interval each event frees (an interval ends after its free).
     let mut freed_by = vec![u32::MAX; device.events.len()];

@@ -189,6 +189,15 @@ pub fn analyze_trace(
                     Some(curve) if f.kind == FindingKind::GradientsKeptThroughForward => {
                         before.saturating_sub(curve[peak as usize])
                     }
+                    // The second copies live at the peak: old state whose
+                    // replacement was already made.
+                    _ if f.kind == FindingKind::OptimizerStateReplacedOutOfPlace => f
+                        .fixed_ends
+                        .iter()
+                        .map(|&(i, end)| (&cd.timeline.replay.intervals[i], end))
+                        .filter(|(iv, end)| iv.live_at(peak) && *end <= peak)
+                        .map(|(iv, _)| iv.size)
+                        .sum(),
                     _ => f
                         .intervals
                         .iter()

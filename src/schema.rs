@@ -152,16 +152,20 @@ pub enum FindingKind {
     /// An OOM whose request the cached memory could have served but for
     /// fragmentation (fix: `expandable_segments`).
     FragmentationAtOom,
+    /// Optimizer state made anew each step while the tensors it replaces
+    /// are alive (fix: `optimizer_state_in_place`).
+    OptimizerStateReplacedOutOfPlace,
 }
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 6] = [
+    pub const ALL: [FindingKind; 7] = [
         FindingKind::GraphKeptAlive,
         FindingKind::AutogradInInference,
         FindingKind::AutocastWeightCache,
         FindingKind::MemoryGrowth,
         FindingKind::GradientsKeptThroughForward,
         FindingKind::FragmentationAtOom,
+        FindingKind::OptimizerStateReplacedOutOfPlace,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -172,6 +176,9 @@ impl FindingKind {
             FindingKind::MemoryGrowth => "memory_growth",
             FindingKind::GradientsKeptThroughForward => "gradients_kept_through_forward",
             FindingKind::FragmentationAtOom => "fragmentation_at_oom",
+            FindingKind::OptimizerStateReplacedOutOfPlace => {
+                "optimizer_state_replaced_out_of_place"
+            }
         }
     }
 }

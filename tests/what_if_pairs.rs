@@ -283,6 +283,7 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
 }
 
 const LIMITS: &[(&str, f64, f64)] = &[
+    ("optimizer_state_in_place", 0.03, 0.10),
     ("free_kept_graph", 0.03, 0.05),
     ("inference_mode", 0.01, 0.03),
     ("autocast_no_cache", 0.03, 0.05),
@@ -313,6 +314,37 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
     ),
     (
         "levers_grads_check/train.mlp.warm.waste zero_grad_set_to_none (trace.json.gz)",
+        "the truth is not comparable",
+    ),
+    // The hand-written optimizer (`oop_check`): the TinyLM's step is not its
+    // peak (true saving 0: no finding is right); warm runs are not
+    // comparable: the Chrome trace counts only what is allocated while it
+    // records (the in-place run allocates nothing in its step: true saving
+    // 89% and 71% of the peak), and the profile-made snapshot of the
+    // out-of-place run holds 72 MiB from the warm-up steps, `unknown`, that
+    // the in-place run's does not (59% and 38%).
+    (
+        "oop_check/train_oop.tinylm.cold.waste optimizer_state_in_place (trace.json.gz)",
+        "true saving 0: no finding",
+    ),
+    (
+        "oop_check/train_oop.tinylm.cold.waste optimizer_state_in_place (snapshot.pickle.gz)",
+        "true saving 0: no finding",
+    ),
+    (
+        "oop_check/train_oop.mlp.warm.waste optimizer_state_in_place (trace.json.gz)",
+        "the truth is not comparable",
+    ),
+    (
+        "oop_check/train_oop.mlp.warm.waste optimizer_state_in_place (snapshot.pickle.gz)",
+        "the truth is not comparable",
+    ),
+    (
+        "oop_check/train_oop.tinylm.warm.waste optimizer_state_in_place (trace.json.gz)",
+        "the truth is not comparable",
+    ),
+    (
+        "oop_check/train_oop.tinylm.warm.waste optimizer_state_in_place (snapshot.pickle.gz)",
         "the truth is not comparable",
     ),
     // The CNN's autocast copies save 11 KB (0.2% of the peak); the
@@ -556,6 +588,16 @@ fn findings_check_pairs_come_true() {
 #[test]
 fn levers_check_pairs_come_true() {
     check("levers_check");
+}
+
+/// A hand-written AdamW updating its moments out of place, and the same
+/// optimizer updating them in place (`--oop_check --only train_oop`: a wide
+/// MLP and a TinyLM, seeds 140-141, cold and warm), recorded once the
+/// `optimizer_state_replaced_out_of_place` finding was written from two
+/// corpus snapshots: scored once, untouched.
+#[test]
+fn optimizer_state_pairs_come_true() {
+    check("oop_check");
 }
 
 /// `zero_grad_set_to_none` pairs only, recorded after the

@@ -3,8 +3,8 @@
 
 use super::Found;
 use crate::analysis::ClassifiedDevice;
+use crate::classify::PhasePositions;
 use crate::model::Category;
-use crate::plan::pools::PhasePositions;
 use crate::schema::FindingKind;
 use crate::units::human_bytes;
 

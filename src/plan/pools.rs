@@ -14,7 +14,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::classify::{Builtin, Classification, Phase, Rule};
+use crate::classify::{Builtin, Classification, Rule};
 use crate::model::Category;
 use crate::timeline::DeviceTimeline;
 
@@ -208,44 +208,6 @@ pub struct Overlay {
     pub kept_after_a_step: bool,
 }
 
-/// Positions where each phase allocated, ascending, as the rules observed
-/// the phases (intervals are in allocation order; baseline ones start at 0
-/// and carry no phase): what tells a step, the forward after it and the
-/// backward that needs the gradients again, for the gradients kept across
-/// steps here and for the finding that names them
-/// (`findings::gradients`).
-pub struct PhasePositions {
-    pub forward: Vec<u32>,
-    /// Not gradients: a snapshot's `zero_()` restarts a kept gradient with
-    /// its backward frames, after the step.
-    pub backward: Vec<u32>,
-    pub optimizer: Vec<u32>,
-}
-
-impl PhasePositions {
-    pub fn of(intervals: &[crate::timeline::Interval], classes: &[Classification]) -> Self {
-        let (mut forward, mut backward, mut optimizer) = (Vec::new(), Vec::new(), Vec::new());
-        for (interval, class) in intervals.iter().zip(classes) {
-            let Rule::Builtin(rule) = class.rule else {
-                continue;
-            };
-            match rule.phase_observed() {
-                Some(Phase::Forward) => forward.push(interval.start),
-                Some(Phase::Backward) if class.category != Category::Gradient => {
-                    backward.push(interval.start)
-                }
-                Some(Phase::Optimizer) => optimizer.push(interval.start),
-                _ => {}
-            }
-        }
-        PhasePositions {
-            forward,
-            backward,
-            optimizer,
-        }
-    }
-}
-
 /// Which lifetimes count for the parts: whether the run trains, the sizes
 /// of the weights the operators read (sorted; see
 /// [`crate::classify::weight_sizes`]), and the intervals made inside
@@ -281,11 +243,11 @@ impl Overlay {
         };
         // Positions where each phase allocated, ascending (intervals are in
         // allocation order; baseline ones start at 0 and carry no phase).
-        let PhasePositions {
+        let crate::classify::PhasePositions {
             forward,
             backward,
             optimizer,
-        } = PhasePositions::of(&replay.intervals, classes);
+        } = crate::classify::PhasePositions::of(&replay.intervals, classes);
         // Where backward makes each new gradient: with gradients kept
         // (`zero_grad(set_to_none=False)`), the gradient an op computes is a
         // new tensor of the gradient's size, added into the kept one and
