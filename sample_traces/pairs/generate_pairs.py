@@ -128,10 +128,11 @@ SETS = {
     ],
     # The hand-written optimizer's pairs (--only train_oop), recorded for a finding seen in two
     # corpus snapshots (cs336-bcrafton, cs336-wedsonlin: a course's AdamW updating its moments
-    # out of place). A first model (each old moment freed where its replacement is made) was
-    # scored on them once and not landed: it missed the out-of-place arithmetic's own
-    # temporaries (cold MLP: 4.5 of 13.2 MiB) and, warm, the old moments from before the
-    # recording. Wide MLP and a TinyLM, small batches, so the step's second copies matter.
+    # out of place). A first model (each old moment freed where its replacement is made) said
+    # 4.5 of the cold MLP's 13.2 MiB: in place, the expression's operands are never made either;
+    # the model that landed reads them (cold MLP exact). Warm rows are not comparable (see
+    # tests/what_if_pairs.rs). Wide MLP and a TinyLM, small batches, so the step's second
+    # copies matter.
     "oop_check": [
         {"seed": 140, "model": "mlp", "d": 768, "layers": 2, "batch": 8, "seq": 1},
         {"seed": 141, "model": "tinylm", "d": 192, "layers": 2, "batch": 2, "seq": 32},
