@@ -31,7 +31,7 @@ mod layers;
 mod phases;
 mod update_order;
 
-pub use phases::PhasePositions;
+pub use phases::{first_after, last_before, PhasePositions};
 
 use rayon::prelude::*;
 
@@ -388,10 +388,12 @@ pub fn classify_in(
 ) -> Vec<Classification> {
     let mut classes = classify_each(ctx, replay, user_rules);
     buffers::per_parameter_buffers(replay, &mut classes);
-    let evidence = evidence::Evidence::gather(ctx, replay, &classes);
+    let chains = Chains::new(&replay.intervals, &ctx.version_bumps);
+    let evidence = evidence::Evidence::gather(ctx, replay, &classes, chains.as_ref());
     prerecorded::match_blocks(
         ctx,
         &evidence,
+        chains.as_ref(),
         replay,
         &mut classes,
         &mut Default::default(),

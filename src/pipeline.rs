@@ -170,42 +170,41 @@ pub fn analyze_trace(
         d.findings = found
             .iter()
             .filter_map(|f| {
-                // A catalogue lever's finding is priced by its own curve
-                // (the what-if gives the same peak through the demand).
-                let (peak_after, curve) = match &kept_curve {
+                let intervals = &cd.timeline.replay.intervals;
+                let (peak_after, curve, bytes_at_peak) = match &kept_curve {
+                    // A catalogue lever's finding, priced by its own curve
+                    // (the what-if gives the same peak through the
+                    // demand); at the peak, the bytes that curve removes.
                     Some(curve) if f.kind == FindingKind::GradientsKeptThroughForward => {
-                        (curve.iter().copied().max().unwrap_or(0), curve.clone())
+                        let peak_after = curve.iter().copied().max().unwrap_or(0);
+                        let removed = before.saturating_sub(curve[peak as usize]);
+                        (peak_after, curve.clone(), removed)
                     }
                     _ => {
                         let after = sim(&[f.kind.lever().to_owned()]).ok()?;
-                        (after.peak_allocated, after.curve)
+                        let live = |i: usize| intervals[i].live_at(peak);
+                        let bytes = if f.kind == FindingKind::OptimizerStateReplacedOutOfPlace {
+                            // The second copies live at the peak: old state
+                            // whose replacement was already made.
+                            f.fixed_ends
+                                .iter()
+                                .filter(|&&(i, end)| live(i) && end <= peak)
+                                .map(|&(i, _)| intervals[i].size)
+                                .sum()
+                        } else {
+                            f.intervals
+                                .iter()
+                                .filter(|&&i| live(i))
+                                .map(|&i| intervals[i].size)
+                                .sum()
+                        };
+                        (after.peak_allocated, after.curve, bytes)
                     }
                 };
                 if !stands(before, peak_after) {
                     return None;
                 }
                 let saving = before.saturating_sub(peak_after);
-                let bytes_at_peak = match &kept_curve {
-                    Some(curve) if f.kind == FindingKind::GradientsKeptThroughForward => {
-                        before.saturating_sub(curve[peak as usize])
-                    }
-                    // The second copies live at the peak: old state whose
-                    // replacement was already made.
-                    _ if f.kind == FindingKind::OptimizerStateReplacedOutOfPlace => f
-                        .fixed_ends
-                        .iter()
-                        .map(|&(i, end)| (&cd.timeline.replay.intervals[i], end))
-                        .filter(|(iv, end)| iv.live_at(peak) && *end <= peak)
-                        .map(|(iv, _)| iv.size)
-                        .sum(),
-                    _ => f
-                        .intervals
-                        .iter()
-                        .map(|&i| &cd.timeline.replay.intervals[i])
-                        .filter(|iv| iv.live_at(peak))
-                        .map(|iv| iv.size)
-                        .sum(),
-                };
                 Some(Finding {
                     kind: f.kind,
                     bytes_at_peak,
@@ -397,7 +396,7 @@ fn kept_gradients_curve(
 ) -> Option<Vec<u64>> {
     found
         .iter()
-        .any(|f| !f.kind.modelled_by_finding())
+        .any(|f| f.kind == FindingKind::GradientsKeptThroughForward)
         .then(|| {
             let overlay = Overlay::build(
                 &d.timeline,

@@ -18,6 +18,7 @@ use crate::timeline::{Origin, Replay};
 use crate::units::human_bytes;
 use crate::vocabulary::optimizer_class;
 
+use super::chains::Chains;
 use super::{Classification, Context};
 
 /// A number of bytes and the sentence that says where it comes from.
@@ -108,10 +109,11 @@ impl Evidence {
         ctx: &Context<'_>,
         replay: &Replay,
         classes: &[Classification],
+        chains: Option<&Chains>,
     ) -> Evidence {
         let optimizer = optimizer(ctx);
         let zero_grad = zero_grad_runs(ctx);
-        let added_into = added_into_prerecorded(ctx, replay);
+        let added_into = chains.map_or_else(Vec::new, |c| added_into_prerecorded(ctx, replay, c));
         let gradients_kept = zero_grad
             .as_ref()
             .is_some_and(|runs| runs.iter().all(Vec::is_empty))
@@ -404,11 +406,8 @@ fn accumulated_in_place(ctx: &Context<'_>) -> Option<ParamSizes> {
 /// recording, followed straight away by the free of a tensor of its size
 /// that backward made, is a gradient. Returns those tensors' first versions
 /// (interval indices), each once, in the order of their first such add.
-fn added_into_prerecorded(ctx: &Context<'_>, replay: &Replay) -> Vec<usize> {
+fn added_into_prerecorded(ctx: &Context<'_>, replay: &Replay, chains: &Chains) -> Vec<usize> {
     let bumps = &ctx.version_bumps;
-    let Some(chains) = super::chains::Chains::new(&replay.intervals, bumps) else {
-        return Vec::new();
-    };
     let events = &ctx.device.events;
     let mut seen = FxHashSet::default();
     let mut out = Vec::new();

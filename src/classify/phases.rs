@@ -41,3 +41,14 @@ impl PhasePositions {
         }
     }
 }
+
+/// The first position after `p` in an ascending list.
+pub fn first_after(list: &[u32], p: u32) -> Option<u32> {
+    list.get(list.partition_point(|&x| x <= p)).copied()
+}
+
+/// The last position before `p` in an ascending list.
+pub fn last_before(list: &[u32], p: u32) -> Option<u32> {
+    let i = list.partition_point(|&x| x < p).checked_sub(1)?;
+    Some(list[i])
+}

@@ -56,12 +56,14 @@ pub(super) fn infer(
     if replay.intervals.iter().all(|i| i.origin == Origin::Traced) {
         return Vec::new();
     }
-    let evidence = Evidence::gather(ctx, replay, classes);
+    // The in-place updates' chains, read by the evidence and the blocks.
+    let chains = Chains::new(&replay.intervals, &ctx.version_bumps);
+    let evidence = Evidence::gather(ctx, replay, classes, chains.as_ref());
     if std::env::var_os("MEMCUT_DEBUG_EVIDENCE").is_some() {
         eprintln!("{}: {evidence:#?}", ctx.device.device);
     }
     let mut from: BTreeMap<Rule, String> = BTreeMap::new();
-    match_blocks(ctx, &evidence, replay, classes, &mut from);
+    match_blocks(ctx, &evidence, chains.as_ref(), replay, classes, &mut from);
     if let Some(k) = replay
         .intervals
         .iter()
@@ -90,6 +92,7 @@ pub(super) fn infer(
 pub(super) fn match_blocks(
     ctx: &Context<'_>,
     evidence: &Evidence,
+    chains: Option<&Chains>,
     replay: &Replay,
     classes: &mut [Classification],
     from: &mut BTreeMap<Rule, String>,
@@ -110,13 +113,12 @@ pub(super) fn match_blocks(
             ),
         );
     }
-    let chains = Chains::new(&replay.intervals, &ctx.version_bumps);
-    if let Some(chains) = &chains {
+    if let Some(chains) = chains {
         update_order::classify(ctx, evidence, replay, chains, classes, from);
     }
     match_by_size(ctx, evidence, replay, classes, from);
     // Later versions of a tensor (in-place updates) share its category.
-    if let Some(chains) = &chains {
+    if let Some(chains) = chains {
         let open = Rule::from(Builtin::ExistedBeforeTraceNoEvidence);
         for i in 0..classes.len() {
             let root = chains.root(i);

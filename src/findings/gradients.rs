@@ -3,7 +3,7 @@
 
 use super::Found;
 use crate::analysis::ClassifiedDevice;
-use crate::classify::PhasePositions;
+use crate::classify::{first_after, last_before, PhasePositions};
 use crate::model::Category;
 use crate::schema::FindingKind;
 use crate::units::human_bytes;
@@ -34,12 +34,6 @@ pub(super) fn kept_through_forward(cd: &ClassifiedDevice) -> Option<Found> {
     if optimizer.is_empty() || forward.is_empty() {
         return None;
     }
-    let first_after = |list: &[u32], p: u32| list.get(list.partition_point(|&x| x <= p)).copied();
-    let last_before = |list: &[u32], p: u32| {
-        list.partition_point(|&x| x < p)
-            .checked_sub(1)
-            .map(|i| list[i])
-    };
     let mut kept = Vec::new();
     let mut bytes = 0u64;
     // A window (step, forward) for the evidence.

@@ -5,8 +5,7 @@ use std::collections::HashMap;
 
 use super::{holder, Found};
 use crate::analysis::ClassifiedDevice;
-use crate::classify::PhasePositions;
-use crate::classify::{Phase, Rule};
+use crate::classify::{first_after, Phase, PhasePositions, Rule};
 use crate::model::{Category, Trace};
 use crate::schema::FindingKind;
 use crate::units::human_bytes;
@@ -38,7 +37,6 @@ pub(super) fn replaced_out_of_place(trace: &Trace, cd: &ClassifiedDevice) -> Opt
     if phases.optimizer.is_empty() {
         return None;
     }
-    let first_after = |list: &[u32], p: u32| list.get(list.partition_point(|&x| x <= p)).copied();
     // Where the step that allocated at `p` ends: the next forward or
     // backward allocation.
     let step_end = |p: u32| {

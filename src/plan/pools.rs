@@ -271,10 +271,7 @@ impl Overlay {
         // left (a snapshot made by `_profile_to_snapshot` ends a tensor and
         // starts another at each in-place change, so `zero_()` starts one).
         let after_a_step = |p: u32| {
-            let last = |list: &[u32]| {
-                let i = list.partition_point(|&x| x < p);
-                i.checked_sub(1).map(|i| list[i])
-            };
+            let last = |list: &[u32]| crate::classify::last_before(list, p);
             last(&optimizer).is_some_and(|o| last(&backward).is_none_or(|b| o > b))
         };
         let starts_after_a_step: Vec<bool> = replay
@@ -431,19 +428,6 @@ impl Overlay {
 
     pub fn is_empty(&self) -> bool {
         self.enter.is_empty()
-    }
-
-    /// Bytes in `part` at `position` (entered at or before it, not yet
-    /// left).
-    pub fn part_at(&self, part: Part, position: u32) -> u64 {
-        let sum = |changes: &[PartChange]| -> i64 {
-            changes
-                .iter()
-                .filter(|c| c.1 == part && c.0 <= position)
-                .map(|c| c.2)
-                .sum()
-        };
-        (sum(&self.enter) + sum(&self.leave)).max(0) as u64
     }
 }
 
