@@ -312,6 +312,7 @@ fn device_report(
         ooms: oom_findings(device, cd, segments.as_ref()),
         findings: Vec::new(),
         what_if: None,
+        next_step: None,
         plan: None,
         timeline,
         at: at.map(|(a, _)| ReportedInstant {

@@ -33,9 +33,11 @@ use std::collections::HashMap;
 mod calls;
 mod gradients;
 mod growth;
+mod next_step;
 mod oom;
 mod optimizer;
 
+pub use next_step::predict as next_step;
 pub use oom::fragmentation_at_oom;
 
 use crate::analysis::ClassifiedDevice;
@@ -187,9 +189,10 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
     // left to a finding of its own), and autocast's copies are saved for
     // the backward anyway.
     if training {
-        return gradients::kept_through_forward(cd)
+        let phases = crate::classify::PhasePositions::of(intervals, &cd.classes);
+        return gradients::kept_through_forward(cd, &phases)
             .into_iter()
-            .chain(optimizer::replaced_out_of_place(trace, cd))
+            .chain(optimizer::replaced_out_of_place(trace, cd, &phases))
             .collect();
     }
     // Which interval each event frees (an interval ends after its free).

@@ -13,7 +13,7 @@ use crate::plan::facts::{FactsInput, Mode, RunFacts};
 use crate::plan::levers::{parse_levers, Lever, LeversError};
 use crate::plan::pools::{Overlay, OverlayInput, Part};
 use crate::plan::whatif;
-use crate::schema::{Finding, FindingKind, WhatIf};
+use crate::schema::{Finding, FindingKind, NextStep, WhatIf};
 use crate::schema::{Report, SourceInfo};
 use crate::timeline::Replay;
 use crate::{analysis, findings, input, plan};
@@ -101,7 +101,7 @@ pub fn analyze_trace(
                 .map(|(d, device)| {
                     let found = findings::find(trace, device, d);
                     let kept = kept_gradients_curve(&found, d);
-                    let found = (found, kept);
+                    let found = (found, kept, findings::next_step(trace, d));
                     let wants_plan = may_get_a_plan(device, &d.timeline.replay, &options.plan);
                     if !wants_plan && what_if.is_empty() {
                         return (found, None, wants_plan);
@@ -131,7 +131,7 @@ pub fn analyze_trace(
         },
     );
     let mut warnings = Vec::new();
-    for (((d, ((found, kept_curve), planned, wants_plan)), device), cd) in report
+    for (((d, ((found, kept_curve, next_step), planned, wants_plan)), device), cd) in report
         .devices
         .iter_mut()
         .zip(planned)
@@ -216,6 +216,13 @@ pub fn analyze_trace(
                 })
             })
             .collect();
+        d.next_step = next_step.map(|n| NextStep {
+            peak_allocated_bytes: n.peak_allocated,
+            peak_event_index: n.position.saturating_sub(1) as u64,
+            carried_bytes: n.carried,
+            evidence: n.evidence,
+            series: plotted(&n.curve, options.analysis.plot_points),
+        });
         d.findings.extend(findings::fragmentation_at_oom(
             &d.ooms,
             d.segments.as_ref(),
@@ -398,15 +405,7 @@ fn kept_gradients_curve(
         .iter()
         .any(|f| f.kind == FindingKind::GradientsKeptThroughForward)
         .then(|| {
-            let overlay = Overlay::build(
-                &d.timeline,
-                &d.classes,
-                OverlayInput {
-                    training: true,
-                    weight_sizes: &[],
-                    attention_math: &[],
-                },
-            );
+            let overlay = Overlay::kept_across_steps(&d.timeline, &d.classes);
             whatif::curve_without(&d.timeline, &overlay, Part::KeptAcrossSteps)
         })
 }

@@ -104,6 +104,10 @@ pub struct DeviceReport {
     /// The peak with the levers of `--what-if` applied, when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub what_if: Option<WhatIf>,
+    /// The next training step's peak, predicted from a recording of a
+    /// first step that made the optimizer's state (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_step: Option<NextStep>,
     /// The cut plan, when a budget is known.
     pub plan: Option<Plan>,
     /// Memory by category over time, downsampled for plots. Empty series
@@ -202,6 +206,28 @@ pub struct Finding {
     /// Allocated bytes with the fix applied alone, on the same positions as
     /// `timeline` (empty without plots): the viewer shades the waste, what
     /// lies between the recorded curve and this one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub series: Vec<u64>,
+}
+
+/// The next training step's peak, predicted from a recording that holds
+/// one step and ends after its optimizer step, which made the optimizer's
+/// state (PyTorch's optimizers make it lazily, at their first `step()`):
+/// the next step runs its forward and backward with that state (and the
+/// gradients `zero_grad()` keeps) alive.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct NextStep {
+    pub peak_allocated_bytes: u64,
+    /// Index of the recorded event at whose point the next step peaks.
+    pub peak_event_index: u64,
+    /// Bytes the recorded step made and left alive: the next step holds
+    /// them from its start.
+    pub carried_bytes: u64,
+    /// What in the file shows it, then what it means.
+    pub evidence: Vec<String>,
+    /// Allocated bytes with what is carried alive from the start, on the
+    /// same positions as `timeline` (empty without plots).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub series: Vec<u64>,
 }

@@ -428,6 +428,13 @@ pub fn is_operator_call(name: &str) -> bool {
     name.contains("::") || is_backward_function(name)
 }
 
+/// The number of a profiler step's range (`ProfilerStep#2` → 2): the
+/// profiler's schedule counts the steps of the loop it records from 0, so
+/// a number above 0 says the loop ran before the recorded step.
+pub fn profiler_step_number(name: &str) -> Option<u64> {
+    name.strip_prefix("ProfilerStep#")?.parse().ok()
+}
+
 /// Whether a frame is a `torch.compile`d graph running: its region
 /// (`Torch-Compiled Region: 0/0`, a profiler range or a snapshot entry's
 /// `compile_context`), the autograd function that runs it

@@ -86,6 +86,9 @@ struct Device {
     /// Written only for `--what-if`.
     #[serde(default)]
     what_if: Option<WhatIf>,
+    /// Written only for a recording of a first training step.
+    #[serde(default)]
+    next_step: Option<NextStep>,
     plan: Option<Plan>,
     timeline: Timeline,
     /// Written only for `--at`.
@@ -108,6 +111,17 @@ struct Finding {
     fix: String,
     saving_bytes: u64,
     peak_after_bytes: u64,
+    #[serde(default)]
+    series: Vec<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NextStep {
+    peak_allocated_bytes: u64,
+    peak_event_index: u64,
+    carried_bytes: u64,
+    evidence: Vec<String>,
     #[serde(default)]
     series: Vec<u64>,
 }

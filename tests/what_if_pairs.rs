@@ -247,6 +247,16 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
             ("bf16_weights", 0.03, 0.10),
             ("kv_cache_limit", 0.01, 0.01),
         ],
+        // Untouched (seeds 150-153, after the seventh session's changes):
+        // the 3% / 10%.
+        "levers_final" => &[
+            ("zero_grad_set_to_none", 0.03, 0.10),
+            ("fused_optimizer", 0.03, 0.10),
+            ("halve_micro_batch", 0.03, 0.10),
+            ("activation_checkpointing", 0.03, 0.10),
+            ("halve_batch", 0.03, 0.10),
+            ("bf16_weights", 0.03, 0.10),
+        ],
         // bf16 pairs recorded after the fresh set showed that attention's
         // math path keeps fp32 in a bf16 run and the model learnt it (new
         // seeds, shapes and optimizers; HF's SDPA with dropout takes the
@@ -314,6 +324,10 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
     ),
     (
         "levers_grads_check/train.mlp.warm.waste zero_grad_set_to_none (trace.json.gz)",
+        "the truth is not comparable",
+    ),
+    (
+        "levers_final/train.mlp.warm.waste zero_grad_set_to_none (trace.json.gz)",
         "the truth is not comparable",
     ),
     // The hand-written optimizer (`oop_check`): the TinyLM's step is not its
@@ -651,6 +665,15 @@ fn fresh_lever_pairs_come_true() {
     check("levers_fresh");
 }
 
+/// Every catalogue lever of training and inference on a set recorded at
+/// the start of the eighth session, after the seventh's changes (GPT-2
+/// with Adam, Llama with SGD, a CNN with AdamW, an MLP with AdamW; seeds
+/// 150-153; cold and warm): scored once, untouched.
+#[test]
+fn final_lever_pairs_come_true() {
+    check("levers_final");
+}
+
 /// bf16 pairs recorded after attention's math path was modelled (seeds
 /// 70-73): the check that the model was not fitted to the set it came from.
 #[test]
@@ -742,4 +765,98 @@ fn warm_snapshots_name_the_state_from_before_recording() {
         }
     }
     assert!(checked >= 12, "{checked} warm training snapshots");
+}
+
+/// The next step's peak predicted from a recording of the first (the
+/// optimizer's state made lazily in it): each baseline of `set` records one
+/// step, its pair the same run over two steps. Both formats: the prediction
+/// within `worst` of the second recording's peak (as a share of it), the
+/// median within `median`; none where the second step's peak is within 1%
+/// of the first's; the two-step recording predicts nothing (its second
+/// step shows what the first left).
+fn check_next_step(set: &str, median_limit: f64, worst: f64) {
+    let (dir, pairs) = pairs(set);
+    let mut errors = Vec::new();
+    let mut failures = Vec::new();
+    for p in &pairs {
+        assert_eq!(p.lever, "two_steps", "{set}: {}", p.baseline);
+        for format in ["trace.json.gz", "snapshot.pickle.gz"] {
+            let base = analyze(&dir.join(format!("{}.{format}", p.baseline)), &[]);
+            let two = analyze(&dir.join(format!("{}.{format}", p.fixed)), &[]);
+            let (b, t) = (&base.devices[0], &two.devices[0]);
+            if format == "trace.json.gz" {
+                assert_eq!(b.peak.allocated_bytes, p.baseline_peak, "{}", p.baseline);
+                assert_eq!(t.peak.allocated_bytes, p.fixed_peak, "{}", p.fixed);
+            }
+            let truth = t.peak.allocated_bytes;
+            let row = format!("{} ({format})", p.baseline);
+            if t.next_step.is_some() {
+                failures.push(format!("{} ({format}) predicts a next step", p.fixed));
+            }
+            // A next step within 1% of the recorded peak is said nothing of.
+            let grows =
+                truth.saturating_sub(b.peak.allocated_bytes) * 100 >= b.peak.allocated_bytes;
+            let Some(n) = &b.next_step else {
+                if grows {
+                    failures.push(format!(
+                        "{row}: no prediction (recorded {}, true next step {truth})",
+                        b.peak.allocated_bytes
+                    ));
+                } else {
+                    eprintln!(
+                        "{set}: {row}: recorded {}, true {truth}: none needed, none said",
+                        b.peak.allocated_bytes
+                    );
+                }
+                continue;
+            };
+            let error = n.peak_allocated_bytes.abs_diff(truth) as f64 / truth as f64;
+            eprintln!(
+                "{set}: {row}: recorded {}, predicted {}, true {truth}: error {:.2}%",
+                b.peak.allocated_bytes,
+                n.peak_allocated_bytes,
+                error * 100.0
+            );
+            if error > worst {
+                failures.push(format!("{row}: error {:.2}%", error * 100.0));
+            }
+            errors.push(error);
+        }
+    }
+    if !errors.is_empty() {
+        let med = median(errors.clone());
+        let max = errors.iter().cloned().fold(0.0, f64::max);
+        eprintln!(
+            "{set}: next step: {} predictions, median error {:.2}%, worst {:.2}% of the true peak",
+            errors.len(),
+            med * 100.0,
+            max * 100.0
+        );
+        if med > median_limit {
+            failures.push(format!("median error {:.2}%", med * 100.0));
+        }
+    }
+    assert!(failures.is_empty(), "{set}:\n{}", failures.join("\n"));
+}
+
+/// The set the prediction was written on (TinyLM with AdamW, an MLP with
+/// SGD and momentum, GPT-2 with Adam and `set_to_none=True`; seeds
+/// 160-162).
+#[test]
+fn next_step_predictions_come_true() {
+    check_next_step("next_step", 0.01, 0.02);
+}
+
+/// Recorded after the prediction was written (Llama with AdamW, BERT with
+/// SGD, a CNN with Adam, an MLP with AdamW, TinyLM with SGD; seeds
+/// 170-174) and scored once: 7 predictions exact to 0.01%; BERT's snapshot
+/// said nothing (a parameter's in-place update in the step starts a new
+/// version with its forward frames: read as a forward after the step, so
+/// as a recording of more than one step); the MLP's second step peaks as
+/// its first (the optimizer step's temporaries), where nothing is right.
+/// Since the fix (new versions are not new allocations): 8 of 8 within
+/// 0.01%. The 3% / 10%.
+#[test]
+fn next_step_check_predictions_come_true() {
+    check_next_step("next_step_check", 0.03, 0.10);
 }

@@ -337,3 +337,22 @@ def test_options_with_what_if_pickle(in_root):
     assert json.loads(_native.analyze_file(KEPT_GRAPH, again)) == json.loads(
         _native.analyze_file(KEPT_GRAPH, options)
     )
+
+
+FIRST_STEP = "sample_traces/pairs/next_step/first_step.tinylm.cold.waste.trace.json.gz"
+TWO_STEPS = "sample_traces/pairs/next_step/first_step.tinylm.cold.two_steps.trace.json.gz"
+
+
+def test_a_first_step_predicts_the_next_ones_peak(in_root, cli):
+    # The same run recorded over one step and over two: the first predicts
+    # the second's peak (the optimizer's state, made lazily in step one, is
+    # alive through step two's forward and backward); the two-step
+    # recording predicts nothing. Python gives what the CLI prints.
+    report = memcut.analyze(FIRST_STEP)
+    assert report == cli_json(cli, [FIRST_STEP])
+    (device,) = report["devices"]
+    two = memcut.analyze(TWO_STEPS)["devices"][0]
+    assert device["next_step"]["peak_allocated_bytes"] == two["peak"]["allocated_bytes"]
+    assert device["next_step"]["peak_allocated_bytes"] > device["peak"]["allocated_bytes"]
+    assert device["next_step"]["carried_bytes"] > 0
+    assert "next_step" not in two

@@ -73,6 +73,11 @@ LEVER_WORKLOADS = {
     "generate": ["kv_cache_limit"],
 }
 
+# A first step's recording (the model built inside it, one optimizer step: its state is made
+# there, lazily) and the same run recorded over two steps: what the second step's peak is, which
+# the first's recording predicts (`devices[].next_step`). Cold runs only.
+NEXT_STEP_WORKLOADS = {"first_step": ["two_steps"]}
+
 # The models that generate().
 GENERATES = ("gpt2", "llama")
 
@@ -146,6 +151,35 @@ SETS = {
         {"seed": 132, "model": "llama", "d": 120, "layers": 2, "batch": 4, "seq": 44, "opt": "adam"},
         {"seed": 133, "model": "cnn", "d": 20, "layers": 3, "batch": 4, "seq": 24, "opt": "adamw"},
         {"seed": 134, "model": "bert", "d": 96, "layers": 3, "batch": 4, "seq": 52, "opt": "sgd"},
+    ],
+    # First steps (--next_step: tuned on; --next_step_check: recorded after the prediction was
+    # settled, scored once): the optimizer's state made lazily in the first step; with
+    # zero_grad(set_to_none=False) the gradients are kept into the next step too.
+    "next_step": [
+        {"seed": 160, "model": "tinylm", "d": 96, "layers": 3, "batch": 6, "seq": 48, "opt": "adamw"},
+        {"seed": 161, "model": "mlp", "d": 256, "layers": 3, "batch": 32, "seq": 1, "opt": "sgd"},
+        {"seed": 162, "model": "gpt2", "d": 96, "layers": 2, "batch": 4, "seq": 40, "opt": "adam",
+         "set_to_none": True},
+    ],
+    "next_step_check": [
+        {"seed": 170, "model": "llama", "d": 104, "layers": 2, "batch": 4, "seq": 44, "opt": "adamw",
+         "set_to_none": True},
+        {"seed": 171, "model": "bert", "d": 88, "layers": 3, "batch": 4, "seq": 40, "opt": "sgd"},
+        {"seed": 172, "model": "cnn", "d": 12, "layers": 3, "batch": 6, "seq": 24, "opt": "adam"},
+        {"seed": 173, "model": "mlp", "d": 320, "layers": 2, "batch": 24, "seq": 1, "opt": "adamw",
+         "set_to_none": True},
+        {"seed": 174, "model": "tinylm", "d": 80, "layers": 2, "batch": 4, "seq": 64, "opt": "sgd",
+         "set_to_none": True},
+    ],
+    # Recorded at the start of the eighth session, after the seventh's changes (warm snapshots'
+    # gradients read from backward's in-place adds; the autocast gate): every catalogue lever of
+    # training and inference (--only train, then --only infer; generate() has its untouched set
+    # in levers_kv_check), new seeds, shapes and optimizers, scored once and not tuned on.
+    "levers_final": [
+        {"seed": 150, "model": "gpt2", "d": 80, "layers": 2, "batch": 4, "seq": 40, "opt": "adam"},
+        {"seed": 151, "model": "llama", "d": 88, "layers": 2, "batch": 4, "seq": 36, "opt": "sgd"},
+        {"seed": 152, "model": "cnn", "d": 10, "layers": 3, "batch": 6, "seq": 20, "opt": "adamw"},
+        {"seed": 153, "model": "mlp", "d": 224, "layers": 3, "batch": 28, "seq": 1, "opt": "adamw"},
     ],
     # bf16 pairs only (--only train --variants waste,bf16_weights), recorded after the fresh
     # set showed attention's math path keeps fp32 in a bf16 run and the model learnt it: new
@@ -373,10 +407,11 @@ def record(spec):
             loss.backward()
             del logits, loss
         optimizer.step()
-        optimizer.zero_grad(set_to_none=variant == "zero_grad_set_to_none")
+        optimizer.zero_grad(set_to_none=variant == "zero_grad_set_to_none"
+                            or cfg.get("set_to_none", False))
 
     def step(model):
-        if workload in ("train", "train_oop"):
+        if workload in ("train", "train_oop", "first_step"):
             train_step(model)
             return
         x = inputs()
@@ -446,7 +481,8 @@ def record(spec):
             if cold:
                 model = build()
             # Cold training runs two steps: the optimizer's state is made in the first.
-            for _ in range(2 if cold and workload in ("train", "train_oop") else 1):
+            two = workload in ("train", "train_oop") or variant == "two_steps"
+            for _ in range(2 if cold and two else 1):
                 step(model)
             prof.step()
     out_dir = os.path.join(HERE, spec["set"])
@@ -496,7 +532,8 @@ def main(argv):
                  if not ((only is None or p["baseline"].startswith(only + "."))
                          and (models is None or p["baseline"].split(".")[1] in models)
                          and (variants is None or p["lever"] in variants))]
-    workloads = LEVER_WORKLOADS if set_name.startswith("levers") else WORKLOADS
+    workloads = (LEVER_WORKLOADS if set_name.startswith("levers")
+                 else NEXT_STEP_WORKLOADS if set_name.startswith("next_step") else WORKLOADS)
     for cfg in SETS[set_name]:
         if models is not None and cfg["model"] not in models:
             continue
@@ -505,7 +542,7 @@ def main(argv):
                 continue
             if workload == "generate" and cfg["model"] not in GENERATES:
                 continue
-            for start in ("cold", "warm"):
+            for start in ("cold",) if workloads is NEXT_STEP_WORKLOADS else ("cold", "warm"):
                 for variant in ["waste"] + levers:
                     if variants is not None and variant not in variants:
                         continue

@@ -24,13 +24,16 @@ use crate::units::human_bytes;
 ///
 /// The fix is the catalogue's `zero_grad_set_to_none`, which the what-if
 /// models from the same windows; `fixed_ends` stays empty.
-pub(super) fn kept_through_forward(cd: &ClassifiedDevice) -> Option<Found> {
+pub(super) fn kept_through_forward(
+    cd: &ClassifiedDevice,
+    phases: &PhasePositions,
+) -> Option<Found> {
     let intervals = &cd.timeline.replay.intervals;
     let PhasePositions {
         forward,
         backward,
         optimizer,
-    } = PhasePositions::of(intervals, &cd.classes);
+    } = phases;
     if optimizer.is_empty() || forward.is_empty() {
         return None;
     }
@@ -45,23 +48,23 @@ pub(super) fn kept_through_forward(cd: &ClassifiedDevice) -> Option<Found> {
         // The step it is held from: one inside its life, or the last one
         // before it when it starts after that step and before any backward
         // (a profile's snapshot starts a gradient again at its `zero_()`).
-        let started_after_a_step = last_before(&optimizer, iv.start)
-            .is_some_and(|o| last_before(&backward, iv.start).is_none_or(|b| o > b));
+        let started_after_a_step = last_before(optimizer, iv.start)
+            .is_some_and(|o| last_before(backward, iv.start).is_none_or(|b| o > b));
         let held_from = if started_after_a_step || iv.origin.is_baseline() {
             Some(iv.start)
         } else {
-            first_after(&optimizer, iv.start.saturating_sub(1)).filter(|&o| o < iv.end)
+            first_after(optimizer, iv.start.saturating_sub(1)).filter(|&o| o < iv.end)
         };
         let Some(from) = held_from else { continue };
-        let Some(f) = first_after(&forward, from).filter(|&f| f < iv.end) else {
+        let Some(f) = first_after(forward, from).filter(|&f| f < iv.end) else {
             continue;
         };
-        if first_after(&backward, from).is_some_and(|b| b < f) {
+        if first_after(backward, from).is_some_and(|b| b < f) {
             continue;
         }
         kept.push(i);
         bytes += iv.size;
-        let step = last_before(&optimizer, from + 1);
+        let step = last_before(optimizer, from + 1);
         // A window after a step seen in the recording is the better evidence.
         if first.is_none_or(|(s, _)| s.is_none() && step.is_some()) {
             first = Some((step, f));

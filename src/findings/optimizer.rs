@@ -30,10 +30,13 @@ const MIN_REPLACED: usize = 2;
 /// place, the old tensor's memory is the new one (the old one ends where
 /// the new one was made), and the operands the step freed right after
 /// making it (`0.9 * m`, `0.1 * g`) are never made.
-pub(super) fn replaced_out_of_place(trace: &Trace, cd: &ClassifiedDevice) -> Option<Found> {
+pub(super) fn replaced_out_of_place(
+    trace: &Trace,
+    cd: &ClassifiedDevice,
+    phases: &PhasePositions,
+) -> Option<Found> {
     let intervals = &cd.timeline.replay.intervals;
     let positions = cd.timeline.replay.positions();
-    let phases = PhasePositions::of(intervals, &cd.classes);
     if phases.optimizer.is_empty() {
         return None;
     }

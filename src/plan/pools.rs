@@ -227,6 +227,28 @@ impl Overlay {
         classes: &[Classification],
         input: OverlayInput<'_>,
     ) -> Overlay {
+        Self::build_parts(timeline, classes, input, false)
+    }
+
+    /// Only the gradients kept across steps ([`Part::KeptAcrossSteps`]) of
+    /// a training run, as [`Overlay::build`] makes them: what
+    /// `zero_grad_set_to_none` removes, for the finding that it fixes,
+    /// without the other parts' passes.
+    pub fn kept_across_steps(timeline: &DeviceTimeline, classes: &[Classification]) -> Overlay {
+        let input = OverlayInput {
+            training: true,
+            weight_sizes: &[],
+            attention_math: &[],
+        };
+        Self::build_parts(timeline, classes, input, true)
+    }
+
+    fn build_parts(
+        timeline: &DeviceTimeline,
+        classes: &[Classification],
+        input: OverlayInput<'_>,
+        only_kept: bool,
+    ) -> Overlay {
         use Builtin as B;
         let replay = &timeline.replay;
         let positions = replay.positions();
@@ -257,11 +279,20 @@ impl Overlay {
         // first allocation.
         let mut computed = Computed::default();
         if input.training {
+            // Only tensors of a gradient's size can stand for one.
+            let gradient_sizes: rustc_hash::FxHashSet<u64> = replay
+                .intervals
+                .iter()
+                .zip(classes)
+                .filter(|(_, c)| c.category == Category::Gradient)
+                .map(|(iv, _)| iv.size)
+                .collect();
             for (interval, class) in replay.intervals.iter().zip(classes) {
                 if matches!(
                     class.rule,
                     Rule::Builtin(B::ShortLivedInBackward | B::FreedWithinBackward)
-                ) {
+                ) && gradient_sizes.contains(&interval.size)
+                {
                     computed.push(interval.size, interval.start, interval.end);
                 }
             }
@@ -290,7 +321,7 @@ impl Overlay {
         // The sizes of weights: the operators' (record_shapes), and the
         // parameters', gradients' and optimizer state's the trace shows.
         let mut weight_sizes: Vec<u64> = input.weight_sizes.to_vec();
-        if input.training {
+        if input.training && !only_kept {
             weight_sizes.extend(
                 replay
                     .intervals
@@ -319,6 +350,9 @@ impl Overlay {
         {
             let (start, end, size) = (interval.start, interval.end, interval.size);
             let alive_at_end = end >= positions;
+            if only_kept && class.category != Category::Gradient {
+                continue;
+            }
             match class.category {
                 Category::Activation => {
                     let saved = class.rule == Rule::Builtin(B::ForwardOutputFreedInBackward)
@@ -513,16 +547,43 @@ struct Ascending<'a> {
     list: &'a [u32],
     /// Every element before it is at most the last query.
     at: usize,
+    /// Answers given: a gradient kept across many steps asks, step after
+    /// step, what every other gradient kept from those steps asks.
+    memo: rustc_hash::FxHashMap<u32, Option<u32>>,
 }
 
 impl<'a> Ascending<'a> {
     fn new(list: &'a [u32]) -> Ascending<'a> {
-        Ascending { list, at: 0 }
+        Ascending {
+            list,
+            at: 0,
+            memo: Default::default(),
+        }
     }
 
     fn first_after(&mut self, p: u32) -> Option<u32> {
+        if let Some(&answer) = self.memo.get(&p) {
+            return answer;
+        }
+        let answer = self.search(p);
+        self.memo.insert(p, answer);
+        answer
+    }
+
+    fn search(&mut self, p: u32) -> Option<u32> {
         if self.at > 0 && self.list[self.at - 1] > p {
-            self.at = 0;
+            // Gallop back from `hi`, an element above `p`: the answer is
+            // at or below it.
+            let mut hi = self.at - 1;
+            let mut step = 1;
+            while hi >= step && self.list[hi - step] > p {
+                hi -= step;
+                step *= 2;
+            }
+            // Below `lo` (and at it, unless it is 0) everything is at most `p`.
+            let lo = hi.saturating_sub(step);
+            self.at = lo + self.list[lo..=hi].partition_point(|&x| x <= p);
+            return self.list.get(self.at).copied();
         }
         let mut step = 1;
         while self.at + step <= self.list.len() && self.list[self.at + step - 1] <= p {

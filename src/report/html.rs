@@ -162,6 +162,17 @@ fn device(out: &mut String, d: &DeviceReport, n: usize) {
         }
         out.push_str("</ul></div>\n");
     }
+    if let Some(n) = &d.next_step {
+        let _ = writeln!(
+            out,
+            "<div class=\"finding\"><p><b>Next step</b> {}</p>\n<ul>",
+            escape(&super::next_step_line(d, n))
+        );
+        for e in &n.evidence {
+            let _ = writeln!(out, "<li>{}</li>", escape(e));
+        }
+        out.push_str("</ul></div>\n");
+    }
     if let Some(w) = &d.what_if {
         let _ = writeln!(
             out,

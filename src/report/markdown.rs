@@ -110,6 +110,17 @@ fn device(out: &mut String, d: &DeviceReport) {
         }
         let _ = writeln!(out);
     }
+    if let Some(n) = &d.next_step {
+        let _ = writeln!(
+            out,
+            "**Next step** {}\n",
+            cell(&super::next_step_line(d, n))
+        );
+        for e in &n.evidence {
+            let _ = writeln!(out, "- {}", cell(e));
+        }
+        let _ = writeln!(out);
+    }
     if let Some(w) = &d.what_if {
         let _ = writeln!(out, "**What if** {}\n", cell(&super::what_if_line(d, w)));
         for b in &w.because {

@@ -237,6 +237,20 @@ pub(crate) fn finding_line(f: &crate::schema::Finding) -> String {
     )
 }
 
+/// The next step's headline: the recorded peak, the one predicted for the
+/// next step and what is carried into it
+/// (`peak 11.3 MiB → 15.3 MiB (+4.0 MiB, predicted): …`).
+pub(crate) fn next_step_line(d: &DeviceReport, n: &crate::schema::NextStep) -> String {
+    let recorded = d.peak.allocated_bytes;
+    format!(
+        "peak {} → {} (+{}, predicted): it carries the {} this first step made and left alive",
+        human_bytes(recorded),
+        human_bytes(n.peak_allocated_bytes),
+        human_bytes(n.peak_allocated_bytes.saturating_sub(recorded)),
+        human_bytes(n.carried_bytes)
+    )
+}
+
 /// The what-if's headline after "what if" (`inference_mode,autocast_no_cache: peak 30.0 MiB → 6.5 MiB`),
 /// with `≈` when some lever was a factor.
 pub(crate) fn what_if_line(d: &DeviceReport, w: &crate::schema::WhatIf) -> String {

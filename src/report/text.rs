@@ -136,6 +136,12 @@ fn device(out: &mut String, d: &DeviceReport) {
             let _ = writeln!(out, "    - {e}");
         }
     }
+    if let Some(n) = &d.next_step {
+        let _ = writeln!(out, "  next step {}", super::next_step_line(d, n));
+        for e in &n.evidence {
+            let _ = writeln!(out, "    - {e}");
+        }
+    }
     if let Some(w) = &d.what_if {
         let _ = writeln!(out, "  what if {}", super::what_if_line(d, w));
         for b in &w.because {

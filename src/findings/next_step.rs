@@ -1,0 +1,216 @@
+//! The next training step, predicted from a recording of the first: the
+//! optimizer's state is made lazily in the first `step()`, and with
+//! `zero_grad(set_to_none=False)` the gradients stay too, so the second
+//! step runs its forward and backward on top of memory the first one's
+//! forward never had. A recording of one step shows a peak the run will
+//! exceed: "it fit in step 1 and ran out of memory in step 2".
+
+use std::collections::HashMap;
+
+use crate::analysis::ClassifiedDevice;
+use crate::classify::{Phase, PhasePositions, Rule};
+use crate::model::{Category, Trace};
+use crate::units::human_bytes;
+
+/// The next step's peak as this recording predicts it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NextStep {
+    /// The predicted peak of allocated bytes.
+    pub peak_allocated: u64,
+    /// Where in the recorded step it is (the position whose bytes, with
+    /// what the step left, are the peak).
+    pub position: u32,
+    /// Bytes the step made and left alive at the end: the next step
+    /// carries them from its start.
+    pub carried: u64,
+    /// The allocated curve with what is carried alive from the start.
+    pub curve: Vec<u64>,
+    pub evidence: Vec<String>,
+}
+
+/// The prediction for a training recording that holds one step's forward
+/// and backward and ends after its optimizer step (no forward allocation
+/// after any optimizer allocation), when that step left optimizer state it
+/// made (lazily, or) gradients alive at the end.
+///
+/// Model: the next step does what the recorded one did, with what the
+/// recorded step made and left alive at the end (optimizer state, kept
+/// gradients) alive from its start. At each position, the recorded bytes
+/// plus those of the carried tensors not made yet there (each from the
+/// first version of its chain: a profile-made snapshot starts a tensor
+/// again at each in-place change, at the same address and size); where the
+/// recorded step made them, the next one finds them made (the optimizer
+/// updates its state in place), and where backward made a kept gradient,
+/// the next backward makes a new value of its size beside it, added into
+/// it and freed (`AccumulateGrad`).
+pub fn predict(trace: &Trace, cd: &ClassifiedDevice) -> Option<NextStep> {
+    // A profiler step after the first: the loop ran before the recording
+    // (a warm CPU trace shows nothing of what it left, not even its frees).
+    if trace
+        .annotations
+        .iter()
+        .any(|a| crate::vocabulary::profiler_step_number(&a.name).is_some_and(|n| n > 0))
+    {
+        return None;
+    }
+    let replay = &cd.timeline.replay;
+    let intervals = &replay.intervals;
+    let positions = replay.positions();
+    let phases = PhasePositions::of(intervals, &cd.classes);
+    let &first_forward = phases.forward.first()?;
+    let &first_step = phases.optimizer.first()?;
+    // The first step: no optimizer state was alive when its forward began
+    // (a warm recording's state is from before it, and state replaced out
+    // of place in each step is not made lazily).
+    if intervals
+        .iter()
+        .zip(&cd.classes)
+        .any(|(iv, c)| c.category == Category::OptimizerState && iv.live_at(first_forward))
+    {
+        return None;
+    }
+    // Where each interval's chain of versions began.
+    let mut ending: HashMap<(u64, u64, u32), usize> = HashMap::new();
+    for (i, iv) in intervals.iter().enumerate() {
+        if iv.end < positions {
+            ending.insert((iv.addr, iv.size, iv.end), i);
+        }
+    }
+    // A version ends at the free just before the next one's allocation (a
+    // profile-made snapshot writes the old version's free requested and
+    // completed, then the new one's alloc, at one address and size).
+    let previous = |i: usize| {
+        let iv = &intervals[i];
+        (0..=2u32)
+            .filter_map(|back| iv.start.checked_sub(back))
+            .find_map(|end| ending.get(&(iv.addr, iv.size, end)).copied())
+            .filter(|&j| intervals[j].start < iv.start)
+    };
+    // One step recorded: no forward allocation after the optimizer's (but
+    // a new version of a tensor the step changed in place, which keeps the
+    // frames of the tensor's first allocation).
+    let forward_after_step = intervals
+        .iter()
+        .zip(&cd.classes)
+        .enumerate()
+        .any(|(i, (iv, c))| {
+            iv.start > first_step
+                && matches!(c.rule, Rule::Builtin(b) if b.phase_observed() == Some(Phase::Forward))
+                && previous(i).is_none()
+        });
+    if forward_after_step {
+        return None;
+    }
+    let first_version = |mut i: usize| {
+        while let Some(j) = previous(i) {
+            i = j;
+        }
+        intervals[i].start
+    };
+    let (mut state, mut gradients) = ((0usize, 0u64), (0usize, 0u64));
+    let mut carried: Vec<(u32, u64)> = Vec::new();
+    // Where the recorded backward made each kept gradient the next one
+    // makes a new value of its size and adds it into the kept one: both
+    // are alive there.
+    let mut added_into: Vec<(u32, u64)> = Vec::new();
+    let mut carried_state: Vec<u64> = Vec::new();
+    for (i, (iv, c)) in intervals.iter().zip(&cd.classes).enumerate() {
+        if iv.end < positions || iv.origin.is_baseline() {
+            continue;
+        }
+        let tally = match c.category {
+            Category::OptimizerState => &mut state,
+            Category::Gradient => &mut gradients,
+            _ => continue,
+        };
+        let from = first_version(i);
+        // Made by this step's backward or optimizer, not before its forward.
+        if from <= first_forward {
+            continue;
+        }
+        tally.0 += 1;
+        tally.1 += iv.size;
+        carried.push((from, iv.size));
+        if c.category == Category::Gradient {
+            added_into.push((from, iv.size));
+        } else {
+            carried_state.push(iv.size);
+        }
+    }
+    // A tensor from before the recording freed in the step, of a size of
+    // the state it made: state replaced (out of place, as each step does),
+    // not made lazily (a warm Chrome trace does not see the old state's
+    // allocation, only its free).
+    let state_sizes: std::collections::HashSet<u64> = carried_state.iter().copied().collect();
+    if intervals.iter().any(|iv| {
+        iv.origin.is_baseline()
+            && iv.end >= first_step
+            && iv.end < positions
+            && state_sizes.contains(&iv.size)
+    }) {
+        return None;
+    }
+    // Lazily made state is what this finding is about; kept gradients alone
+    // are `gradients_kept_through_forward`'s when a forward follows.
+    if state.0 == 0 {
+        return None;
+    }
+    carried.sort_unstable();
+    let total: u64 = carried.iter().map(|c| c.1).sum();
+    let mut not_made_yet = total;
+    let mut next = carried.iter().peekable();
+    let mut curve = Vec::with_capacity(replay.allocated.len());
+    for (p, &allocated) in replay.allocated.iter().enumerate() {
+        while let Some(&&(from, size)) = next.peek() {
+            if from as usize > p {
+                break;
+            }
+            not_made_yet -= size;
+            next.next();
+        }
+        curve.push(allocated + not_made_yet);
+    }
+    for (at, size) in added_into {
+        if let Some(bytes) = curve.get_mut(at as usize) {
+            *bytes += size;
+        }
+    }
+    let position = crate::timeline::argmax(&curve);
+    let peak_allocated = curve[position as usize];
+    let recorded = replay.allocated[replay.peak_position() as usize];
+    if (peak_allocated - recorded) * 100 < recorded {
+        return None;
+    }
+    let mut left = format!(
+        "the optimizer's state ({} tensors, {}), made in that step (PyTorch's optimizers make it lazily, at their first `step()`)",
+        state.0,
+        human_bytes(state.1)
+    );
+    if gradients.0 > 0 {
+        left.push_str(&format!(
+            ", and {} gradients ({}) that `zero_grad()` kept (`set_to_none=False`)",
+            gradients.0,
+            human_bytes(gradients.1)
+        ));
+    }
+    let evidence = vec![
+        format!(
+            "the recording holds one training step (forward from event {}, optimizer step from event {}) and ends after it; alive at its end: {left}",
+            first_forward.saturating_sub(1),
+            first_step.saturating_sub(1)
+        ),
+        format!(
+            "the next step runs its forward and backward with them alive: predicted peak {} at the point of this step's event {}, {} more than recorded (a prediction: record two steps to see it)",
+            human_bytes(peak_allocated),
+            position.saturating_sub(1),
+            human_bytes(peak_allocated - recorded)
+        ),
+    ];
+    Some(NextStep {
+        peak_allocated,
+        position,
+        carried: total,
+        curve,
+        evidence,
+    })
+}
