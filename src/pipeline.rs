@@ -329,9 +329,34 @@ pub fn analyze_trace(
             checkpointed_demand: &checkpointed_demand,
         };
         d.plan = plan::plan_for(d, &input, &options.plan);
+        if let (Some(plan), Some(next)) = (d.plan.as_mut(), d.next_step.as_ref()) {
+            next_step_over_target(plan, next);
+        }
     }
     report.diagnostics.extend(warnings);
     Ok(report)
+}
+
+/// A plan made on a recording of a first step whose next step is
+/// predicted over the target says so: its verdict and cuts are the
+/// recorded step's (the next one runs with the optimizer's state alive).
+fn next_step_over_target(plan: &mut crate::schema::Plan, next: &NextStep) {
+    let Some(over) = next
+        .peak_allocated_bytes
+        .checked_sub(plan.target_bytes)
+        .filter(|&b| b > 0)
+    else {
+        return;
+    };
+    let said = format!(
+        "; but the next step is predicted at {} (`next_step`: the optimizer's state made in this first step stays alive), {} over the target: this verdict and these cuts are the recorded step's (record two steps to plan for it)",
+        crate::units::human_bytes(next.peak_allocated_bytes),
+        crate::units::human_bytes(over)
+    );
+    plan.reason.push_str(&said);
+    if let Some(h) = plan.headline.as_mut() {
+        h.reason.push_str(&said);
+    }
 }
 
 /// A curve over positions on the report's plotted points: the largest

@@ -860,3 +860,40 @@ fn next_step_predictions_come_true() {
 fn next_step_check_predictions_come_true() {
     check_next_step("next_step_check", 0.03, 0.10);
 }
+
+/// A plan on a first step's recording whose next step is predicted over
+/// the target says so, with the recorded step's verdict; under a target
+/// the next step fits too, it says nothing of it.
+#[test]
+fn a_plan_on_a_first_step_names_the_next_step_over_its_target() {
+    let (dir, _) = pairs("next_step");
+    let path = dir.join("first_step.tinylm.cold.waste.trace.json.gz");
+    let plan_for = |budget: u64| {
+        let mut options = AnalyzeOptions::default();
+        options
+            .plan
+            .set_budget_and_headroom(
+                Some(memcut::parse_budget(&budget.to_string()).unwrap()),
+                memcut::parse_headroom("0").unwrap(),
+            )
+            .unwrap();
+        let report = memcut::analyze_path(&path, &options).unwrap();
+        let d = &report.devices[0];
+        (
+            d.peak.allocated_bytes,
+            d.next_step.as_ref().unwrap().peak_allocated_bytes,
+            d.plan.clone().unwrap(),
+        )
+    };
+    let (recorded, next, _) = plan_for(1 << 30);
+    let between = (recorded + next) / 2;
+    let (_, _, plan) = plan_for(between);
+    assert_eq!(plan.verdict.as_str(), "fits", "{}", plan.reason);
+    assert!(
+        plan.reason.contains("the next step is predicted at"),
+        "{}",
+        plan.reason
+    );
+    let (_, _, roomy) = plan_for(next + (next / 10));
+    assert!(!roomy.reason.contains("next step"), "{}", roomy.reason);
+}

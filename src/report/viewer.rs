@@ -50,6 +50,12 @@ pub fn html(out: &mut String, d: &DeviceReport, n: usize) {
         .as_ref()
         .filter(|w| w.series.len() == t.x.len())
         .map(|w| (&w.series, w.levers.join(", ")));
+    // The next step predicted from a first step's recording.
+    let next_step = d
+        .next_step
+        .as_ref()
+        .filter(|n| n.series.len() == t.x.len())
+        .map(|n| &n.series);
     // Each finding's waste: what lies between the recorded curve and the
     // curve with its fix.
     let drawn: Vec<&crate::schema::Finding> = d
@@ -72,6 +78,7 @@ pub fn html(out: &mut String, d: &DeviceReport, n: usize) {
         "peak_bytes": d.peak.allocated_bytes,
         "oom_x": t.oom_x,
         "what_if": what_if.as_ref().map(|w| w.0),
+        "next_step": next_step,
         "what_if_levers": what_if.as_ref().map(|w| &w.1),
         "bands": bands,
         "findings": findings,
@@ -96,6 +103,11 @@ pub fn html(out: &mut String, d: &DeviceReport, n: usize) {
             legend,
             "<span><span class=\"ln\" style=\"border-top-color:#0a7d2c\"></span>what if: {}</span>",
             super::markup::escape(levers)
+        );
+    }
+    if next_step.is_some() {
+        legend.push_str(
+            "<span><span class=\"ln\" style=\"border-top-color:#c25400;border-top-style:dashed\"></span>next step (predicted)</span>",
         );
     }
     for (k, f) in drawn.iter().enumerate() {
@@ -168,7 +180,7 @@ function init(root) {
   const total = new Float64Array(n), cum = D.series.map(() => new Float64Array(n));
   for (let i = 0; i < n; i++) { let s = 0; for (let c = 0; c < C; c++) { s += D.series[c][i]; cum[c][i] = s; } total[i] = s; }
   let ymax = 0;
-  for (let i = 0; i < n; i++) ymax = Math.max(ymax, total[i], D.reserved ? D.reserved[i] : 0, D.what_if ? D.what_if[i] : 0);
+  for (let i = 0; i < n; i++) ymax = Math.max(ymax, total[i], D.reserved ? D.reserved[i] : 0, D.what_if ? D.what_if[i] : 0, D.next_step ? D.next_step[i] : 0);
   ymax = ymax > 0 ? ymax * 1.05 : 1;
   // Bands in lanes: each takes the first lane free at its start.
   const bands = D.bands.map(b => ({x0: b[0], x1: Math.max(b[1], b[0]), bytes: b[2], cat: b[3], rule: b[4], site: b[5], stack: b[6], alloc: b[7], free: b[8]}));
@@ -248,6 +260,7 @@ function init(root) {
     });
     if (D.reserved) line(D.reserved, '#222', [5, 3], 1.3);
     if (D.what_if) line(D.what_if, '#0a7d2c', [], 2);
+    if (D.next_step) line(D.next_step, '#c25400', [6, 3], 2);
     const mark = (x, style, label) => {
       if (x < lo || x > hi) return;
       const px = X(x, w); g.strokeStyle = style; g.lineWidth = 1.3;
@@ -318,7 +331,7 @@ function init(root) {
     if (px < L) { tip.hidden = true; return; }
     const i = nearest(invX(px, area.clientWidth));
     const waste = D.findings.map(f => '<br>' + esc(f.kind) + ': ' + esc(fmtB(Math.max(0, total[i] - f.series[i]))) + ' that ' + esc(f.fix) + ' frees').join('');
-    showTip(esc(fmtX(D.x[i])) + ': <b>' + esc(fmtB(total[i])) + '</b> allocated' + (D.what_if ? '; with ' + esc(D.what_if_levers) + ': ' + esc(fmtB(D.what_if[i])) : '') + waste, px, py, area);
+    showTip(esc(fmtX(D.x[i])) + ': <b>' + esc(fmtB(total[i])) + '</b> allocated' + (D.what_if ? '; with ' + esc(D.what_if_levers) + ': ' + esc(fmtB(D.what_if[i])) : '') + (D.next_step ? '; next step (predicted): ' + esc(fmtB(D.next_step[i])) : '') + waste, px, py, area);
   });
   for (const cv of [area, lanes]) cv.addEventListener('mouseleave', () => { tip.hidden = true; drag = null; });
   let drag = null, moved = false, downAt = 0;
