@@ -96,6 +96,7 @@ def _options(
     dp_ranks: int = 1,
     order: str = "cheapest",
     what_if: Sequence[str] = (),
+    at: Optional[str] = None,
 ) -> _native.Options:
     headroom_arg = _size(headroom, "headroom")
     assert headroom_arg is not None
@@ -109,6 +110,7 @@ def _options(
         dp_ranks=dp_ranks,
         order=order,
         what_if=list(what_if),
+        at=at,
     )
 
 
@@ -138,6 +140,7 @@ def analyze(
     dp_ranks: int = 1,
     order: str = "cheapest",
     what_if: Sequence[str] = (),
+    at: Optional[str] = None,
 ) -> Report:
     """Analyses one trace and returns the JSON report of ``memcut analyze -f json``.
 
@@ -146,7 +149,8 @@ def analyze(
     path or as its bytes. ``budget``/``headroom``/``levers``/``rules``/
     ``device``/``top``/``dp_ranks``/``order`` mean what the CLI's flags of the
     same names mean; ``what_if`` is ``--what-if``'s list of levers (the
-    report's ``devices[].what_if``); sizes are ints (bytes) or strings such as ``"80GiB"``;
+    report's ``devices[].what_if``); ``at`` is ``--at``'s instant (``"1234"``,
+    ``"12.5ms"``, ``"oom:0"``, ``"end"``: the report's ``devices[].at``); sizes are ints (bytes) or strings such as ``"80GiB"``;
     ``levers`` and ``rules`` are a JSON file or the list it would hold.
     ``name`` is the report's ``source.path`` for bytes (default ``"-"``, as
     the CLI names stdin).
@@ -154,7 +158,7 @@ def analyze(
     Raises :class:`MemcutError` with the CLI's message (``FILE: reason``).
     An input read only in part gives a report and a :class:`MemcutWarning`.
     """
-    options = _options(budget, headroom, levers, rules, device, top, dp_ranks, order, what_if)
+    options = _options(budget, headroom, levers, rules, device, top, dp_ranks, order, what_if, at)
     data = _data(path_or_bytes)
     if data is None:
         text = _native.analyze_file(os.fspath(path_or_bytes), options)  # type: ignore[arg-type]

@@ -27,6 +27,8 @@ class Options:
         top: int = 10,
         dp_ranks: int = 1,
         order: str = "cheapest",
+        what_if: List[str] = ...,
+        at: Optional[str] = None,
     ) -> None: ...
 
 def analyze_file(path: str, options: Options) -> str: ...

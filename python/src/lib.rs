@@ -85,6 +85,7 @@ type NewArgs = (
     u32,
     String,
     Vec<String>,
+    Option<String>,
 );
 
 #[pymethods]
@@ -93,7 +94,7 @@ impl Options {
     #[pyo3(signature = (
         budget=None, headroom="10%".to_owned(), levers=None, levers_file=None,
         rules=None, rules_file=None, device=None, top=10, dp_ranks=1, order="cheapest".to_owned(),
-        what_if=Vec::new()
+        what_if=Vec::new(), at=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -108,6 +109,7 @@ impl Options {
         dp_ranks: u32,
         order: String,
         what_if: Vec<String>,
+        at: Option<String>,
     ) -> PyResult<Options> {
         let mut inner = AnalyzeOptions::new();
         // The same parsers and check as the CLI's --budget and --headroom,
@@ -162,6 +164,13 @@ impl Options {
         inner.plan.what_if = what_if;
         inner.analysis.device = device;
         inner.analysis.top = top;
+        // `--at`'s instant: resolved against the trace when it is read (an
+        // instant the trace does not have is an error then, as in the CLI).
+        inner.analysis.at = at
+            .as_deref()
+            .map(memcut::At::parse)
+            .transpose()
+            .map_err(|e| error(format!("at: {e}")))?;
         let args = OptionArgs {
             budget,
             headroom,
@@ -189,6 +198,7 @@ impl Options {
             i.plan.dp_ranks,
             a.order,
             i.plan.what_if.clone(),
+            i.analysis.at.as_ref().map(|a| a.to_string()),
         );
         (slf.get_type(), args)
     }

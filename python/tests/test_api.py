@@ -356,3 +356,31 @@ def test_a_first_step_predicts_the_next_ones_peak(in_root, cli):
     assert device["next_step"]["peak_allocated_bytes"] > device["peak"]["allocated_bytes"]
     assert device["next_step"]["carried_bytes"] > 0
     assert "next_step" not in two
+
+
+def test_at_reports_an_instant_as_the_cli_does(in_root, cli):
+    # `at` is `--at`: the same report, the same refusals.
+    for spec in ("end", "peak", "100"):
+        assert memcut.analyze(ADAMW, at=spec) == cli_json(cli, [ADAMW, "--at", spec]), spec
+    trace = "sample_traces/train_adamw.trace.json.gz"
+    assert memcut.analyze(trace, at="1ms") == cli_json(cli, [trace, "--at", "1ms"])
+    assert memcut.analyze(ADAMW, at="100")["devices"][0]["at"]["spec"] == "100"
+    out = run_cli(cli, ["analyze", ADAMW, "--at", "nope"])
+    assert out.returncode == 2
+    line = out.stderr.decode().strip().splitlines()[0]
+    with pytest.raises(memcut.MemcutError) as e:
+        memcut.analyze(ADAMW, at="nope")
+    # clap: "error: invalid value 'nope' for '--at <…>': WHY"; Python: "at: WHY".
+    assert line.endswith(str(e.value).split(": ", 1)[1]), (line, str(e.value))
+    # An instant the trace does not have: the CLI's line after `memcut: error: `.
+    out = run_cli(cli, ["analyze", ADAMW, "--at", "99999999"])
+    assert out.returncode == 2
+    with pytest.raises(memcut.MemcutError) as e:
+        memcut.analyze(ADAMW, at="99999999")
+    assert out.stderr.decode().strip() == f"memcut: error: {e.value}"
+    # Picklable with the instant (for batch workers).
+    options = memcut._options(at="end")
+    again = pickle.loads(pickle.dumps(options))
+    assert json.loads(_native.analyze_file(ADAMW, again)) == json.loads(
+        _native.analyze_file(ADAMW, options)
+    )
