@@ -96,8 +96,8 @@ pub use input::Limits;
 pub use instant::At;
 pub use model::{Category, Diagnostic, Distributed, Level};
 pub use pipeline::{
-    analyze_bytes, analyze_path, analyze_reader, read_levers_file, read_rules_file, AnalyzeOptions,
-    OptionsFileError,
+    analyze_bytes, analyze_path, analyze_reader, read_levers_file, read_rules_file,
+    report_or_analysis, AnalyzeOptions, OptionsFileError,
 };
 pub use plan::components::{
     self as components, parse_components, plan_components, Component, ComponentReport,

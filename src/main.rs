@@ -259,7 +259,7 @@ fn diff(args: &DiffArgs) -> Exit {
         (None, None) => OutputFormat::Md,
     };
     let read = |path: &Path| -> Option<Report> {
-        match report_or_analysis(path, &options) {
+        match memcut::report_or_analysis(path, &options) {
             Ok(report) => Some(report),
             Err(e) => {
                 eprintln!("memcut: error: {}: {e}", path.display());
@@ -299,20 +299,6 @@ fn diff(args: &DiffArgs) -> Exit {
     } else {
         Exit::Ok
     }
-}
-
-/// A JSON report memcut wrote (read back as it is), or the analysis of any
-/// other input.
-fn report_or_analysis(path: &Path, options: &AnalyzeOptions) -> Result<Report, String> {
-    let mut head = [0u8; 24];
-    let n = std::fs::File::open(path)
-        .and_then(|mut f| f.read(&mut head))
-        .map_err(|e| e.to_string())?;
-    if head[..n].starts_with(b"{\n  \"schema_version\"") {
-        let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-        return Report::from_json(&text).map_err(|e| format!("not a memcut analysis report: {e}"));
-    }
-    memcut::analyze_path(path, options).map_err(|e| e.to_string())
 }
 
 /// A report could not be written: a closed pipe ends quietly (`memcut … |

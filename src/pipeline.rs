@@ -475,6 +475,25 @@ pub fn analyze_path(path: &Path, options: &AnalyzeOptions) -> Result<Report> {
     analyze_parsed(&trace, &path.display().to_string(), size, options)
 }
 
+/// A JSON report memcut wrote (read back as it is: `memcut diff` takes
+/// saved reports), or the analysis of any other input. Errors are the
+/// one-line message, without the path.
+pub fn report_or_analysis(
+    path: &Path,
+    options: &AnalyzeOptions,
+) -> std::result::Result<Report, String> {
+    use std::io::Read;
+    let mut head = [0u8; 24];
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(&mut head))
+        .map_err(|e| e.to_string())?;
+    if head[..n].starts_with(b"{\n  \"schema_version\"") {
+        let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+        return Report::from_json(&text).map_err(|e| format!("not a memcut analysis report: {e}"));
+    }
+    analyze_path(path, options).map_err(|e| e.to_string())
+}
+
 /// Analyses a parsed trace; a `device` option that names no device of the
 /// trace is an error listing the ones it has.
 fn analyze_parsed(

@@ -897,3 +897,12 @@ fn a_plan_on_a_first_step_names_the_next_step_over_its_target() {
     let (_, _, roomy) = plan_for(next + (next / 10));
     assert!(!roomy.reason.contains("next step"), "{}", roomy.reason);
 }
+
+/// Recorded after `next_step_check` was looked at and its BERT snapshot
+/// fixed (GPT-2 with SGD, BERT with Adam and `set_to_none=True`, Llama with
+/// SGD and `set_to_none=True`, a CNN with AdamW, TinyLM with Adam; seeds
+/// 180-184): scored once, untouched.
+#[test]
+fn next_step_fresh_predictions_come_true() {
+    check_next_step("next_step_fresh", 0.03, 0.10);
+}

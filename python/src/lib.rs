@@ -260,9 +260,10 @@ fn diff_side(
     options: &AnalyzeOptions,
 ) -> PyResult<Report> {
     match kind {
+        // A saved JSON report is read back, as the CLI's `diff` does.
         "path" => {
             let path = PathBuf::from(String::from_utf8_lossy(data).into_owned());
-            py.detach(|| memcut::analyze_path(&path, options))
+            py.detach(|| memcut::report_or_analysis(&path, options))
                 .map_err(|e| error(format!("{}: {e}", path.display())))
         }
         "bytes" => py

@@ -384,3 +384,14 @@ def test_at_reports_an_instant_as_the_cli_does(in_root, cli):
     assert json.loads(_native.analyze_file(ADAMW, again)) == json.loads(
         _native.analyze_file(ADAMW, options)
     )
+
+
+def test_diff_reads_a_saved_report_file_as_the_cli_does(in_root, cli, tmp_path):
+    # `memcut diff before.json after.pickle` reads a report saved with
+    # `-f json -o` back as it is; so does memcut.diff given its path.
+    saved = tmp_path / "before.json"
+    out = run_cli(cli, ["analyze", ADAMW, "-f", "json", "-o", str(saved)])
+    assert out.returncode == 0, out.stderr.decode()
+    out = run_cli(cli, ["diff", str(saved), SGD, "-f", "json"])
+    assert out.returncode == 0, out.stderr.decode()
+    assert memcut.diff(str(saved), SGD) == json.loads(out.stdout)

@@ -171,6 +171,16 @@ SETS = {
         {"seed": 174, "model": "tinylm", "d": 80, "layers": 2, "batch": 4, "seq": 64, "opt": "sgd",
          "set_to_none": True},
     ],
+    # Recorded after next_step_check was looked at and its BERT snapshot fixed: scored once.
+    "next_step_fresh": [
+        {"seed": 180, "model": "gpt2", "d": 112, "layers": 3, "batch": 3, "seq": 56, "opt": "sgd"},
+        {"seed": 181, "model": "bert", "d": 104, "layers": 2, "batch": 6, "seq": 36, "opt": "adam",
+         "set_to_none": True},
+        {"seed": 182, "model": "llama", "d": 80, "layers": 3, "batch": 3, "seq": 52, "opt": "sgd",
+         "set_to_none": True},
+        {"seed": 183, "model": "cnn", "d": 14, "layers": 2, "batch": 8, "seq": 28, "opt": "adamw"},
+        {"seed": 184, "model": "tinylm", "d": 120, "layers": 2, "batch": 5, "seq": 40, "opt": "adam"},
+    ],
     # Recorded at the start of the eighth session, after the seventh's changes (warm snapshots'
     # gradients read from backward's in-place adds; the autocast gate): every catalogue lever of
     # training and inference (--only train, then --only infer; generate() has its untouched set
