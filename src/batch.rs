@@ -122,6 +122,10 @@ pub struct Row {
     /// for a clean run.
     #[serde(default, with = "empty_as_null")]
     pub findings: String,
+    /// The next training step's predicted peak, on a recording of a first
+    /// step (`devices[].next_step`); null otherwise.
+    #[serde(default)]
+    pub next_step_bytes: Option<u64>,
     /// The rank of a distributed job this device's trace is, when known
     /// ([`ranks`]): in JSON Lines only (not a CSV column), absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -164,6 +168,7 @@ impl Row {
             report: String::new(),
             error,
             findings: String::new(),
+            next_step_bytes: None,
             distributed: None,
             warnings: Vec::new(),
         }
@@ -177,7 +182,7 @@ impl Row {
 }
 
 /// The column names of [`render_csv`], in order.
-pub const COLUMNS: [&str; 11] = [
+pub const COLUMNS: [&str; 12] = [
     "file",
     "status",
     "format",
@@ -189,6 +194,7 @@ pub const COLUMNS: [&str; 11] = [
     "report",
     "error",
     "findings",
+    "next_step_bytes",
 ];
 
 /// Expands paths, folders (recursed, hidden entries skipped) and globs into
@@ -527,6 +533,7 @@ fn device_row(input: &Input, report: &Report, d: &DeviceReport, report_name: &st
             .map(|f| format!("{}={}", f.kind.as_str(), f.saving_bytes))
             .collect::<Vec<_>>()
             .join(";"),
+        next_step_bytes: d.next_step.as_ref().map(|n| n.peak_allocated_bytes),
         distributed: ranks::rank_of(&input.display, report, d),
         warnings: Vec::new(),
     }
@@ -643,6 +650,7 @@ pub fn render_markdown(rows: &[Row]) -> String {
     // Findings for clean runs, Reason when every file was read whole.
     let verdicts = rows.iter().any(|r| !r.verdict.is_empty());
     let findings = rows.iter().any(|r| !r.findings.is_empty());
+    let next_steps = rows.iter().any(|r| r.next_step_bytes.is_some());
     let reasons = rows.iter().any(|r| !r.error.is_empty());
     let mut head = vec![
         "File",
@@ -657,11 +665,16 @@ pub fn render_markdown(rows: &[Row]) -> String {
     for (on, name) in [
         (verdicts, "Verdict"),
         (findings, "Findings"),
+        (next_steps, "Next step (predicted)"),
         (reasons, "Reason"),
     ] {
         if on {
             head.push(name);
-            rule.push("---");
+            rule.push(if name.starts_with("Next step") {
+                "---:"
+            } else {
+                "---"
+            });
         }
     }
     let _ = writeln!(out, "| {} |\n|{}|", head.join(" | "), rule.join("|"));
@@ -686,6 +699,9 @@ pub fn render_markdown(rows: &[Row]) -> String {
         }
         if findings {
             cells.push(findings_cell(&r.findings));
+        }
+        if next_steps {
+            cells.push(bytes(r.next_step_bytes));
         }
         if reasons {
             cells.push(cell(&r.error));
@@ -735,6 +751,7 @@ pub fn render_csv(rows: &[Row]) -> String {
             csv_field(&r.report),
             csv_field(&r.error),
             csv_field(&r.findings),
+            num(r.next_step_bytes),
         ];
         out.push_str(&fields.join(","));
         out.push('\n');
@@ -853,6 +870,7 @@ mod tests {
             report: String::new(),
             error: "a, \"quoted\" reason".into(),
             findings: String::new(),
+            next_step_bytes: None,
             distributed: None,
             warnings: Vec::new(),
         }
@@ -888,7 +906,7 @@ mod tests {
         let csv = render_csv(&rows);
         assert_eq!(
             csv.lines().nth(1).unwrap(),
-            "\"a,b.pickle\",ok,torch_snapshot,cuda:0,5,,,,,\"a, \"\"quoted\"\" reason\","
+            "\"a,b.pickle\",ok,torch_snapshot,cuda:0,5,,,,,\"a, \"\"quoted\"\" reason\",,"
         );
         let back: Row = serde_json::from_str(render_jsonl(&rows).trim_end()).unwrap();
         assert_eq!(back, rows[0]);

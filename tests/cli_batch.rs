@@ -196,7 +196,8 @@ fn csv_summary_parses_with_the_same_columns_on_every_row() {
             "verdict",
             "report",
             "error",
-            "findings"
+            "findings",
+            "next_step_bytes"
         ]
     );
     assert_eq!(rows.len(), 1 + 6, "{text}");
@@ -395,4 +396,64 @@ fn summary_columns_appear_only_with_something_to_say() {
     let input = mixed_folder();
     let h = header(&[], &[input.path().to_path_buf()]);
     assert!(h.contains("Reason") && !h.contains("Verdict"), "{h}");
+}
+
+/// A sweep over first steps' recordings lists each one's predicted next
+/// step (`next_step_bytes`, the report's `devices[].next_step`): on the
+/// one-step runs of the `next_step` pairs, the two-step run's peak (within
+/// 0.1%); null on the two-step runs.
+#[test]
+fn the_summary_lists_each_first_steps_predicted_next_step() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample_traces/pairs/next_step");
+    let out = tempfile::tempdir().unwrap();
+    let summary = out.path().join("s.jsonl");
+    memcut()
+        .arg("batch")
+        .arg(&dir)
+        .arg("--summary")
+        .arg(&summary)
+        .assert()
+        .code(0);
+    let rows: Vec<serde_json::Value> = std::fs::read_to_string(&summary)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let peak_of = |file: &str| {
+        rows.iter()
+            .find(|r| r["file"].as_str().unwrap().ends_with(file))
+            .unwrap_or_else(|| panic!("{file}: no row"))
+            .clone()
+    };
+    let mut seen = 0;
+    for r in &rows {
+        let file = r["file"].as_str().unwrap();
+        if file.ends_with("pairs.json") {
+            continue;
+        }
+        if file.contains(".two_steps.") {
+            assert!(r["next_step_bytes"].is_null(), "{r}");
+            continue;
+        }
+        let two = peak_of(
+            &file
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .replace(".waste.", ".two_steps."),
+        );
+        let (predicted, truth) = (
+            r["next_step_bytes"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{r}")),
+            two["peak_bytes"].as_u64().unwrap(),
+        );
+        // tests/what_if_pairs.rs scores the prediction; the row carries it.
+        assert!(
+            predicted.abs_diff(truth) * 1000 <= truth,
+            "{r}: true {truth}"
+        );
+        seen += 1;
+    }
+    assert_eq!(seen, 6, "{rows:?}");
 }

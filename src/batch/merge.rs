@@ -105,6 +105,7 @@ mod tests {
             report: String::new(),
             error: String::new(),
             findings: String::new(),
+            next_step_bytes: None,
             distributed: None,
             warnings: Vec::new(),
         }

@@ -495,6 +495,7 @@ mod tests {
             report: String::new(),
             error: String::new(),
             findings: String::new(),
+            next_step_bytes: None,
             distributed: Some(RankOf {
                 rank,
                 world_size: world,
