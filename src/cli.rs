@@ -4,6 +4,9 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
+pub mod run_analyze;
+pub mod run_batch;
+
 use memcut::{BudgetSpec, Headroom, Order, OutputFormat};
 
 /// A report format on the command line (the library's [`OutputFormat`]).
