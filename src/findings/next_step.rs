@@ -114,6 +114,7 @@ pub fn predict(trace: &Trace, cd: &ClassifiedDevice) -> Option<NextStep> {
     // are alive there.
     let mut added_into: Vec<(u32, u64)> = Vec::new();
     let mut carried_state: Vec<u64> = Vec::new();
+    let mut state_site = None;
     for (i, (iv, c)) in intervals.iter().zip(&cd.classes).enumerate() {
         if iv.end < positions || iv.origin.is_baseline() {
             continue;
@@ -135,6 +136,7 @@ pub fn predict(trace: &Trace, cd: &ClassifiedDevice) -> Option<NextStep> {
             added_into.push((from, iv.size));
         } else {
             carried_state.push(iv.size);
+            state_site.get_or_insert(iv.site);
         }
     }
     // A tensor from before the recording freed in the step, of a size of
@@ -182,9 +184,13 @@ pub fn predict(trace: &Trace, cd: &ClassifiedDevice) -> Option<NextStep> {
         return None;
     }
     let mut left = format!(
-        "the optimizer's state ({} tensors, {}), made in that step (PyTorch's optimizers make it lazily, at their first `step()`)",
+        "the optimizer's state ({} tensors, {}), made lazily by its first `step()`{}, as PyTorch's optimizers do",
         state.0,
-        human_bytes(state.1)
+        human_bytes(state.1),
+        state_site
+            .and_then(|s| super::holder(&trace.sites, s))
+            .map(|l| format!(" (at {l})"))
+            .unwrap_or_default()
     );
     if gradients.0 > 0 {
         left.push_str(&format!(
