@@ -39,7 +39,7 @@ use rustc_hash::FxHashSet;
 
 use crate::model::{Action, Category, DeviceTrace, Event, Format, OpCall, Sites, Trace};
 use crate::timeline::{Interval, Origin, Replay};
-use chains::{version_bumps, Chains};
+pub(crate) use chains::{version_bumps, Chains};
 
 mod buffers;
 mod evidence;

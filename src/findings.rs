@@ -166,7 +166,12 @@ impl Release {
 
 /// The findings on one device, in a fixed order (kept graph, autograd in
 /// inference, autocast cache).
-pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<Found> {
+pub fn find(
+    trace: &Trace,
+    device: &DeviceTrace,
+    cd: &ClassifiedDevice,
+    phases: &crate::classify::PhasePositions,
+) -> Vec<Found> {
     let replay = &cd.timeline.replay;
     let intervals = &replay.intervals;
     // Sites' phases, as classification read their frames.
@@ -189,10 +194,9 @@ pub fn find(trace: &Trace, device: &DeviceTrace, cd: &ClassifiedDevice) -> Vec<F
     // left to a finding of its own), and autocast's copies are saved for
     // the backward anyway.
     if training {
-        let phases = crate::classify::PhasePositions::of(intervals, &cd.classes);
-        return gradients::kept_through_forward(cd, &phases)
+        return gradients::kept_through_forward(cd, phases)
             .into_iter()
-            .chain(optimizer::replaced_out_of_place(trace, cd, &phases))
+            .chain(optimizer::replaced_out_of_place(trace, cd, phases))
             .collect();
     }
     // Which interval each event frees (an interval ends after its free).

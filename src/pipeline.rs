@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::classify::PhasePositions;
 use crate::classify::{parse_rules, RulesError, UserRule};
 use crate::error::{Error, Result};
 use crate::model::{DeviceTrace, Diagnostic, Trace};
@@ -99,9 +100,12 @@ pub fn analyze_trace(
                 .iter()
                 .zip(&selected)
                 .map(|(d, device)| {
-                    let found = findings::find(trace, device, d);
-                    let kept = kept_gradients_curve(&found, d);
-                    let found = (found, kept, findings::next_step(trace, d));
+                    // Where each phase allocated: read by the findings,
+                    // the next step and the planner's overlay alike.
+                    let phases = PhasePositions::of(&d.timeline.replay.intervals, &d.classes);
+                    let found = findings::find(trace, device, d, &phases);
+                    let kept = kept_gradients_curve(&found, d, &phases);
+                    let found = (found, kept, findings::next_step(trace, device, d, &phases));
                     let wants_plan = may_get_a_plan(device, &d.timeline.replay, &options.plan);
                     if !wants_plan && what_if.is_empty() {
                         return (found, None, wants_plan);
@@ -119,6 +123,7 @@ pub fn analyze_trace(
                         &d.timeline,
                         &d.classes,
                         OverlayInput {
+                            phases: &phases,
                             training,
                             weight_sizes: &weight_sizes,
                             attention_math: &attention_math,
@@ -425,12 +430,13 @@ fn ungated(
 fn kept_gradients_curve(
     found: &[findings::Found],
     d: &analysis::ClassifiedDevice,
+    phases: &PhasePositions,
 ) -> Option<Vec<u64>> {
     found
         .iter()
         .any(|f| f.kind == FindingKind::GradientsKeptThroughForward)
         .then(|| {
-            let overlay = Overlay::kept_across_steps(&d.timeline, &d.classes);
+            let overlay = Overlay::kept_across_steps(&d.timeline, &d.classes, phases);
             whatif::curve_without(&d.timeline, &overlay, Part::KeptAcrossSteps)
         })
 }

@@ -17,7 +17,7 @@ use crate::timeline::Interval;
 
 /// Event indices of the allocations that are in-place updates of the block
 /// freed by the two entries before them, in order.
-pub(super) fn version_bumps(events: &[Event]) -> Vec<u32> {
+pub(crate) fn version_bumps(events: &[Event]) -> Vec<u32> {
     let mut bumps = Vec::new();
     for (k, w) in events.windows(3).enumerate() {
         let [requested, completed, alloc] = w else {
@@ -40,7 +40,7 @@ pub(super) fn version_bumps(events: &[Event]) -> Vec<u32> {
 }
 
 /// The tensors behind the intervals: each interval's first version.
-pub(super) struct Chains {
+pub(crate) struct Chains {
     /// Per interval, the index of its tensor's first version (itself when
     /// it is one).
     root: Vec<u32>,
@@ -51,7 +51,7 @@ pub(super) struct Chains {
 impl Chains {
     /// `None` when no allocation is an in-place update (`bumps` from
     /// [`version_bumps`]).
-    pub(super) fn new(intervals: &[Interval], bumps: &[u32]) -> Option<Chains> {
+    pub(crate) fn new(intervals: &[Interval], bumps: &[u32]) -> Option<Chains> {
         if bumps.is_empty() {
             return None;
         }
@@ -85,7 +85,7 @@ impl Chains {
     }
 
     /// The first version of interval `i`'s tensor.
-    pub(super) fn root(&self, i: usize) -> usize {
+    pub(crate) fn root(&self, i: usize) -> usize {
         self.root[i] as usize
     }
 

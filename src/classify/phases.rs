@@ -10,6 +10,7 @@ use crate::timeline::Interval;
 /// backward that needs the gradients again, for the gradients kept across
 /// steps (`plan::pools`) and for the findings that read steps
 /// (`findings::gradients`, `findings::optimizer`).
+#[derive(Debug)]
 pub struct PhasePositions {
     pub forward: Vec<u32>,
     /// Not gradients: a snapshot's `zero_()` restarts a kept gradient with

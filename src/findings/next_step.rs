@@ -5,11 +5,9 @@
 //! forward never had. A recording of one step shows a peak the run will
 //! exceed: "it fit in step 1 and ran out of memory in step 2".
 
-use std::collections::HashMap;
-
 use crate::analysis::ClassifiedDevice;
 use crate::classify::{Phase, PhasePositions, Rule};
-use crate::model::{Category, Trace};
+use crate::model::{Category, DeviceTrace, Trace};
 use crate::units::human_bytes;
 
 /// The next step's peak as this recording predicts it.
@@ -43,7 +41,12 @@ pub struct NextStep {
 /// updates its state in place), and where backward made a kept gradient,
 /// the next backward makes a new value of its size beside it, added into
 /// it and freed (`AccumulateGrad`).
-pub fn predict(trace: &Trace, cd: &ClassifiedDevice) -> Option<NextStep> {
+pub fn predict(
+    trace: &Trace,
+    device: &DeviceTrace,
+    cd: &ClassifiedDevice,
+    phases: &PhasePositions,
+) -> Option<NextStep> {
     // A profiler step after the first: the loop ran before the recording
     // (a warm CPU trace shows nothing of what it left, not even its frees).
     if trace
@@ -56,7 +59,6 @@ pub fn predict(trace: &Trace, cd: &ClassifiedDevice) -> Option<NextStep> {
     let replay = &cd.timeline.replay;
     let intervals = &replay.intervals;
     let positions = replay.positions();
-    let phases = PhasePositions::of(intervals, &cd.classes);
     let &first_forward = phases.forward.first()?;
     let &first_step = phases.optimizer.first()?;
     // The first step: no optimizer state was alive when its forward began
@@ -69,23 +71,11 @@ pub fn predict(trace: &Trace, cd: &ClassifiedDevice) -> Option<NextStep> {
     {
         return None;
     }
-    // Where each interval's chain of versions began.
-    let mut ending: HashMap<(u64, u64, u32), usize> = HashMap::new();
-    for (i, iv) in intervals.iter().enumerate() {
-        if iv.end < positions {
-            ending.insert((iv.addr, iv.size, iv.end), i);
-        }
-    }
-    // A version ends at the free just before the next one's allocation (a
-    // profile-made snapshot writes the old version's free requested and
-    // completed, then the new one's alloc, at one address and size).
-    let previous = |i: usize| {
-        let iv = &intervals[i];
-        (0..=2u32)
-            .filter_map(|back| iv.start.checked_sub(back))
-            .find_map(|end| ending.get(&(iv.addr, iv.size, end)).copied())
-            .filter(|&j| intervals[j].start < iv.start)
-    };
+    // The tensors behind the intervals: a profile-made snapshot starts a
+    // tensor again at each in-place change (`classify::chains`).
+    let chains =
+        crate::classify::Chains::new(intervals, &crate::classify::version_bumps(&device.events));
+    let root = |i: usize| chains.as_ref().map_or(i, |c| c.root(i));
     // One step recorded: no forward allocation after the optimizer's (but
     // a new version of a tensor the step changed in place, which keeps the
     // frames of the tensor's first allocation).
@@ -96,17 +86,12 @@ pub fn predict(trace: &Trace, cd: &ClassifiedDevice) -> Option<NextStep> {
         .any(|(i, (iv, c))| {
             iv.start > first_step
                 && matches!(c.rule, Rule::Builtin(b) if b.phase_observed() == Some(Phase::Forward))
-                && previous(i).is_none()
+                && root(i) == i
         });
     if forward_after_step {
         return None;
     }
-    let first_version = |mut i: usize| {
-        while let Some(j) = previous(i) {
-            i = j;
-        }
-        intervals[i].start
-    };
+    let first_version = |i: usize| intervals[root(i)].start;
     let (mut state, mut gradients) = ((0usize, 0u64), (0usize, 0u64));
     let mut carried: Vec<(u32, u64)> = Vec::new();
     // Where the recorded backward made each kept gradient the next one

@@ -212,8 +212,11 @@ pub struct Overlay {
 /// of the weights the operators read (sorted; see
 /// [`crate::classify::weight_sizes`]), and the intervals made inside
 /// attention's math path (ascending; see [`super::fp32::attention_math`]).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct OverlayInput<'a> {
+    /// Where each phase allocated (`classify::PhasePositions::of` the
+    /// timeline's intervals and `classes`).
+    pub phases: &'a crate::classify::PhasePositions,
     pub training: bool,
     pub weight_sizes: &'a [u64],
     pub attention_math: &'a [usize],
@@ -234,8 +237,13 @@ impl Overlay {
     /// a training run, as [`Overlay::build`] makes them: what
     /// `zero_grad_set_to_none` removes, for the finding that it fixes,
     /// without the other parts' passes.
-    pub fn kept_across_steps(timeline: &DeviceTimeline, classes: &[Classification]) -> Overlay {
+    pub fn kept_across_steps(
+        timeline: &DeviceTimeline,
+        classes: &[Classification],
+        phases: &crate::classify::PhasePositions,
+    ) -> Overlay {
         let input = OverlayInput {
+            phases,
             training: true,
             weight_sizes: &[],
             attention_math: &[],
@@ -269,7 +277,7 @@ impl Overlay {
             forward,
             backward,
             optimizer,
-        } = crate::classify::PhasePositions::of(&replay.intervals, classes);
+        } = input.phases;
         // Where backward makes each new gradient: with gradients kept
         // (`zero_grad(set_to_none=False)`), the gradient an op computes is a
         // new tensor of the gradient's size, added into the kept one and
@@ -303,7 +311,7 @@ impl Overlay {
         // starts another at each in-place change, so `zero_()` starts one).
         let after_a_step = |p: u32| {
             let last = |list: &[u32]| crate::classify::last_before(list, p);
-            last(&optimizer).is_some_and(|o| last(&backward).is_none_or(|b| o > b))
+            last(optimizer).is_some_and(|o| last(backward).is_none_or(|b| o > b))
         };
         let starts_after_a_step: Vec<bool> = replay
             .intervals
@@ -314,9 +322,9 @@ impl Overlay {
             })
             .collect();
         let (mut forward, mut backward, mut optimizer) = (
-            Ascending::new(&forward),
-            Ascending::new(&backward),
-            Ascending::new(&optimizer),
+            Ascending::new(forward),
+            Ascending::new(backward),
+            Ascending::new(optimizer),
         );
         // The sizes of weights: the operators' (record_shapes), and the
         // parameters', gradients' and optimizer state's the trace shows.

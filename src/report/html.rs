@@ -152,37 +152,21 @@ fn device(out: &mut String, d: &DeviceReport, n: usize) {
         escape(&d.device)
     );
     for f in &d.findings {
-        let _ = writeln!(
+        headed_list(
             out,
-            "<div class=\"finding\"><p><b>Finding</b> {}</p>\n<ul>",
-            escape(&super::finding_line(f))
+            "finding",
+            "Finding",
+            &super::finding_line(f),
+            &f.evidence,
         );
-        for e in &f.evidence {
-            let _ = writeln!(out, "<li>{}</li>", escape(e));
-        }
-        out.push_str("</ul></div>\n");
     }
     if let Some(n) = &d.next_step {
-        let _ = writeln!(
-            out,
-            "<div class=\"finding\"><p><b>Next step</b> {}</p>\n<ul>",
-            escape(&super::next_step_line(d, n))
-        );
-        for e in &n.evidence {
-            let _ = writeln!(out, "<li>{}</li>", escape(e));
-        }
-        out.push_str("</ul></div>\n");
+        let line = super::next_step_line(d, n);
+        headed_list(out, "finding", "Next step", &line, &n.evidence);
     }
     if let Some(w) = &d.what_if {
-        let _ = writeln!(
-            out,
-            "<div class=\"what-if\"><p><b>What if</b> {}</p>\n<ul>",
-            escape(&super::what_if_line(d, w))
-        );
-        for b in &w.because {
-            let _ = writeln!(out, "<li>{}</li>", escape(b));
-        }
-        out.push_str("</ul></div>\n");
+        let line = super::what_if_line(d, w);
+        headed_list(out, "what-if", "What if", &line, &w.because);
     }
     // What a person reads first: the findings, the what-if and the plan,
     // then the facts, the timeline and the tables behind them.
@@ -417,4 +401,18 @@ fn write_plan(out: &mut String, plan: &Plan) {
 /// One row of the facts table; `value` is HTML already.
 fn fact(out: &mut String, name: &str, value: &str) {
     let _ = writeln!(out, "<tr><th>{name}</th><td>{value}</td></tr>");
+}
+
+/// A headed list: `<div class="CLASS"><p><b>LABEL</b> HEADLINE</p>` and
+/// one item per line (a finding and its evidence, the next step, a what-if).
+fn headed_list(out: &mut String, class: &str, label: &str, headline: &str, items: &[String]) {
+    let _ = writeln!(
+        out,
+        "<div class=\"{class}\"><p><b>{label}</b> {}</p>\n<ul>",
+        escape(headline)
+    );
+    for item in items {
+        let _ = writeln!(out, "<li>{}</li>", escape(item));
+    }
+    out.push_str("</ul></div>\n");
 }

@@ -104,22 +104,10 @@ fn device(out: &mut String, d: &DeviceReport) {
     let p = &d.peak;
     let _ = writeln!(out, "## Device `{}`\n", code(&d.device));
     for f in &d.findings {
-        let _ = writeln!(out, "**Finding** {}\n", cell(&super::finding_line(f)));
-        for e in &f.evidence {
-            let _ = writeln!(out, "- {}", cell(e));
-        }
-        let _ = writeln!(out);
+        headed_list(out, "Finding", &super::finding_line(f), &f.evidence);
     }
     if let Some(n) = &d.next_step {
-        let _ = writeln!(
-            out,
-            "**Next step** {}\n",
-            cell(&super::next_step_line(d, n))
-        );
-        for e in &n.evidence {
-            let _ = writeln!(out, "- {}", cell(e));
-        }
-        let _ = writeln!(out);
+        headed_list(out, "Next step", &super::next_step_line(d, n), &n.evidence);
     }
     if let Some(w) = &d.what_if {
         let _ = writeln!(out, "**What if** {}\n", cell(&super::what_if_line(d, w)));
@@ -394,6 +382,16 @@ fn code(s: &str) -> String {
     s.replace('`', "'")
         .replace('|', "\\|")
         .replace(['\n', '\r'], " ")
+}
+
+/// `**LABEL** HEADLINE`, then one bullet per line and a blank line (a
+/// finding and its evidence, the next step).
+fn headed_list(out: &mut String, label: &str, headline: &str, items: &[String]) {
+    let _ = writeln!(out, "**{label}** {}\n", cell(headline));
+    for item in items {
+        let _ = writeln!(out, "- {}", cell(item));
+    }
+    let _ = writeln!(out);
 }
 
 #[cfg(test)]
