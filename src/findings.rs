@@ -38,7 +38,7 @@ mod oom;
 mod optimizer;
 
 pub use next_step::predict as next_step;
-pub use oom::fragmentation_at_oom;
+pub use oom::{fragmentation_at_oom, memory_outside_allocator};
 
 use crate::analysis::ClassifiedDevice;
 use crate::classify::{Phase, SiteFacts};
@@ -96,6 +96,7 @@ impl FindingKind {
             FindingKind::GradientsKeptThroughForward => "zero_grad_set_to_none",
             FindingKind::FragmentationAtOom => "expandable_segments",
             FindingKind::OptimizerStateReplacedOutOfPlace => "optimizer_state_in_place",
+            FindingKind::MemoryOutsideAllocator => "free_outside_memory",
         }
     }
 
@@ -109,6 +110,7 @@ impl FindingKind {
             FindingKind::GradientsKeptThroughForward => "call `optimizer.zero_grad(set_to_none=True)` right after `optimizer.step()`, so gradients are freed until backward writes them again",
             FindingKind::FragmentationAtOom => "set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`",
             FindingKind::OptimizerStateReplacedOutOfPlace => "update the optimizer's state in place (`m.mul_(beta1).add_(g, alpha=1 - beta1)`, `v.mul_(beta2).addcmul_(g, g, value=1 - beta2)`), or use `torch.optim.AdamW`, so the step never holds two copies of a moment",
+            FindingKind::MemoryOutsideAllocator => "find what else holds the device's memory and free it: other processes on the GPU (`nvidia-smi`), NCCL's buffers (`NCCL_BUFFSIZE`, fewer channels), libraries that allocate without PyTorch's allocator (CuPy, TensorRT, JAX); the CUDA context itself stays (`CUDA_MODULE_LOADING=LAZY` loads fewer kernels)",
         }
     }
 
@@ -126,7 +128,9 @@ impl FindingKind {
     pub fn modelled_by_finding(self) -> bool {
         !matches!(
             self,
-            FindingKind::GradientsKeptThroughForward | FindingKind::FragmentationAtOom
+            FindingKind::GradientsKeptThroughForward
+                | FindingKind::FragmentationAtOom
+                | FindingKind::MemoryOutsideAllocator
         )
     }
 

@@ -233,6 +233,11 @@ pub fn analyze_trace(
             d.segments.as_ref(),
             before,
         ));
+        d.findings.extend(findings::memory_outside_allocator(
+            &d.ooms,
+            d.capacity_bytes,
+            before,
+        ));
         if !what_if.is_empty() {
             match sim(what_if) {
                 Ok(o) => {

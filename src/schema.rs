@@ -159,10 +159,14 @@ pub enum FindingKind {
     /// Optimizer state made anew each step while the tensors it replaces
     /// are alive (fix: `optimizer_state_in_place`).
     OptimizerStateReplacedOutOfPlace,
+    /// At an OOM, device memory held outside PyTorch's caching allocator
+    /// (the CUDA context, NCCL, other processes): capacity − reserved −
+    /// free (fix: `free_outside_memory`).
+    MemoryOutsideAllocator,
 }
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 7] = [
+    pub const ALL: [FindingKind; 8] = [
         FindingKind::GraphKeptAlive,
         FindingKind::AutogradInInference,
         FindingKind::AutocastWeightCache,
@@ -170,6 +174,7 @@ impl FindingKind {
         FindingKind::GradientsKeptThroughForward,
         FindingKind::FragmentationAtOom,
         FindingKind::OptimizerStateReplacedOutOfPlace,
+        FindingKind::MemoryOutsideAllocator,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -183,6 +188,7 @@ impl FindingKind {
             FindingKind::OptimizerStateReplacedOutOfPlace => {
                 "optimizer_state_replaced_out_of_place"
             }
+            FindingKind::MemoryOutsideAllocator => "memory_outside_allocator",
         }
     }
 }

@@ -72,6 +72,63 @@ fn a_request_larger_than_every_free_block_but_not_the_free_total_is_fragmentatio
     assert!(html.contains("Segment map at oom 0"));
 }
 
+/// tests/data/segments/make_segments.py: a Chrome trace of a 16 GiB device
+/// whose 3 GiB request fails with 6 GiB reserved: at least 7 GiB was held
+/// outside PyTorch's allocator. The finding says so, and the plan's budget
+/// is what the allocator could have had (16 - 7 GiB), not the capacity.
+#[test]
+fn an_oom_far_below_the_device_capacity_is_memory_outside_the_allocator() {
+    const GIB: u64 = 1 << 30;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/segments/outside_oom.trace.json");
+    let r = analyze(&path);
+    let d = &r.devices[0];
+    assert_eq!(d.capacity_bytes, Some(16 * GIB));
+    let oom = &d.ooms[0];
+    assert_eq!(
+        (
+            oom.requested_bytes,
+            oom.reserved_bytes,
+            oom.device_free_bytes
+        ),
+        (3 * GIB, Some(6 * GIB), None)
+    );
+    let kinds: Vec<_> = d.findings.iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, [memcut::FindingKind::MemoryOutsideAllocator]);
+    let f = &d.findings[0];
+    assert_eq!(
+        (f.fix.as_str(), f.saving_bytes, f.bytes_at_peak),
+        ("free_outside_memory", 7 * GIB, 7 * GIB)
+    );
+    assert_eq!(f.peak_after_bytes, d.peak.allocated_bytes);
+    assert!(
+        f.evidence[0].contains("at least 7.00 GiB"),
+        "{:?}",
+        f.evidence
+    );
+    let plan = d
+        .plan
+        .as_ref()
+        .expect("a plan: the device's capacity is known");
+    assert_eq!(plan.budget_bytes, 9 * GIB);
+    let md = render(&r, OutputFormat::Md);
+    assert!(
+        md.contains("**Finding** memory_outside_allocator: at least 7.00 GiB"),
+        "{md}"
+    );
+    // Asked for, its what-if moves nothing and says why.
+    let mut options = AnalyzeOptions::new();
+    options.plan.what_if = vec!["free_outside_memory".into()];
+    let r = analyze_path(&path, &options).unwrap();
+    let w = r.devices[0].what_if.as_ref().unwrap();
+    assert_eq!(w.peak_allocated_bytes, r.devices[0].peak.allocated_bytes);
+    assert!(
+        w.because[0].contains("outside PyTorch's allocator"),
+        "{:?}",
+        w.because
+    );
+}
+
 /// Snapshots without history (verl) and with (sketchkv2) get a segment
 /// map and fragmentation figures; without history, the dump's own.
 #[test]

@@ -1,4 +1,5 @@
-//! Fragmentation at an OOM: the `fragmentation_at_oom` finding.
+//! What an OOM's own numbers show: the `fragmentation_at_oom` and
+//! `memory_outside_allocator` findings.
 
 use crate::schema::{Finding, FindingKind, OomFinding, SegmentsView};
 use crate::units::human_bytes;
@@ -83,6 +84,111 @@ pub fn fragmentation_at_oom(
     })
 }
 
+/// Least memory outside the allocator worth a finding: the CUDA context
+/// and its loaded kernels take a few hundred MiB to about 1 GiB of every
+/// process (more with many kernels loaded eagerly), which no setting of
+/// the program frees. Above this (and above [`OUTSIDE_MIN_SHARE`] of the
+/// device) something else holds the memory.
+pub const OUTSIDE_MIN_BYTES: u64 = 2 << 30;
+
+/// Least share of the device's capacity outside the allocator worth a
+/// finding (5%: 4 GiB of an 80 GiB device).
+pub const OUTSIDE_MIN_SHARE: f64 = 0.05;
+
+/// The segment the caching allocator asks the device for to serve a
+/// request of `size` bytes (`CUDACachingAllocator.cpp`, `get_allocation_size`):
+/// 2 MiB for requests up to 1 MiB, 20 MiB up to 10 MiB, else the request
+/// rounded up to 2 MiB. When that fails the device had less than it free.
+pub fn segment_for(size: u64) -> u64 {
+    const MIB: u64 = 1 << 20;
+    if size <= MIB {
+        2 * MIB
+    } else if size < 10 * MIB {
+        20 * MIB
+    } else {
+        size.div_ceil(2 * MIB) * (2 * MIB)
+    }
+}
+
+/// Bytes of device memory PyTorch's allocator never saw at an OOM, and
+/// whether the amount is a lower bound: the device's capacity less what
+/// the allocator had reserved and what was free. A snapshot's OOM says what
+/// `cudaMemGetInfo` reported free; a Chrome trace's does not, and then the
+/// failed segment ([`segment_for`]) bounds what was free from above.
+pub fn outside_at(o: &OomFinding, capacity: u64) -> Option<(u64, bool)> {
+    let reserved = o.reserved_bytes?;
+    match o.device_free_bytes {
+        // More than the device holds: the capacity is not this device's.
+        Some(free) => capacity
+            .checked_sub(reserved.checked_add(free)?)
+            .map(|b| (b, false)),
+        None => Some((
+            capacity
+                .saturating_sub(reserved)
+                .saturating_sub(segment_for(o.requested_bytes)),
+            true,
+        )),
+    }
+}
+
+/// An OOM while much of the device was held outside PyTorch's caching
+/// allocator: its capacity − reserved − free at the failed request is at
+/// least [`OUTSIDE_MIN_BYTES`] and [`OUTSIDE_MIN_SHARE`] of the capacity.
+/// Needs the device's capacity (a Chrome trace's `deviceProperties`); the
+/// first such OOM is the evidence. The allocated peak does not move:
+/// `saving_bytes` and `bytes_at_peak` are the bytes outside (the room the
+/// allocator gains when they are freed) and `peak_after_bytes` the
+/// allocated peak as it was.
+pub fn memory_outside_allocator(
+    ooms: &[OomFinding],
+    capacity: Option<u64>,
+    peak_allocated: u64,
+) -> Option<Finding> {
+    let capacity = capacity.filter(|&c| c > 0)?;
+    let least = OUTSIDE_MIN_BYTES.max((capacity as f64 * OUTSIDE_MIN_SHARE) as u64);
+    let (o, outside) = ooms.iter().find_map(|o| {
+        let (outside, _) = outside_at(o, capacity)?;
+        (outside >= least).then_some((o, outside))
+    })?;
+    let reserved = o.reserved_bytes.unwrap_or(0);
+    let share = 100.0 * outside as f64 / capacity as f64;
+    let mut evidence = vec![match o.device_free_bytes {
+        Some(free) => format!(
+            "the request that failed at event {} asked for {}; the device holds {}, PyTorch's allocator had {} reserved ({} allocated) and {} was free: {} ({share:.0}% of the device) was held outside the allocator",
+            o.event_index,
+            human_bytes(o.requested_bytes),
+            human_bytes(capacity),
+            human_bytes(reserved),
+            human_bytes(o.allocated_bytes),
+            human_bytes(free),
+            human_bytes(outside),
+        ),
+        None => format!(
+            "the request that failed at event {} asked for {}; the device holds {} and PyTorch's allocator had {} reserved ({} allocated), so less than the {} segment it asked for was free: at least {} ({share:.0}% of the device) was held outside the allocator",
+            o.event_index,
+            human_bytes(o.requested_bytes),
+            human_bytes(capacity),
+            human_bytes(reserved),
+            human_bytes(o.allocated_bytes),
+            human_bytes(segment_for(o.requested_bytes)),
+            human_bytes(outside),
+        ),
+    }];
+    evidence.push(format!(
+        "the CUDA context and its kernels take about 0.3-1 GiB of that on every process; the rest is other processes on the GPU (`nvidia-smi`), NCCL's buffers, or libraries that allocate without PyTorch's allocator: freed, the allocator has {} more before it fails",
+        human_bytes(outside)
+    ));
+    Some(Finding {
+        kind: FindingKind::MemoryOutsideAllocator,
+        bytes_at_peak: outside,
+        evidence,
+        fix: FindingKind::MemoryOutsideAllocator.lever().to_owned(),
+        saving_bytes: outside,
+        peak_after_bytes: peak_allocated,
+        series: Vec::new(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +243,69 @@ mod tests {
         ] {
             assert_eq!(
                 fragmentation_at_oom(std::slice::from_ref(&o), None, 40 * MIB),
+                None,
+                "{o:?}"
+            );
+        }
+    }
+
+    const GIB: u64 = 1 << 30;
+
+    fn at(requested: u64, reserved: u64, free: Option<u64>) -> OomFinding {
+        OomFinding {
+            device_free_bytes: free,
+            ..oom(requested, reserved / 2, Some(reserved), None)
+        }
+    }
+
+    #[test]
+    fn capacity_less_reserved_and_free_is_memory_outside_the_allocator() {
+        // A snapshot's numbers: 80 GiB device, 60 GiB reserved, 1 GiB free.
+        let f = memory_outside_allocator(
+            &[at(2 * GIB, 60 * GIB, Some(GIB))],
+            Some(80 * GIB),
+            50 * GIB,
+        )
+        .expect("a finding");
+        assert_eq!(f.kind, FindingKind::MemoryOutsideAllocator);
+        assert_eq!(f.fix, "free_outside_memory");
+        assert_eq!(f.saving_bytes, 19 * GIB);
+        assert_eq!(f.bytes_at_peak, 19 * GIB);
+        assert_eq!(f.peak_after_bytes, 50 * GIB);
+        assert!(f.evidence[0].contains("19.00 GiB"), "{:?}", f.evidence);
+    }
+
+    #[test]
+    fn without_free_bytes_the_failed_segment_bounds_it() {
+        // A Chrome trace's: no free bytes; a 3 GiB request (its segment 3 GiB).
+        let f = memory_outside_allocator(&[at(3 * GIB, 6 * GIB, None)], Some(16 * GIB), 6 * GIB)
+            .expect("a finding");
+        assert_eq!(f.saving_bytes, 7 * GIB);
+        assert!(
+            f.evidence[0].contains("at least 7.00 GiB"),
+            "{:?}",
+            f.evidence
+        );
+        assert_eq!(segment_for(1), 2 << 20);
+        assert_eq!(segment_for(5 << 20), 20 << 20);
+        assert_eq!(segment_for((10 << 20) + 1), 12 << 20);
+    }
+
+    #[test]
+    fn a_context_sized_gap_or_no_capacity_or_impossible_numbers_are_not() {
+        let cases = [
+            // 1 GiB outside: the CUDA context's order, under the 2 GiB floor.
+            (at(GIB, 78 * GIB, Some(GIB)), Some(80 * GIB)),
+            // 3 GiB of an 80 GiB device: under 5% (4 GiB).
+            (at(GIB, 76 * GIB, Some(GIB)), Some(80 * GIB)),
+            // No capacity: no evidence.
+            (at(GIB, 10 * GIB, Some(GIB)), None),
+            // Reserved + free above the capacity: not this device's.
+            (at(GIB, 79 * GIB, Some(2 * GIB)), Some(80 * GIB)),
+        ];
+        for (o, capacity) in cases {
+            assert_eq!(
+                memory_outside_allocator(std::slice::from_ref(&o), capacity, GIB),
                 None,
                 "{o:?}"
             );

@@ -216,7 +216,8 @@ impl PlanOptions {
 }
 
 /// The budget for a device whose demand peaks at `peak` bytes: `--budget`,
-/// else its capacity, else (for a device with an OOM) what
+/// else its capacity (less what a `memory_outside_allocator` finding says
+/// was held outside the allocator), else (for a device with an OOM) what
 /// `cudaMemGetInfo` said was free plus what PyTorch had reserved when the
 /// first allocation failed; else none.
 pub fn budget_for(device: &DeviceReport, options: &PlanOptions, peak: u64) -> Option<Budget> {
@@ -233,9 +234,27 @@ pub fn budget_for(device: &DeviceReport, options: &PlanOptions, peak: u64) -> Op
         });
     }
     if let Some(c) = device.capacity_bytes {
-        return Some(Budget {
-            bytes: c,
-            source: "device memory (deviceProperties)".into(),
+        // What was held outside the allocator at an OOM is not the
+        // allocator's to use: the room is the capacity less it.
+        let outside = device
+            .findings
+            .iter()
+            .find(|f| f.kind == crate::schema::FindingKind::MemoryOutsideAllocator)
+            .map(|f| f.saving_bytes)
+            .filter(|&b| b < c);
+        return Some(match outside {
+            Some(b) => Budget {
+                bytes: c - b,
+                source: format!(
+                    "device memory (deviceProperties) {} less {} held outside the allocator at the OOM",
+                    h(c),
+                    h(b)
+                ),
+            },
+            None => Budget {
+                bytes: c,
+                source: "device memory (deviceProperties)".into(),
+            },
         });
     }
     device.ooms.iter().find_map(|o| {

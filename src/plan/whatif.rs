@@ -58,7 +58,7 @@ pub struct Input<'a> {
 pub fn lever_names(catalogue: &[Lever]) -> Vec<String> {
     FindingKind::ALL
         .iter()
-        .filter(|k| k.modelled_by_finding())
+        .filter(|k| k.modelled_by_finding() || **k == FindingKind::MemoryOutsideAllocator)
         .map(|k| k.lever().to_owned())
         .chain(catalogue.iter().map(|l| l.name.clone()))
         .collect()
@@ -141,6 +141,13 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
                 found.intervals.len()
             ));
             applied.push(kind);
+        } else if name == FindingKind::MemoryOutsideAllocator.lever() {
+            // Memory PyTorch's allocator never saw: freeing it moves no
+            // allocation, only the room the device leaves the allocator.
+            out.because.push(format!(
+                "{name}: frees device memory outside PyTorch's allocator, so the allocated and reserved peaks do not change; the allocator gains that room below the device's capacity (see the {} finding)",
+                FindingKind::MemoryOutsideAllocator.as_str()
+            ));
         } else if let Some(c) = input.checkpointing.filter(|_| name == CHECKPOINTING) {
             if checkpointed {
                 continue;

@@ -226,6 +226,16 @@ pub(crate) fn finding_line(f: &crate::schema::Finding) -> String {
             human_bytes(f.peak_after_bytes)
         );
     }
+    if f.kind == crate::schema::FindingKind::MemoryOutsideAllocator {
+        // Device memory the allocator never saw: the allocated peak stays.
+        return format!(
+            "{}: at least {} of the device held outside PyTorch's allocator at an OOM; fix {}: the allocator gains that room (the allocated peak stays {})",
+            f.kind.as_str(),
+            human_bytes(f.saving_bytes),
+            f.fix,
+            human_bytes(f.peak_after_bytes)
+        );
+    }
     format!(
         "{}: {} at the peak; fix {}: peak {} → {} (saves {})",
         f.kind.as_str(),

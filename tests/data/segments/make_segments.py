@@ -8,7 +8,17 @@ freed, then a 16 MiB request fails with 4 MiB free on the device: 32 MiB is cach
 8 MiB pieces, so the request cannot be placed (fragmentation, not a shortage). After the OOM
 the program frees its first block, so at dump time the first two blocks have merged into one
 16 MiB free block: only the state rebuilt at the OOM shows why it failed.
+
+outside_oom.trace.json: a Chrome trace (the profiler's `[memory]` and `[OutOfMemory]` events,
+as Kineto writes them) of a 16 GiB device (`deviceProperties.totalGlobalMem`). The program
+holds four 1 GiB tensors, frees one (6 GiB reserved: 4 GiB segments + 2 GiB cached), then a
+3 GiB request fails: the allocator asked the device for a 3 GiB segment and got none, so less
+than 3 GiB was free and at least 16 - 6 - 3 = 7 GiB was held outside PyTorch's allocator
+(another process, NCCL, ...). A Chrome trace's OOM says nothing of free memory: the failed
+segment bounds it.
 """
+
+import json
 
 import os
 import pickle
@@ -66,9 +76,50 @@ def fragmented_oom():
             "allocator_settings": {"expandable_segments": False}, "external_annotations": []}
 
 
+def outside_oom():
+    GiB = 1 << 30
+    events = [{"ph": "X", "cat": "cpu_op", "name": "ProfilerStep#0", "pid": 1, "tid": 1,
+               "ts": 100.0, "dur": 900.0, "args": {"External id": 1}}]
+    allocated = reserved = 0
+    t = 110.0
+
+    def mem(name, addr, size):
+        nonlocal t
+        t += 10.0
+        args = {"Device Type": 1, "Device Id": 0, "Bytes": size,
+                "Total Allocated": allocated, "Total Reserved": reserved}
+        if addr is not None:
+            args = {"Device Type": 1, "Device Id": 0, "Addr": addr, "Bytes": size,
+                    "Total Allocated": allocated, "Total Reserved": reserved}
+        events.append({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": name,
+                       "pid": 1, "tid": 1, "ts": t, "args": args})
+
+    sizes = [GiB, GiB, 2 * GiB, GiB, GiB]
+    for k, size in enumerate(sizes):
+        allocated += size
+        reserved += size
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1,
+                       "ts": t + 5.0, "dur": 8.0, "args": {"External id": 10 + k}})
+        mem("[memory]", BASE + k * 4 * GiB, size)
+    # Frees the 2 GiB tensor: cached, still reserved.
+    allocated -= 2 * GiB
+    mem("[memory]", BASE + 2 * 4 * GiB, -2 * GiB)
+    # A 3 GiB request: no cached block that large, no 3 GiB segment free on the device.
+    mem("[OutOfMemory]", None, 3 * GiB)
+    trace = {"schemaVersion": 1,
+             "deviceProperties": [{"id": 0, "name": "NVIDIA T4-like 16 GiB",
+                                   "totalGlobalMem": 16 * GiB, "computeMajor": 7,
+                                   "computeMinor": 5}],
+             "traceEvents": events, "traceName": "outside_oom"}
+    return trace
+
+
 def main():
     with open(os.path.join(HERE, "fragmented_oom.pickle"), "wb") as f:
         pickle.dump(fragmented_oom(), f, protocol=4)
+    with open(os.path.join(HERE, "outside_oom.trace.json"), "w") as f:
+        json.dump(outside_oom(), f, indent=0, sort_keys=True)
+        f.write("\n")
 
 
 if __name__ == "__main__":
