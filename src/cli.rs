@@ -159,6 +159,13 @@ pub struct BudgetArgs {
     /// size with a unit (2GiB); smaller than the budget.
     #[arg(long, value_name = "PCT|SIZE", default_value = "10%", allow_hyphen_values = true, value_parser = memcut::parse_headroom)]
     pub headroom: Headroom,
+    /// The device's memory (80GiB), for traces that do not record it: a
+    /// snapshot says what was free at an OOM, not how much the device holds.
+    /// The budget when --budget is not given, and what an OOM is checked
+    /// against for memory held outside PyTorch's allocator
+    /// [default: the trace's deviceProperties, if any].
+    #[arg(long, value_name = "SIZE", value_parser = memcut::parse_device_memory)]
+    pub device_memory: Option<u64>,
     /// Data-parallel ranks the sharding levers may shard over (1: no sharding levers).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub dp_ranks: u32,

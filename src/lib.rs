@@ -107,7 +107,9 @@ pub use plan::levers::{parse_levers, Condition, Cost, Lever, LeversError};
 pub use plan::pools::Target;
 pub use plan::search::Order;
 pub use plan::whatif::check_what_if;
-pub use plan::{parse_budget, parse_headroom, BudgetSpec, Headroom, PlanOptions};
+pub use plan::{
+    parse_budget, parse_device_memory, parse_headroom, BudgetSpec, Headroom, PlanOptions,
+};
 pub use report::{render, render_diff, write_json, OutputFormat};
 pub use schema::{
     Attribution, Band, BeforeRecordingPart, BlockSpan, BlockUse, CategoryChange, Change,

@@ -144,6 +144,7 @@ fn plan_options(args: &BudgetArgs) -> Result<memcut::PlanOptions, String> {
         None => None,
     };
     options.dp_ranks = args.dp_ranks;
+    options.device_memory = args.device_memory;
     options.levers = levers;
     options.order = args.order.into();
     memcut::check_what_if(&args.what_if, options.levers.as_deref())?;

@@ -235,7 +235,7 @@ pub fn analyze_trace(
         ));
         d.findings.extend(findings::memory_outside_allocator(
             &d.ooms,
-            d.capacity_bytes,
+            plan::capacity(d, &options.plan),
             before,
         ));
         if !what_if.is_empty() {
@@ -454,6 +454,7 @@ fn may_get_a_plan(device: &DeviceTrace, replay: &Replay, options: &plan::PlanOpt
     options.budget.is_some()
         || options.budget_percent_of_peak.is_some()
         || device.capacity_bytes.is_some()
+        || options.device_memory.is_some()
         || !replay.ooms.is_empty()
 }
 

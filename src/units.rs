@@ -78,6 +78,10 @@ pub enum SizeError {
     /// forty bytes, where forty GiB was meant).
     #[error("`{0}` has no unit and is under a MiB as bytes: write a size (`{0}GiB`, `{0}GB`) or a share of the peak (`{0}%`)")]
     BareBudget(String),
+    /// A device's memory given as a bare number of bytes below a MiB, or
+    /// as a percentage (of nothing: it is the whole).
+    #[error("`{0}` is not a device's memory: write a size (`80GiB`, `79.6GB`)")]
+    NotDeviceMemory(String),
 }
 
 /// Parses `80GiB`, `79.6GB`, `512MiB`, `1.5TB`, `4096` (bytes). Decimal units

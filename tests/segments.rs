@@ -129,6 +129,39 @@ fn an_oom_far_below_the_device_capacity_is_memory_outside_the_allocator() {
     );
 }
 
+/// A snapshot does not record the device's memory; given
+/// (`--device-memory`), its OOM's own numbers say how much was outside the
+/// allocator: 16 GiB − 64 MiB reserved − 4 MiB free.
+#[test]
+fn device_memory_makes_a_snapshot_oom_say_what_was_outside_the_allocator() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/segments/fragmented_oom.pickle");
+    let mut options = AnalyzeOptions::new();
+    options.plan.device_memory = Some(16 << 30);
+    let r = analyze_path(&path, &options).unwrap();
+    let d = &r.devices[0];
+    let kinds: Vec<_> = d.findings.iter().map(|f| f.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            memcut::FindingKind::FragmentationAtOom,
+            memcut::FindingKind::MemoryOutsideAllocator
+        ]
+    );
+    let outside = (16 << 30) - 64 * MIB - 4 * MIB;
+    assert_eq!(d.findings[1].saving_bytes, outside);
+    assert!(d.findings[1].evidence[0].contains("(--device-memory)"));
+    let plan = d.plan.as_ref().unwrap();
+    assert_eq!(plan.budget_bytes, (16 << 30) - outside);
+    assert!(
+        plan.budget_source.contains("--device-memory"),
+        "{}",
+        plan.budget_source
+    );
+    // Without it, the snapshot says nothing of the device's size.
+    assert_eq!(analyze(&path).devices[0].findings.len(), 1);
+}
+
 /// Snapshots without history (verl) and with (sketchkv2) get a segment
 /// map and fragmentation figures; without history, the dump's own.
 #[test]

@@ -97,6 +97,7 @@ def _options(
     order: str = "cheapest",
     what_if: Sequence[str] = (),
     at: Optional[str] = None,
+    device_memory: Optional[Size] = None,
 ) -> _native.Options:
     headroom_arg = _size(headroom, "headroom")
     assert headroom_arg is not None
@@ -111,6 +112,7 @@ def _options(
         order=order,
         what_if=list(what_if),
         at=at,
+        device_memory=_size(device_memory, "device_memory"),
     )
 
 
@@ -141,6 +143,7 @@ def analyze(
     order: str = "cheapest",
     what_if: Sequence[str] = (),
     at: Optional[str] = None,
+    device_memory: Optional[Size] = None,
 ) -> Report:
     """Analyses one trace and returns the JSON report of ``memcut analyze -f json``.
 
@@ -150,7 +153,9 @@ def analyze(
     ``device``/``top``/``dp_ranks``/``order`` mean what the CLI's flags of the
     same names mean; ``what_if`` is ``--what-if``'s list of levers (the
     report's ``devices[].what_if``); ``at`` is ``--at``'s instant (``"1234"``,
-    ``"12.5ms"``, ``"oom:0"``, ``"end"``: the report's ``devices[].at``); sizes are ints (bytes) or strings such as ``"80GiB"``;
+    ``"12.5ms"``, ``"oom:0"``, ``"end"``: the report's ``devices[].at``);
+    ``device_memory`` is ``--device-memory`` (the device's memory, which a
+    snapshot does not record); sizes are ints (bytes) or strings such as ``"80GiB"``;
     ``levers`` and ``rules`` are a JSON file or the list it would hold.
     ``name`` is the report's ``source.path`` for bytes (default ``"-"``, as
     the CLI names stdin).
@@ -158,7 +163,9 @@ def analyze(
     Raises :class:`MemcutError` with the CLI's message (``FILE: reason``).
     An input read only in part gives a report and a :class:`MemcutWarning`.
     """
-    options = _options(budget, headroom, levers, rules, device, top, dp_ranks, order, what_if, at)
+    options = _options(
+        budget, headroom, levers, rules, device, top, dp_ranks, order, what_if, at, device_memory
+    )
     data = _data(path_or_bytes)
     if data is None:
         text = _native.analyze_file(os.fspath(path_or_bytes), options)  # type: ignore[arg-type]
@@ -227,6 +234,7 @@ def summary_rows(
     levers: Optional[JsonArg] = None,
     dp_ranks: int = 1,
     order: str = "cheapest",
+    device_memory: Optional[Size] = None,
 ) -> List[Dict[str, Any]]:
     """The rows ``memcut batch --summary s.jsonl`` writes for one input: one
     per device, or one ``skipped``/``failed`` row with the reason (never
@@ -234,7 +242,9 @@ def summary_rows(
     path as given, or ``"-"`` for bytes). For batches run by other engines:
     see :mod:`memcut.ray`.
     """
-    options = _options(budget, headroom, levers, None, None, 10, dp_ranks, order)
+    options = _options(
+        budget, headroom, levers, None, None, 10, dp_ranks, order, device_memory=device_memory
+    )
     data = _data(path_or_bytes)
     if data is None:
         path = os.fspath(path_or_bytes)  # type: ignore[arg-type]

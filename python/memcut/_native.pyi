@@ -29,6 +29,7 @@ class Options:
         order: str = "cheapest",
         what_if: List[str] = ...,
         at: Optional[str] = None,
+        device_memory: Optional[str] = None,
     ) -> None: ...
 
 def analyze_file(path: str, options: Options) -> str: ...

@@ -45,6 +45,7 @@ def analyze_dataset(
     levers: Optional[JsonArg] = None,
     dp_ranks: int = 1,
     order: str = "cheapest",
+    device_memory: Optional[Size] = None,
     summary: Optional[Union[str, "os.PathLike[str]"]] = None,
     **read_args: Any,
 ) -> List[Dict[str, Any]]:
@@ -53,7 +54,7 @@ def analyze_dataset(
     traces or are broken get a ``skipped``/``failed`` row), sorted as the
     batch sorts them. Each row's ``file`` is the path as Ray lists it.
 
-    ``budget``/``headroom``/``levers``/``dp_ranks``/``order`` are the batch's
+    ``budget``/``headroom``/``levers``/``dp_ranks``/``order``/``device_memory`` are the batch's
     options. ``summary``: also write the rows there, by extension: ``.jsonl``,
     ``.csv`` or ``.md`` (the bytes ``memcut batch --summary`` writes) or
     ``.parquet``. ``read_args`` go to ``ray.data.read_binary_files`` (e.g.
@@ -63,7 +64,9 @@ def analyze_dataset(
     import ray.data
 
     # Checked (and any levers file read) here, before any task starts.
-    options = _options(budget, headroom, levers, None, None, 10, dp_ranks, order)
+    options = _options(
+        budget, headroom, levers, None, None, 10, dp_ranks, order, device_memory=device_memory
+    )
     paths: Union[str, List[str]]
     if isinstance(paths_or_uri, (str, os.PathLike)):
         paths = os.fspath(paths_or_uri)

@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
 use memcut::batch::{self, Row};
 use memcut::{components, AnalyzeOptions, Order, OutputFormat, Report};
@@ -51,6 +52,7 @@ struct OptionArgs {
     budget: Option<String>,
     headroom: String,
     order: String,
+    device_memory: Option<String>,
 }
 
 /// A levers or rules list given as a file (read and parsed by the library,
@@ -72,29 +74,13 @@ fn json_list<T>(
     }
 }
 
-/// `Options(...)`'s positional arguments, as `__reduce__` gives them back.
-type NewArgs = (
-    Option<String>,
-    String,
-    Option<String>,
-    Option<PathBuf>,
-    Option<String>,
-    Option<PathBuf>,
-    Option<String>,
-    usize,
-    u32,
-    String,
-    Vec<String>,
-    Option<String>,
-);
-
 #[pymethods]
 impl Options {
     #[new]
     #[pyo3(signature = (
         budget=None, headroom="10%".to_owned(), levers=None, levers_file=None,
         rules=None, rules_file=None, device=None, top=10, dp_ranks=1, order="cheapest".to_owned(),
-        what_if=Vec::new(), at=None
+        what_if=Vec::new(), at=None, device_memory=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -110,6 +96,7 @@ impl Options {
         order: String,
         what_if: Vec<String>,
         at: Option<String>,
+        device_memory: Option<String>,
     ) -> PyResult<Options> {
         let mut inner = AnalyzeOptions::new();
         // The same parsers and check as the CLI's --budget and --headroom,
@@ -137,6 +124,12 @@ impl Options {
             )));
         }
         inner.plan.dp_ranks = dp_ranks;
+        // The CLI's --device-memory parser and message.
+        inner.plan.device_memory = device_memory
+            .as_deref()
+            .map(memcut::parse_device_memory)
+            .transpose()
+            .map_err(|e| error(format!("device_memory: {e}")))?;
         inner.plan.order = match order.as_str() {
             "cheapest" => Order::Cheapest,
             "largest" => Order::Largest,
@@ -175,32 +168,43 @@ impl Options {
             budget,
             headroom,
             order,
+            device_memory,
         };
         Ok(Options { inner, args })
     }
 
     /// Pickles as the constructor call, the levers and rules as the JSON of
     /// the lists already read (no file is read again on the worker).
-    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> (Bound<'py, pyo3::types::PyType>, NewArgs) {
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, pyo3::types::PyType>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
         let o = slf.get();
         let a = o.args.clone();
         let i = &o.inner;
         let rules = (!i.analysis.user_rules.is_empty()).then(|| to_json(&i.analysis.user_rules));
-        let args = (
-            a.budget,
-            a.headroom,
-            i.plan.levers.as_ref().map(to_json),
-            None,
-            rules,
-            None,
-            i.analysis.device.clone(),
-            i.analysis.top,
-            i.plan.dp_ranks,
-            a.order,
-            i.plan.what_if.clone(),
-            i.analysis.at.as_ref().map(|a| a.to_string()),
-        );
-        (slf.get_type(), args)
+        let none = || None::<String>.into_pyobject(py);
+        // `Options(...)`'s positional arguments, in order.
+        let args = [
+            a.budget.into_pyobject(py)?,
+            a.headroom.into_pyobject(py)?.into_any(),
+            i.plan.levers.as_ref().map(to_json).into_pyobject(py)?,
+            none()?,
+            rules.into_pyobject(py)?,
+            none()?,
+            i.analysis.device.clone().into_pyobject(py)?,
+            i.analysis.top.into_pyobject(py)?.into_any(),
+            i.plan.dp_ranks.into_pyobject(py)?.into_any(),
+            a.order.into_pyobject(py)?.into_any(),
+            i.plan.what_if.clone().into_pyobject(py)?,
+            i.analysis
+                .at
+                .as_ref()
+                .map(|a| a.to_string())
+                .into_pyobject(py)?,
+            a.device_memory.into_pyobject(py)?,
+        ];
+        Ok((slf.get_type(), PyTuple::new(py, args)?))
     }
 }
 

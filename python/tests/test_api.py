@@ -174,6 +174,8 @@ def test_option_errors_carry_the_cli_message(cli, in_root, tmp_path):
         (["--headroom", "10"], {"headroom": "10"}),
         (["--headroom", "-1MiB"], {"headroom": "-1MiB"}),
         (["--budget", "1GiB", "--headroom", "2GiB"], {"budget": "1GiB", "headroom": "2GiB"}),
+        (["--device-memory", "80%"], {"device_memory": "80%"}),
+        (["--device-memory", "40"], {"device_memory": "40"}),
     ]:
         out = run_cli(cli, ["analyze", ADAMW, *args])
         assert out.returncode == 2, args
@@ -258,7 +260,8 @@ def test_options_pickle_with_their_files_read(in_root, tmp_path):
     rules = tmp_path / "rules.json"
     rules.write_text(json.dumps([{"name": "adam", "category": "temporary", "site_contains": "adam.py"}]))
     options = _native.Options(budget="12MB", levers_file=str(levers), rules_file=str(rules),
-                              order="largest", top=3, dp_ranks=2, headroom="5%")
+                              order="largest", top=3, dp_ranks=2, headroom="5%",
+                              device_memory="16GiB")
     shipped = pickle.loads(pickle.dumps(options))
     levers.unlink()
     rules.unlink()
@@ -269,6 +272,18 @@ def test_options_pickle_with_their_files_read(in_root, tmp_path):
 
 
 SGD = "sample_traces/train_sgd_momentum.snapshot.pickle.gz"
+
+
+def test_device_memory_names_memory_outside_the_allocator(cli, in_root):
+    """A snapshot does not record the device's memory: given, an OOM far
+    below it is memory held outside PyTorch's allocator, as in the CLI."""
+    oom = "tests/data/segments/fragmented_oom.pickle"
+    report = memcut.analyze(oom, device_memory="16GiB")
+    assert report == cli_json(cli, [oom, "--device-memory", "16GiB"])
+    kinds = [f["kind"] for f in report["devices"][0]["findings"]]
+    assert kinds == ["fragmentation_at_oom", "memory_outside_allocator"]
+    assert "--device-memory" in report["devices"][0]["plan"]["budget_source"]
+    assert [f["kind"] for f in memcut.analyze(oom)["devices"][0]["findings"]] == ["fragmentation_at_oom"]
 
 
 @pytest.mark.parametrize("fmt", ["md", "html", "text", "json"])

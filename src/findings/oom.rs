@@ -134,17 +134,18 @@ pub fn outside_at(o: &OomFinding, capacity: u64) -> Option<(u64, bool)> {
 /// An OOM while much of the device was held outside PyTorch's caching
 /// allocator: its capacity − reserved − free at the failed request is at
 /// least [`OUTSIDE_MIN_BYTES`] and [`OUTSIDE_MIN_SHARE`] of the capacity.
-/// Needs the device's capacity (a Chrome trace's `deviceProperties`); the
+/// Needs the device's capacity (`--device-memory`, or a Chrome trace's
+/// `deviceProperties`) and where it was read; the
 /// first such OOM is the evidence. The allocated peak does not move:
 /// `saving_bytes` and `bytes_at_peak` are the bytes outside (the room the
 /// allocator gains when they are freed) and `peak_after_bytes` the
 /// allocated peak as it was.
 pub fn memory_outside_allocator(
     ooms: &[OomFinding],
-    capacity: Option<u64>,
+    capacity: Option<(u64, &str)>,
     peak_allocated: u64,
 ) -> Option<Finding> {
-    let capacity = capacity.filter(|&c| c > 0)?;
+    let (capacity, from) = capacity.filter(|&(c, _)| c > 0)?;
     let least = OUTSIDE_MIN_BYTES.max((capacity as f64 * OUTSIDE_MIN_SHARE) as u64);
     let (o, outside) = ooms.iter().find_map(|o| {
         let (outside, _) = outside_at(o, capacity)?;
@@ -154,7 +155,7 @@ pub fn memory_outside_allocator(
     let share = 100.0 * outside as f64 / capacity as f64;
     let mut evidence = vec![match o.device_free_bytes {
         Some(free) => format!(
-            "the request that failed at event {} asked for {}; the device holds {}, PyTorch's allocator had {} reserved ({} allocated) and {} was free: {} ({share:.0}% of the device) was held outside the allocator",
+            "the request that failed at event {} asked for {}; the device holds {} ({from}), PyTorch's allocator had {} reserved ({} allocated) and {} was free: {} ({share:.0}% of the device) was held outside the allocator",
             o.event_index,
             human_bytes(o.requested_bytes),
             human_bytes(capacity),
@@ -164,7 +165,7 @@ pub fn memory_outside_allocator(
             human_bytes(outside),
         ),
         None => format!(
-            "the request that failed at event {} asked for {}; the device holds {} and PyTorch's allocator had {} reserved ({} allocated), so less than the {} segment it asked for was free: at least {} ({share:.0}% of the device) was held outside the allocator",
+            "the request that failed at event {} asked for {}; the device holds {} ({from}) and PyTorch's allocator had {} reserved ({} allocated), so less than the {} segment it asked for was free: at least {} ({share:.0}% of the device) was held outside the allocator",
             o.event_index,
             human_bytes(o.requested_bytes),
             human_bytes(capacity),
@@ -263,7 +264,7 @@ mod tests {
         // A snapshot's numbers: 80 GiB device, 60 GiB reserved, 1 GiB free.
         let f = memory_outside_allocator(
             &[at(2 * GIB, 60 * GIB, Some(GIB))],
-            Some(80 * GIB),
+            Some((80 * GIB, "--device-memory")),
             50 * GIB,
         )
         .expect("a finding");
@@ -273,13 +274,22 @@ mod tests {
         assert_eq!(f.bytes_at_peak, 19 * GIB);
         assert_eq!(f.peak_after_bytes, 50 * GIB);
         assert!(f.evidence[0].contains("19.00 GiB"), "{:?}", f.evidence);
+        assert!(
+            f.evidence[0].contains("(--device-memory)"),
+            "{:?}",
+            f.evidence
+        );
     }
 
     #[test]
     fn without_free_bytes_the_failed_segment_bounds_it() {
         // A Chrome trace's: no free bytes; a 3 GiB request (its segment 3 GiB).
-        let f = memory_outside_allocator(&[at(3 * GIB, 6 * GIB, None)], Some(16 * GIB), 6 * GIB)
-            .expect("a finding");
+        let f = memory_outside_allocator(
+            &[at(3 * GIB, 6 * GIB, None)],
+            Some((16 * GIB, "deviceProperties")),
+            6 * GIB,
+        )
+        .expect("a finding");
         assert_eq!(f.saving_bytes, 7 * GIB);
         assert!(
             f.evidence[0].contains("at least 7.00 GiB"),
@@ -295,13 +305,13 @@ mod tests {
     fn a_context_sized_gap_or_no_capacity_or_impossible_numbers_are_not() {
         let cases = [
             // 1 GiB outside: the CUDA context's order, under the 2 GiB floor.
-            (at(GIB, 78 * GIB, Some(GIB)), Some(80 * GIB)),
+            (at(GIB, 78 * GIB, Some(GIB)), Some((80 * GIB, "x"))),
             // 3 GiB of an 80 GiB device: under 5% (4 GiB).
-            (at(GIB, 76 * GIB, Some(GIB)), Some(80 * GIB)),
+            (at(GIB, 76 * GIB, Some(GIB)), Some((80 * GIB, "x"))),
             // No capacity: no evidence.
             (at(GIB, 10 * GIB, Some(GIB)), None),
             // Reserved + free above the capacity: not this device's.
-            (at(GIB, 79 * GIB, Some(2 * GIB)), Some(80 * GIB)),
+            (at(GIB, 79 * GIB, Some(2 * GIB)), Some((80 * GIB, "x"))),
         ];
         for (o, capacity) in cases {
             assert_eq!(

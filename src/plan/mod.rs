@@ -126,6 +126,21 @@ pub fn parse_budget(s: &str) -> Result<BudgetSpec, SizeError> {
     Ok(BudgetSpec::Bytes(bytes))
 }
 
+/// `--device-memory` (and Python's `device_memory=`): the device's memory,
+/// a size (`80GiB`); a bare number under a MiB is refused as `--budget`
+/// refuses it (bytes that few are a missing unit, not a device).
+pub fn parse_device_memory(s: &str) -> Result<u64, SizeError> {
+    let t = s.trim();
+    if t.ends_with('%') {
+        return Err(SizeError::NotDeviceMemory(t.to_owned()));
+    }
+    let bytes = crate::units::parse_positive_size(s)?;
+    if is_bare_number(t) && bytes < 1 << 20 {
+        return Err(SizeError::NotDeviceMemory(t.to_owned()));
+    }
+    Ok(bytes)
+}
+
 /// `--headroom` (and Python's `headroom=`): a percentage or a size with a
 /// unit. A bare number other than 0 is refused: `10` would be ten bytes,
 /// which nobody means.
@@ -156,12 +171,16 @@ pub struct Budget {
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct PlanOptions {
-    /// `--budget SIZE`; else the device's capacity; else free + reserved at an OOM.
+    /// `--budget SIZE`; else the device's memory (`device_memory`, else the
+    /// trace's); else free + reserved at an OOM.
     pub budget: Option<u64>,
     /// `--budget NN%`: that share of each device's observed peak (wins over
     /// the device's capacity; `budget` wins over it).
     pub budget_percent_of_peak: Option<f64>,
     pub headroom: Headroom,
+    /// `--device-memory SIZE`: the device's memory, for traces that do not
+    /// record it (snapshots); wins over a trace's `deviceProperties`.
+    pub device_memory: Option<u64>,
     /// Data-parallel ranks for the sharding levers (`--dp-ranks`); 0 or 1:
     /// what the trace shows (Kineto's `distributedInfo`), else none.
     pub dp_ranks: u32,
@@ -233,7 +252,7 @@ pub fn budget_for(device: &DeviceReport, options: &PlanOptions, peak: u64) -> Op
             source: format!("--budget {p}% of the observed peak {}", h(peak)),
         });
     }
-    if let Some(c) = device.capacity_bytes {
+    if let Some((c, from)) = capacity(device, options) {
         // What was held outside the allocator at an OOM is not the
         // allocator's to use: the room is the capacity less it.
         let outside = device
@@ -246,14 +265,14 @@ pub fn budget_for(device: &DeviceReport, options: &PlanOptions, peak: u64) -> Op
             Some(b) => Budget {
                 bytes: c - b,
                 source: format!(
-                    "device memory (deviceProperties) {} less {} held outside the allocator at the OOM",
+                    "device memory ({from}) {} less {} held outside the allocator at the OOM",
                     h(c),
                     h(b)
                 ),
             },
             None => Budget {
                 bytes: c,
-                source: "device memory (deviceProperties)".into(),
+                source: format!("device memory ({from})"),
             },
         });
     }
@@ -270,6 +289,16 @@ pub fn budget_for(device: &DeviceReport, options: &PlanOptions, peak: u64) -> Op
             ),
         })
     })
+}
+
+/// The device's memory and where it was read: `--device-memory`, else the
+/// trace's `deviceProperties`.
+pub fn capacity(device: &DeviceReport, options: &PlanOptions) -> Option<(u64, &'static str)> {
+    match (options.device_memory, device.capacity_bytes) {
+        (Some(m), _) => Some((m, "--device-memory")),
+        (None, Some(c)) => Some((c, "deviceProperties")),
+        (None, None) => None,
+    }
 }
 
 /// What the run's evidence says about one lever.
