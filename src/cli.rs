@@ -95,7 +95,7 @@ pub struct AnalyzeArgs {
     #[arg(long)]
     pub device: Option<String>,
     /// How many top allocation sites to list, in every format [default: 3 in text, 10 otherwise].
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = memcut::parse_top)]
     pub top: Option<usize>,
     /// Extra classification rules (JSON list), tried before the built-in ones.
     #[arg(long)]
@@ -167,39 +167,22 @@ pub struct BudgetArgs {
     #[arg(long, value_name = "SIZE", value_parser = memcut::parse_device_memory)]
     pub device_memory: Option<u64>,
     /// Data-parallel ranks the sharding levers may shard over (1: no sharding levers).
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 1, allow_hyphen_values = true, value_parser = memcut::parse_dp_ranks)]
     pub dp_ranks: u32,
     /// Levers to plan with instead of the built-in catalogue (JSON list of
     /// {name, scales: {category: factor}, cost, action}).
     #[arg(long, value_name = "FILE")]
     pub levers: Option<PathBuf>,
-    /// Lever order: cheapest cost class first, or largest contribution at the peak first.
-    #[arg(long, value_enum, default_value = "cheapest")]
-    pub order: OrderArg,
+    /// Lever order: `cheapest` (the cheapest cost class first, then the
+    /// largest saving) or `largest` (the largest contribution at the peak
+    /// first, whatever it costs).
+    #[arg(long, value_name = "cheapest|largest", default_value = "cheapest", value_parser = Order::parse)]
+    pub order: Order,
     /// Re-simulate the whole timeline with these levers applied in order
     /// (a finding's fix such as inference_mode, or a catalogue lever) and
     /// report the peak after them.
     #[arg(long, value_name = "LEVER[,LEVER…]", value_delimiter = ',')]
     pub what_if: Vec<String>,
-}
-
-/// In what order the planner tries levers (the library's [`Order`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum OrderArg {
-    /// Cheapest cost class first, then the largest saving at the current peak.
-    Cheapest,
-    /// The largest cuttable contribution at the current peak first (the
-    /// seed's method), whatever it costs.
-    Largest,
-}
-
-impl From<OrderArg> for Order {
-    fn from(o: OrderArg) -> Order {
-        match o {
-            OrderArg::Cheapest => Order::Cheapest,
-            OrderArg::Largest => Order::Largest,
-        }
-    }
 }
 
 #[derive(Debug, Args)]

@@ -37,7 +37,7 @@ mod next_step;
 mod oom;
 mod optimizer;
 
-pub use next_step::predict as next_step;
+pub use next_step::{device as next_step_device, predict as next_step, NextStep as PredictedStep};
 pub use oom::{fragmentation_at_oom, memory_outside_allocator};
 
 use crate::analysis::ClassifiedDevice;

@@ -96,7 +96,7 @@ pub use input::Limits;
 pub use instant::At;
 pub use model::{Category, Diagnostic, Distributed, Level};
 pub use pipeline::{
-    analyze_bytes, analyze_path, analyze_reader, read_levers_file, read_rules_file,
+    analyze_bytes, analyze_path, analyze_reader, parse_top, read_levers_file, read_rules_file,
     report_or_analysis, AnalyzeOptions, OptionsFileError,
 };
 pub use plan::components::{
@@ -108,7 +108,8 @@ pub use plan::pools::Target;
 pub use plan::search::Order;
 pub use plan::whatif::check_what_if;
 pub use plan::{
-    parse_budget, parse_device_memory, parse_headroom, BudgetSpec, Headroom, PlanOptions,
+    parse_budget, parse_device_memory, parse_dp_ranks, parse_headroom, BudgetSpec, Headroom,
+    PlanOptions,
 };
 pub use report::{render, render_diff, write_json, OutputFormat};
 pub use schema::{

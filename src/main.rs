@@ -146,7 +146,7 @@ fn plan_options(args: &BudgetArgs) -> Result<memcut::PlanOptions, String> {
     options.dp_ranks = args.dp_ranks;
     options.device_memory = args.device_memory;
     options.levers = levers;
-    options.order = args.order.into();
+    options.order = args.order;
     memcut::check_what_if(&args.what_if, options.levers.as_deref())?;
     options.what_if = args.what_if.clone();
     Ok(options)

@@ -62,6 +62,13 @@ fn read_options_file(path: &Path) -> std::result::Result<String, OptionsFileErro
     })
 }
 
+/// `--top` (and Python's `top=`): how many sites to list, a whole number.
+pub fn parse_top(s: &str) -> std::result::Result<usize, String> {
+    s.trim()
+        .parse::<usize>()
+        .map_err(|_| format!("`{s}` is not a number of sites (a whole number, 0 or more)"))
+}
+
 /// Reads and checks a levers file (`--levers`, for [`plan::PlanOptions::levers`]).
 /// The CLI and the Python binding both read it here, so its errors read the same.
 pub fn read_levers_file(path: &Path) -> std::result::Result<Vec<Lever>, OptionsFileError> {
@@ -93,23 +100,50 @@ pub fn analyze_trace(
     // classified timelines: made meanwhile. Evidence and demand only for
     // devices that can get a plan (a budget given, or one the file implies:
     // see `plan::budget_for`) or whose what-if scales by factors.
+    // Where each phase allocated (read by the findings, the next step and
+    // the planner's overlay alike), and the next step a recording of a
+    // first training step predicts.
+    let early: Vec<(PhasePositions, Option<findings::PredictedStep>)> = devices
+        .iter()
+        .zip(&selected)
+        .map(|(d, device)| {
+            let phases = PhasePositions::of(&d.timeline.replay.intervals, &d.classes);
+            let next = findings::next_step(trace, device, d, &phases);
+            (phases, next)
+        })
+        .collect();
+    // Where a next step is predicted, the plan and the what-if price it:
+    // the run's peak is there, not in the recorded first step.
+    let next_devices: Vec<Option<analysis::ClassifiedDevice>> = early
+        .iter()
+        .zip(&devices)
+        .zip(&selected)
+        .map(|(((_, next), d), device)| {
+            let priced =
+                may_get_a_plan(device, &d.timeline.replay, &options.plan) || !what_if.is_empty();
+            next.as_ref()
+                .filter(|_| priced)
+                .map(|n| findings::next_step_device(d, n))
+        })
+        .collect();
     let (mut report, planned) = rayon::join(
         || analysis::report(trace, source, &devices, &options.analysis, &at),
         || {
             devices
                 .iter()
                 .zip(&selected)
-                .map(|(d, device)| {
-                    // Where each phase allocated: read by the findings,
-                    // the next step and the planner's overlay alike.
-                    let phases = PhasePositions::of(&d.timeline.replay.intervals, &d.classes);
-                    let found = findings::find(trace, device, d, &phases);
-                    let kept = kept_gradients_curve(&found, d, &phases);
-                    let found = (found, kept, findings::next_step(trace, device, d, &phases));
+                .zip(early.iter().zip(&next_devices))
+                .map(|((d, device), ((phases, next), next_d))| {
+                    let found = findings::find(trace, device, d, phases);
+                    let kept = kept_gradients_curve(&found, d, phases);
+                    let found = (found, kept);
                     let wants_plan = may_get_a_plan(device, &d.timeline.replay, &options.plan);
                     if !wants_plan && what_if.is_empty() {
                         return (found, None, wants_plan);
                     }
+                    // What the plan and the what-if price: the next step
+                    // where one is predicted, else the recording.
+                    let d = next_d.as_ref().unwrap_or(d);
                     let input = FactsInput {
                         device,
                         classes: &d.classes,
@@ -123,10 +157,14 @@ pub fn analyze_trace(
                         &d.timeline,
                         &d.classes,
                         OverlayInput {
-                            phases: &phases,
+                            phases,
                             training,
                             weight_sizes: &weight_sizes,
                             attention_math: &attention_math,
+                            carried: next
+                                .as_ref()
+                                .filter(|_| next_d.is_some())
+                                .map_or(&[][..], |n| &n.carried_from_start),
                         },
                     );
                     let demand = Demand::from_timeline(&d.timeline, overlay);
@@ -136,13 +174,19 @@ pub fn analyze_trace(
         },
     );
     let mut warnings = Vec::new();
-    for (((d, ((found, kept_curve, next_step), planned, wants_plan)), device), cd) in report
-        .devices
-        .iter_mut()
-        .zip(planned)
-        .zip(selected)
-        .zip(&devices)
+    for ((((d, ((found, kept_curve), planned, wants_plan)), device), recorded), (early, next_d)) in
+        report
+            .devices
+            .iter_mut()
+            .zip(planned)
+            .zip(selected)
+            .zip(&devices)
+            .zip(early.iter().zip(&next_devices))
     {
+        let next_step = early.1.as_ref();
+        // The device the plan and the what-if price (the next step, where
+        // predicted); the findings are the recording's.
+        let cd = next_d.as_ref().unwrap_or(recorded);
         let catalogue = planned
             .as_ref()
             .map(|(facts, _)| options.plan.levers(facts))
@@ -157,25 +201,33 @@ pub fn analyze_trace(
             .any(|l| l == whatif::KV_LIMIT)
             .then(|| plan::kv_limit::model(&cd.timeline, &cd.classes))
             .flatten();
-        let peak = cd.timeline.replay.peak_position();
-        let before = cd.timeline.replay.allocated[peak as usize];
-        let found = ungated(found, cd, before);
-        let sim = |levers: &[String]| {
+        // The findings are priced on the recording.
+        let peak = recorded.timeline.replay.peak_position();
+        let before = recorded.timeline.replay.allocated[peak as usize];
+        let found = ungated(found, recorded, before);
+        let demand = planned.as_ref().map(|(_, demand)| demand);
+        let sim_on = |on: &analysis::ClassifiedDevice, demand, levers: &[String]| {
             let input = whatif::Input {
-                timeline: &cd.timeline,
-                classes: &cd.classes,
+                timeline: &on.timeline,
+                classes: &on.classes,
                 findings: &found,
-                demand: planned.as_ref().map(|(_, demand)| demand),
+                demand,
                 catalogue: &catalogue,
                 checkpointing: checkpointed.as_ref(),
                 kv_limited: kv_limited.as_ref(),
             };
             whatif::what_if(&input, levers)
         };
+        // A what-if: on the next step where one is predicted.
+        let sim = |levers: &[String]| sim_on(cd, demand, levers);
+        // A finding's fix: on the recording (the demand, when it is the
+        // next step's, is another timeline's).
+        let sim_recorded =
+            |levers: &[String]| sim_on(recorded, demand.filter(|_| next_d.is_none()), levers);
         d.findings = found
             .iter()
             .filter_map(|f| {
-                let intervals = &cd.timeline.replay.intervals;
+                let intervals = &recorded.timeline.replay.intervals;
                 let (peak_after, curve, bytes_at_peak) = match &kept_curve {
                     // A catalogue lever's finding, priced by its own curve
                     // (the what-if gives the same peak through the
@@ -186,7 +238,7 @@ pub fn analyze_trace(
                         (peak_after, curve.clone(), removed)
                     }
                     _ => {
-                        let after = sim(&[f.kind.lever().to_owned()]).ok()?;
+                        let after = sim_recorded(&[f.kind.lever().to_owned()]).ok()?;
                         let live = |i: usize| intervals[i].live_at(peak);
                         let bytes = if f.kind == FindingKind::OptimizerStateReplacedOutOfPlace {
                             // The second copies live at the peak: old state
@@ -225,7 +277,7 @@ pub fn analyze_trace(
             peak_allocated_bytes: n.peak_allocated,
             peak_event_index: n.position.saturating_sub(1) as u64,
             carried_bytes: n.carried,
-            evidence: n.evidence,
+            evidence: n.evidence.clone(),
             series: plotted(&n.curve, options.analysis.plot_points),
         });
         d.findings.extend(findings::fragmentation_at_oom(
@@ -241,13 +293,23 @@ pub fn analyze_trace(
         if !what_if.is_empty() {
             match sim(what_if) {
                 Ok(o) => {
+                    let mut because = o.because;
+                    if let Some(n) = next_step.filter(|_| next_d.is_some()) {
+                        because.insert(
+                            0,
+                            format!(
+                                "on the next step, predicted at {} (`next_step`): the run's peak, with the optimizer's state this first step made alive through it",
+                                crate::units::human_bytes(n.peak_allocated)
+                            ),
+                        );
+                    }
                     d.what_if = Some(WhatIf {
                         levers: o.levers,
                         peak_allocated_bytes: o.peak_allocated,
                         peak_reserved_bytes: o.peak_reserved,
                         peak_event_index: o.position.saturating_sub(1) as u64,
                         estimate: o.estimate,
-                        because: o.because,
+                        because,
                         series: plotted(&o.curve, options.analysis.plot_points),
                     })
                 }
@@ -339,29 +401,25 @@ pub fn analyze_trace(
             checkpointed_demand: &checkpointed_demand,
         };
         d.plan = plan::plan_for(d, &input, &options.plan);
-        if let (Some(plan), Some(next)) = (d.plan.as_mut(), d.next_step.as_ref()) {
-            next_step_over_target(plan, next);
+        if let (Some(plan), Some(next)) = (
+            d.plan.as_mut(),
+            d.next_step.as_ref().filter(|_| next_d.is_some()),
+        ) {
+            planned_for_next_step(plan, next);
         }
     }
     report.diagnostics.extend(warnings);
     Ok(report)
 }
 
-/// A plan made on a recording of a first step whose next step is
-/// predicted over the target says so: its verdict and cuts are the
-/// recorded step's (the next one runs with the optimizer's state alive).
-fn next_step_over_target(plan: &mut crate::schema::Plan, next: &NextStep) {
-    let Some(over) = next
-        .peak_allocated_bytes
-        .checked_sub(plan.target_bytes)
-        .filter(|&b| b > 0)
-    else {
-        return;
-    };
+/// A plan made for the next step a recording of a first step predicts
+/// says so: its peak, verdict and cuts are that step's (the optimizer's
+/// state the first step made stays alive through it), not the recorded
+/// one's.
+fn planned_for_next_step(plan: &mut crate::schema::Plan, next: &NextStep) {
     let said = format!(
-        "; but the next step is predicted at {} (`next_step`: the optimizer's state made in this first step stays alive), {} over the target: this verdict and these cuts are the recorded step's (record two steps to plan for it)",
-        crate::units::human_bytes(next.peak_allocated_bytes),
-        crate::units::human_bytes(over)
+        "; planned for the next step, predicted at {} (`next_step`: the optimizer's state this first step made stays alive through it)",
+        crate::units::human_bytes(next.peak_allocated_bytes)
     );
     plan.reason.push_str(&said);
     if let Some(h) = plan.headline.as_mut() {

@@ -618,12 +618,13 @@ fn reports_leave_out_the_clutter() {
         r.stdout
     );
     let help = run(&["batch", "--help"]).stdout;
-    let jobs = help
-        .split("--jobs")
-        .nth(1)
-        .unwrap()
-        .split("\n\n")
-        .next()
-        .unwrap();
+    // The text of --jobs: up to the next option (or blank line).
+    let after = help.split("--jobs").nth(1).unwrap();
+    let end = ["\n\n", "\n  -", "\n      --"]
+        .iter()
+        .filter_map(|m| after.find(m))
+        .min()
+        .unwrap_or(after.len());
+    let jobs = &after[..end];
     assert_eq!(jobs.matches("[default").count(), 1, "{jobs}");
 }

@@ -824,19 +824,24 @@ fn check_next_step(set: &str, median_limit: f64, worst: f64) {
         }
     }
     if !errors.is_empty() {
-        let med = median(errors.clone());
-        let max = errors.iter().cloned().fold(0.0, f64::max);
-        eprintln!(
-            "{set}: next step: {} predictions, median error {:.2}%, worst {:.2}% of the true peak",
-            errors.len(),
-            med * 100.0,
-            max * 100.0
-        );
-        if med > median_limit {
-            failures.push(format!("median error {:.2}%", med * 100.0));
-        }
+        summarize(set, "next step", &errors, median_limit, &mut failures);
     }
     assert!(failures.is_empty(), "{set}:\n{}", failures.join("\n"));
+}
+
+/// Prints a set's median and worst error and fails a median over `limit`.
+fn summarize(set: &str, what: &str, errors: &[f64], limit: f64, failures: &mut Vec<String>) {
+    let med = median(errors.to_vec());
+    let max = errors.iter().cloned().fold(0.0, f64::max);
+    eprintln!(
+        "{set}: {what}: {} predictions, median error {:.2}%, worst {:.2}% of the true peak",
+        errors.len(),
+        med * 100.0,
+        max * 100.0
+    );
+    if med > limit {
+        failures.push(format!("median error {:.2}%", med * 100.0));
+    }
 }
 
 /// The set the prediction was written on (TinyLM with AdamW, an MLP with
@@ -861,11 +866,12 @@ fn next_step_check_predictions_come_true() {
     check_next_step("next_step_check", 0.03, 0.10);
 }
 
-/// A plan on a first step's recording whose next step is predicted over
-/// the target says so, with the recorded step's verdict; under a target
-/// the next step fits too, it says nothing of it.
+/// A plan on a first step's recording whose next step is predicted is the
+/// next step's (the run's peak): with a budget between the recorded peak
+/// and the next step's it cuts, above the next step's it fits, and either
+/// way it says whose plan it is.
 #[test]
-fn a_plan_on_a_first_step_names_the_next_step_over_its_target() {
+fn a_plan_on_a_first_step_is_the_next_steps() {
     let (dir, _) = pairs("next_step");
     let path = dir.join("first_step.tinylm.cold.waste.trace.json.gz");
     let plan_for = |budget: u64| {
@@ -888,14 +894,116 @@ fn a_plan_on_a_first_step_names_the_next_step_over_its_target() {
     let (recorded, next, _) = plan_for(1 << 30);
     let between = (recorded + next) / 2;
     let (_, _, plan) = plan_for(between);
-    assert_eq!(plan.verdict.as_str(), "fits", "{}", plan.reason);
+    assert_eq!(plan.verdict.as_str(), "fits_after_cuts", "{}", plan.reason);
     assert!(
-        plan.reason.contains("the next step is predicted at"),
+        plan.reason
+            .contains("planned for the next step, predicted at"),
         "{}",
         plan.reason
     );
     let (_, _, roomy) = plan_for(next + (next / 10));
-    assert!(!roomy.reason.contains("next step"), "{}", roomy.reason);
+    assert_eq!(roomy.verdict.as_str(), "fits", "{}", roomy.reason);
+    assert!(
+        roomy.reason.contains("planned for the next step"),
+        "{}",
+        roomy.reason
+    );
+}
+
+/// The what-if on a first step's recording is the next step's: each
+/// catalogue lever of training asked for on the first step's recording,
+/// against the same run recorded over two steps with the lever really
+/// applied (`generate_pairs.py --next_step_levers*`, `two_steps+LEVER`).
+/// Error: |predicted − true peak with the lever| / the true two-step peak.
+fn check_next_step_levers(set: &str, median_limit: f64, worst: f64, misses: &[(&str, &str)]) {
+    let (dir, pairs) = pairs(set);
+    let mut missed = Vec::new();
+    let mut errors = Vec::new();
+    let mut failures = Vec::new();
+    for p in pairs.iter().filter(|p| p.lever.starts_with("two_steps+")) {
+        let lever = &p.lever["two_steps+".len()..];
+        let two = p.fixed.replace(&p.lever, "two_steps");
+        for format in ["trace.json.gz", "snapshot.pickle.gz"] {
+            let base = analyze(&dir.join(format!("{}.{format}", p.baseline)), &[lever]);
+            let truth_base = analyze(&dir.join(format!("{two}.{format}")), &[]).devices[0]
+                .peak
+                .allocated_bytes;
+            let truth = analyze(&dir.join(format!("{}.{format}", p.fixed)), &[]).devices[0]
+                .peak
+                .allocated_bytes;
+            let w = base.devices[0].what_if.as_ref().unwrap();
+            let error = w.peak_allocated_bytes.abs_diff(truth) as f64 / truth_base as f64;
+            let row = format!("{} {lever} ({format})", p.baseline);
+            eprintln!(
+                "{set}: {row}: predicted {}, true {truth} (two steps {truth_base}): error {:.2}%",
+                w.peak_allocated_bytes,
+                error * 100.0
+            );
+            if misses.contains(&(p.baseline.as_str(), lever)) {
+                missed.push((p.baseline.as_str(), lever, error));
+                continue;
+            }
+            if error > worst {
+                failures.push(format!("{row}: error {:.2}%", error * 100.0));
+            }
+            errors.push(error);
+        }
+    }
+    // A listed miss must still miss: when it comes true, take it off.
+    for &(baseline, lever) in misses {
+        let errs: Vec<f64> = missed
+            .iter()
+            .filter(|m| (m.0, m.1) == (baseline, lever))
+            .map(|m| m.2)
+            .collect();
+        assert!(
+            !errs.is_empty(),
+            "{set}: listed miss {baseline} {lever} not found"
+        );
+        if errs.iter().all(|&e| e <= worst) {
+            failures.push(format!(
+                "{baseline} {lever}: listed as a miss, now within {:.0}%",
+                worst * 100.0
+            ));
+        }
+    }
+    assert!(!errors.is_empty(), "{set}: no pairs");
+    summarize(
+        set,
+        "next step with a lever",
+        &errors,
+        median_limit,
+        &mut failures,
+    );
+    assert!(failures.is_empty(), "{set}:\n{}", failures.join("\n"));
+}
+
+/// The set the next step's what-if was built on (TinyLM with AdamW, an MLP
+/// with Adam, GPT-2 with SGD; seeds 190-192). Worst: the MLP's
+/// `fused_optimizer` (6.7%): Adam's first step is its peak (no next step is
+/// predicted), and the lever's factor (a tenth of the step's temporaries)
+/// overstates what `fused=True` saves there.
+#[test]
+fn next_step_lever_predictions_come_true() {
+    check_next_step_levers("next_step_levers", 0.01, 0.07, &[]);
+}
+
+/// Recorded with the set above, kept apart and scored once when the model
+/// was settled (Llama with Adam, BERT with AdamW, a CNN with SGD, TinyLM
+/// with SGD and `set_to_none=True`; seeds 195-198): 38 of 40 predictions
+/// within 2.75% of the peak, median 0.04%. The miss: TinyLM's
+/// `halve_micro_batch` (18.4% both formats): with `set_to_none=True` the
+/// first micro-batch's gradients stay alive through the second one's
+/// forward, and the lever's factor model has no part for gradients that
+/// only accumulation keeps (every earlier set kept gradients across steps).
+#[test]
+fn next_step_lever_check_predictions_come_true() {
+    check_next_step_levers(
+        "next_step_levers_check",
+        0.03,
+        0.10,
+        &[("first_step.tinylm.cold.waste", "halve_micro_batch")],
+    );
 }
 
 /// Recorded after `next_step_check` was looked at and its BERT snapshot

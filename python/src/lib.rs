@@ -91,8 +91,8 @@ impl Options {
         rules: Option<String>,
         rules_file: Option<PathBuf>,
         device: Option<String>,
-        top: usize,
-        dp_ranks: u32,
+        top: i64,
+        dp_ranks: i64,
         order: String,
         what_if: Vec<String>,
         at: Option<String>,
@@ -118,27 +118,16 @@ impl Options {
             .plan
             .set_budget_and_headroom(budget_spec, room)
             .map_err(spelled)?;
-        if dp_ranks < 1 {
-            return Err(error(format!(
-                "dp_ranks must be at least 1, got {dp_ranks}"
-            )));
-        }
-        inner.plan.dp_ranks = dp_ranks;
+        // The CLI's parsers, so that a bad value is refused with its words.
+        inner.plan.dp_ranks = memcut::parse_dp_ranks(&dp_ranks.to_string())
+            .map_err(|e| error(format!("dp_ranks: {e}")))?;
         // The CLI's --device-memory parser and message.
         inner.plan.device_memory = device_memory
             .as_deref()
             .map(memcut::parse_device_memory)
             .transpose()
             .map_err(|e| error(format!("device_memory: {e}")))?;
-        inner.plan.order = match order.as_str() {
-            "cheapest" => Order::Cheapest,
-            "largest" => Order::Largest,
-            _ => {
-                return Err(error(format!(
-                    "order must be `cheapest` or `largest`, got `{order}`"
-                )))
-            }
-        };
+        inner.plan.order = Order::parse(&order).map_err(|e| error(format!("order: {e}")))?;
         inner.plan.levers = json_list(
             levers,
             levers_file,
@@ -156,7 +145,8 @@ impl Options {
             .map_err(|e| error(e.replace("--what-if", "what_if")))?;
         inner.plan.what_if = what_if;
         inner.analysis.device = device;
-        inner.analysis.top = top;
+        inner.analysis.top =
+            memcut::parse_top(&top.to_string()).map_err(|e| error(format!("top: {e}")))?;
         // `--at`'s instant: resolved against the trace when it is read (an
         // instant the trace does not have is an error then, as in the CLI).
         inner.analysis.at = at

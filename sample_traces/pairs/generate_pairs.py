@@ -78,6 +78,15 @@ LEVER_WORKLOADS = {
 # the first's recording predicts (`devices[].next_step`). Cold runs only.
 NEXT_STEP_WORKLOADS = {"first_step": ["two_steps"]}
 
+# The plan for the next step: a first step's recording (the baseline), and the run recorded over
+# two steps with each catalogue lever of training really applied (`two_steps+LEVER`): what the
+# next step peaks at with the lever, which the first's recording predicts (the plan and the
+# what-if priced on the next step). Cold runs only.
+NEXT_STEP_LEVER_WORKLOADS = {"first_step": ["two_steps"] + [
+    "two_steps+" + lever for lever in ("zero_grad_set_to_none", "fused_optimizer",
+                                       "halve_micro_batch", "activation_checkpointing",
+                                       "bf16_weights")]}
+
 # The models that generate().
 GENERATES = ("gpt2", "llama")
 
@@ -181,6 +190,20 @@ SETS = {
         {"seed": 183, "model": "cnn", "d": 14, "layers": 2, "batch": 8, "seq": 28, "opt": "adamw"},
         {"seed": 184, "model": "tinylm", "d": 120, "layers": 2, "batch": 5, "seq": 40, "opt": "adam"},
     ],
+    # The next step's plan (NEXT_STEP_LEVER_WORKLOADS), ninth session: the set the model is
+    # built on, and one recorded with it and kept apart, scored once.
+    "next_step_levers": [
+        {"seed": 190, "model": "tinylm", "d": 96, "layers": 3, "batch": 6, "seq": 48, "opt": "adamw"},
+        {"seed": 191, "model": "mlp", "d": 288, "layers": 3, "batch": 32, "seq": 1, "opt": "adam"},
+        {"seed": 192, "model": "gpt2", "d": 96, "layers": 2, "batch": 4, "seq": 40, "opt": "sgd"},
+    ],
+    "next_step_levers_check": [
+        {"seed": 195, "model": "llama", "d": 96, "layers": 2, "batch": 4, "seq": 48, "opt": "adam"},
+        {"seed": 196, "model": "bert", "d": 80, "layers": 3, "batch": 4, "seq": 40, "opt": "adamw"},
+        {"seed": 197, "model": "cnn", "d": 12, "layers": 3, "batch": 6, "seq": 24, "opt": "sgd"},
+        {"seed": 198, "model": "tinylm", "d": 112, "layers": 2, "batch": 4, "seq": 56, "opt": "sgd",
+         "set_to_none": True},
+    ],
     # Recorded at the start of the eighth session, after the seventh's changes (warm snapshots'
     # gradients read from backward's in-place adds; the autocast gate): every catalogue lever of
     # training and inference (--only train, then --only infer; generate() has its untouched set
@@ -260,6 +283,9 @@ def record(spec):
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
     cfg, workload, variant = spec["cfg"], spec["workload"], spec["variant"]
+    # `two_steps+LEVER`: two steps, with the lever applied.
+    two_steps = variant.startswith("two_steps")
+    variant = variant.split("+", 1)[1] if "+" in variant else variant
     torch.manual_seed(cfg["seed"])
     d, layers, batch, seq = cfg["d"], cfg["layers"], cfg["batch"], cfg["seq"]
     vocab = 256
@@ -491,7 +517,7 @@ def record(spec):
             if cold:
                 model = build()
             # Cold training runs two steps: the optimizer's state is made in the first.
-            two = workload in ("train", "train_oop") or variant == "two_steps"
+            two = workload in ("train", "train_oop") or two_steps
             for _ in range(2 if cold and two else 1):
                 step(model)
             prof.step()
@@ -543,6 +569,7 @@ def main(argv):
                          and (models is None or p["baseline"].split(".")[1] in models)
                          and (variants is None or p["lever"] in variants))]
     workloads = (LEVER_WORKLOADS if set_name.startswith("levers")
+                 else NEXT_STEP_LEVER_WORKLOADS if set_name.startswith("next_step_levers")
                  else NEXT_STEP_WORKLOADS if set_name.startswith("next_step") else WORKLOADS)
     for cfg in SETS[set_name]:
         if models is not None and cfg["model"] not in models:
@@ -552,7 +579,8 @@ def main(argv):
                 continue
             if workload == "generate" and cfg["model"] not in GENERATES:
                 continue
-            for start in ("cold",) if workloads is NEXT_STEP_WORKLOADS else ("cold", "warm"):
+            cold_only = workloads in (NEXT_STEP_WORKLOADS, NEXT_STEP_LEVER_WORKLOADS)
+            for start in ("cold",) if cold_only else ("cold", "warm"):
                 for variant in ["waste"] + levers:
                     if variants is not None and variant not in variants:
                         continue

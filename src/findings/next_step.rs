@@ -8,6 +8,7 @@
 use crate::analysis::ClassifiedDevice;
 use crate::classify::{Phase, PhasePositions, Rule};
 use crate::model::{Category, DeviceTrace, Trace};
+use crate::timeline::{DeviceTimeline, Interval};
 use crate::units::human_bytes;
 
 /// The next step's peak as this recording predicts it.
@@ -24,6 +25,12 @@ pub struct NextStep {
     /// The allocated curve with what is carried alive from the start.
     pub curve: Vec<u64>,
     pub evidence: Vec<String>,
+    /// The carried tensors' first versions (indices of the intervals): the
+    /// next step has them from its start.
+    pub carried_from_start: Vec<usize>,
+    /// Where the next backward makes a new value beside a kept gradient:
+    /// (position, bytes, the kept gradient's interval).
+    pub new_values: Vec<(u32, u64, usize)>,
 }
 
 /// The prediction for a training recording that holds one step's forward
@@ -97,7 +104,8 @@ pub fn predict(
     // Where the recorded backward made each kept gradient the next one
     // makes a new value of its size and adds it into the kept one: both
     // are alive there.
-    let mut added_into: Vec<(u32, u64)> = Vec::new();
+    let mut added_into: Vec<(u32, u64, usize)> = Vec::new();
+    let mut carried_from_start: Vec<usize> = Vec::new();
     let mut carried_state: Vec<u64> = Vec::new();
     let mut state_site = None;
     for (i, (iv, c)) in intervals.iter().zip(&cd.classes).enumerate() {
@@ -117,8 +125,9 @@ pub fn predict(
         tally.0 += 1;
         tally.1 += iv.size;
         carried.push((from, iv.size));
+        carried_from_start.push(root(i));
         if c.category == Category::Gradient {
-            added_into.push((from, iv.size));
+            added_into.push((from, iv.size, i));
         } else {
             carried_state.push(iv.size);
             state_site.get_or_insert(iv.site);
@@ -157,7 +166,7 @@ pub fn predict(
         }
         curve.push(allocated + not_made_yet);
     }
-    for (at, size) in added_into {
+    for &(at, size, _) in &added_into {
         if let Some(bytes) = curve.get_mut(at as usize) {
             *bytes += size;
         }
@@ -197,11 +206,52 @@ pub fn predict(
             human_bytes(peak_allocated - recorded)
         ),
     ];
+    carried_from_start.sort_unstable();
     Some(NextStep {
         peak_allocated,
         position,
         carried: total,
         curve,
         evidence,
+        carried_from_start,
+        new_values: added_into,
     })
+}
+
+/// The device as the next step would record it: the carried tensors alive
+/// from its start, and a new value beside each kept gradient where
+/// backward makes it (alive for one position, as `AccumulateGrad` adds it
+/// in and frees it). Its allocated bytes are the prediction's curve. What
+/// the plan and the what-if price when a next step is predicted; reserved
+/// memory is not predicted.
+pub fn device(cd: &ClassifiedDevice, n: &NextStep) -> ClassifiedDevice {
+    let mut replay = cd.timeline.replay.clone();
+    let mut classes = cd.classes.clone();
+    for &i in &n.carried_from_start {
+        replay.intervals[i].start = 0;
+    }
+    for (k, &(at, size, gradient)) in n.new_values.iter().enumerate() {
+        debug_assert_eq!(classes[gradient].category, Category::Gradient);
+        let kept = replay.intervals[gradient];
+        replay.intervals.push(Interval {
+            // An address no recorded tensor has, so no chain takes it in.
+            addr: u64::MAX - k as u64,
+            size,
+            start: at,
+            end: at + 1,
+            ..kept
+        });
+        // What backward records for it: a tensor of the gradient's size
+        // made and freed within backward.
+        classes.push(crate::classify::Builtin::FreedWithinBackward.class());
+    }
+    replay.allocated = n.curve.clone();
+    replay.reserved = None;
+    let timeline = DeviceTimeline::new(replay, |i| classes[i].category);
+    ClassifiedDevice {
+        timeline,
+        classes,
+        before_recording: cd.before_recording.clone(),
+        site_facts: cd.site_facts.clone(),
+    }
 }

@@ -141,6 +141,17 @@ pub fn parse_device_memory(s: &str) -> Result<u64, SizeError> {
     Ok(bytes)
 }
 
+/// `--dp-ranks` (and Python's `dp_ranks=`): the data-parallel ranks the
+/// sharding levers may shard over, a whole number of at least 1.
+pub fn parse_dp_ranks(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "`{s}` is not a number of data-parallel ranks (a whole number, at least 1)"
+        )),
+    }
+}
+
 /// `--headroom` (and Python's `headroom=`): a percentage or a size with a
 /// unit. A bare number other than 0 is refused: `10` would be ten bytes,
 /// which nobody means.

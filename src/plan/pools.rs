@@ -220,6 +220,10 @@ pub struct OverlayInput<'a> {
     pub training: bool,
     pub weight_sizes: &'a [u64],
     pub attention_math: &'a [usize],
+    /// On a predicted next step (`findings::next_step_device`), the
+    /// intervals it carries from the recorded step, alive from its start
+    /// (ascending): gradients among them are held from that step.
+    pub carried: &'a [usize],
 }
 
 impl Overlay {
@@ -247,6 +251,7 @@ impl Overlay {
             training: true,
             weight_sizes: &[],
             attention_math: &[],
+            carried: &[],
         };
         Self::build_parts(timeline, classes, input, true)
     }
@@ -398,7 +403,10 @@ impl Overlay {
                     // `pending`: held from before the recording, so the
                     // first forward may already be a new step's.
                     let mut from = start;
-                    let mut pending = interval.origin.is_baseline() || after_step;
+                    // Carried from the recorded step into a predicted next
+                    // one: held from that step, as from before a recording.
+                    let carried = input.carried.binary_search(&i).is_ok();
+                    let mut pending = interval.origin.is_baseline() || after_step || carried;
                     loop {
                         let held_from = if pending {
                             Some(from)
@@ -440,7 +448,7 @@ impl Overlay {
                         if let Some((_, freed)) = taken.filter(|t| t.1 > end) {
                             push(end, freed, Part::KeptAcrossSteps, size);
                         }
-                        kept_after_a_step |= !pending || after_step;
+                        kept_after_a_step |= !pending || after_step || carried;
                         pending = false;
                         if b >= end {
                             break;

@@ -17,6 +17,19 @@ pub enum Order {
     Largest,
 }
 
+impl Order {
+    /// `--order` (and Python's `order=`): `cheapest` or `largest`.
+    pub fn parse(s: &str) -> Result<Order, String> {
+        match s.trim() {
+            "cheapest" => Ok(Order::Cheapest),
+            "largest" => Ok(Order::Largest),
+            _ => Err(format!(
+                "`{s}` is not an order: `cheapest` (the cheapest cost class first) or `largest` (the largest contribution at the peak first)"
+            )),
+        }
+    }
+}
+
 /// Whether the search may use a lever, from the run's evidence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Eligibility {

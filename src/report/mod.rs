@@ -263,13 +263,24 @@ pub(crate) fn next_step_line(d: &DeviceReport, n: &crate::schema::NextStep) -> S
 
 /// The what-if's headline after "what if" (`inference_mode,autocast_no_cache: peak 30.0 MiB → 6.5 MiB`),
 /// with `≈` when some lever was a factor.
+/// On a recording of a first step whose next step is predicted, the
+/// what-if is the next step's, and so is the peak it starts from.
 pub(crate) fn what_if_line(d: &DeviceReport, w: &crate::schema::WhatIf) -> String {
-    let before =
-        d.at.as_ref()
-            .map_or(d.peak.allocated_bytes, |a| a.peak_allocated_bytes);
+    let before = match &d.next_step {
+        Some(n) => n.peak_allocated_bytes,
+        None => {
+            d.at.as_ref()
+                .map_or(d.peak.allocated_bytes, |a| a.peak_allocated_bytes)
+        }
+    };
     format!(
-        "{}: peak {} → {}{} ({} {}, at event {})",
+        "{}: {}peak {} → {}{} ({} {}, at event {})",
         w.levers.join(","),
+        if d.next_step.is_some() {
+            "next step's "
+        } else {
+            ""
+        },
         human_bytes(before),
         if w.estimate { "≈ " } else { "" },
         human_bytes(w.peak_allocated_bytes),
