@@ -258,9 +258,15 @@ pub fn budget_for(device: &DeviceReport, options: &PlanOptions, peak: u64) -> Op
         });
     }
     if let Some(p) = options.budget_percent_of_peak {
+        // A first step's plan is its next step's: so is the peak.
+        let whose = if device.next_step.is_some() {
+            "the next step's predicted peak"
+        } else {
+            "the observed peak"
+        };
         return Some(Budget {
             bytes: (peak as f64 * p / 100.0).round() as u64,
-            source: format!("--budget {p}% of the observed peak {}", h(peak)),
+            source: format!("--budget {p}% of {whose} {}", h(peak)),
         });
     }
     if let Some((c, from)) = capacity(device, options) {
