@@ -190,6 +190,31 @@ SETS = {
         {"seed": 183, "model": "cnn", "d": 14, "layers": 2, "batch": 8, "seq": 28, "opt": "adamw"},
         {"seed": 184, "model": "tinylm", "d": 120, "layers": 2, "batch": 5, "seq": 40, "opt": "adam"},
     ],
+    # halve_micro_batch where zero_grad frees the gradients (set_to_none=True, PyTorch's
+    # default), ninth session: measured to size the gap the next_step_levers_check miss showed
+    # (accumulation keeps the first micro-batch's gradients; the factor alone was off by a
+    # median 18% of the peak here), then the set the held gradients were modelled on
+    # (--only train --variants waste,halve_micro_batch).
+    "levers_set_to_none": [
+        {"seed": 200, "model": "gpt2", "d": 112, "layers": 3, "batch": 4, "seq": 48, "opt": "adamw",
+         "set_to_none": True},
+        {"seed": 201, "model": "mlp", "d": 352, "layers": 3, "batch": 32, "seq": 1, "opt": "sgd",
+         "set_to_none": True},
+        {"seed": 202, "model": "llama", "d": 96, "layers": 3, "batch": 4, "seq": 48, "opt": "adam",
+         "set_to_none": True},
+    ],
+    # Recorded after halve_micro_batch's held gradients were modelled on the set above, and
+    # scored once: other models, seeds, shapes and optimizers.
+    "levers_set_to_none_check": [
+        {"seed": 210, "model": "bert", "d": 96, "layers": 2, "batch": 6, "seq": 40, "opt": "adamw",
+         "set_to_none": True},
+        {"seed": 211, "model": "cnn", "d": 14, "layers": 3, "batch": 8, "seq": 28, "opt": "adam",
+         "set_to_none": True},
+        {"seed": 212, "model": "tinylm", "d": 128, "layers": 2, "batch": 6, "seq": 56, "opt": "sgd",
+         "set_to_none": True},
+        {"seed": 213, "model": "gpt2", "d": 80, "layers": 2, "batch": 8, "seq": 32, "opt": "adam",
+         "set_to_none": True},
+    ],
     # The next step's plan (NEXT_STEP_LEVER_WORKLOADS), ninth session: the set the model is
     # built on, and one recorded with it and kept apart, scored once.
     "next_step_levers": [

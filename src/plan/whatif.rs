@@ -86,6 +86,9 @@ fn unknown_lever(name: &str, known: &[String]) -> String {
 
 /// The levers of a what-if, resolved: where each changed allocation is
 /// freed now, the factors by pool, and how each lever was modelled.
+/// `(interval, from, to)`: a stretch of positions of one interval.
+type Window = (usize, u32, u32);
+
 struct Applied {
     ends: HashMap<usize, u32>,
     /// `(interval, from, to)`: not live in `[from, to)` (checkpointing).
@@ -93,6 +96,9 @@ struct Applied {
     /// `(position, bytes)` of temporaries made that the run did not make
     /// there (checkpointing's recomputation).
     extra: Vec<(u32, u64)>,
+    /// `(interval, from, to)`: also live in `[from, to)`, before it was
+    /// made (gradients accumulation holds: `halve_micro_batch`).
+    held: Vec<(usize, u32, u32)>,
     factors: [f64; NPOOL],
     because: Vec<String>,
     estimate: bool,
@@ -101,6 +107,7 @@ struct Applied {
 fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
     let intervals = &input.timeline.replay.intervals;
     let mut out = Applied {
+        held: Vec::new(),
         ends: HashMap::new(),
         gaps: Vec::new(),
         extra: Vec::new(),
@@ -186,8 +193,13 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
                 "{name}: estimate, a documented factor ({}): the trace does not show what it changes allocation by allocation",
                 scales.join(", ")
             ));
-            if let Some(caveat) = accumulation_caveat(name, input.demand) {
-                out.because.push(caveat);
+            if let Some((held, bytes)) = accumulated_gradients(name, input) {
+                out.because.push(format!(
+                    "{name}: modelled from the run: gradients are freed between steps here (no gradient is held through a forward), so with two micro-batches the first one's gradients ({} tensors, {}) are alive through the second's forward and backward: each held from its step's first forward to where backward made it",
+                    held.len(),
+                    crate::units::human_bytes(bytes)
+                ));
+                out.held.extend(held);
             }
         } else {
             return Err(unknown_lever(name, &lever_names(input.catalogue)));
@@ -196,24 +208,73 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
     Ok(out)
 }
 
-/// What `halve_micro_batch`'s factor leaves out on a training run whose
+/// What `halve_micro_batch` adds beside its factor on a training run whose
 /// gradients are freed between steps (`zero_grad(set_to_none=True)`, the
 /// default; no gradient held through a forward): with two micro-batches
 /// the first one's gradients stay alive through the second's forward and
-/// backward. Not modelled (measured: 18.4% of the peak under on a TinyLM
-/// with SGD, `next_step_levers_check`), so said, with how much it can add.
-fn accumulation_caveat(name: &str, demand: Option<&Demand<'_>>) -> Option<String> {
+/// backward. Each gradient made in a backward (a tensor's first version,
+/// not an in-place update's new one) is held from its step's first forward
+/// to where it was made, and there beside the new value backward makes. Returns the `(interval, from, to)` windows and
+/// their largest total. (Found on `next_step_levers_check`'s TinyLM, 18.4%
+/// of the peak off, and measured on `levers_set_to_none`: 7-26%.)
+fn accumulated_gradients(name: &str, input: &Input<'_>) -> Option<(Vec<Window>, u64)> {
     if name != "halve_micro_batch" {
         return None;
     }
-    let max = demand?.max_by_pool();
-    let gradients = max[Category::Gradient.index()];
-    (max[Part::KeptAcrossSteps.pool()] == 0 && gradients > 0).then(|| {
-        format!(
-            "{name}: not modelled: gradients are freed between steps here (no gradient is held through a forward), so with two micro-batches the first one's gradients (up to {}) stay alive through the second's forward and backward: the peak can be up to that much higher",
-            crate::units::human_bytes(gradients)
-        )
-    })
+    let max = input.demand?.max_by_pool();
+    if max[Part::KeptAcrossSteps.pool()] > 0 || max[Category::Gradient.index()] == 0 {
+        return None;
+    }
+    let intervals = &input.timeline.replay.intervals;
+    let phases = crate::classify::PhasePositions::of(intervals, input.classes);
+    let gradient = |i: usize| input.classes[i].category == Category::Gradient;
+    // Where a gradient's earlier version ends (an in-place update starts a
+    // new version at its address, one event after or at the old one's end).
+    let ends: std::collections::HashSet<(u64, u64, u32)> = (0..intervals.len())
+        .filter(|&i| gradient(i))
+        .map(|i| (intervals[i].addr, intervals[i].size, intervals[i].end))
+        .collect();
+    let mut held = Vec::new();
+    for (i, iv) in intervals.iter().enumerate() {
+        if !gradient(i) || iv.origin.is_baseline() {
+            continue;
+        }
+        let later_version =
+            (iv.start.saturating_sub(2)..=iv.start).any(|e| ends.contains(&(iv.addr, iv.size, e)));
+        if later_version {
+            continue;
+        }
+        // Its step: after the last optimizer step before it.
+        let step = crate::classify::last_before(&phases.optimizer, iv.start).unwrap_or(0);
+        let Some(forward) = crate::classify::first_after(&phases.forward, step.saturating_sub(1))
+        else {
+            continue;
+        };
+        // Held up to where backward makes it, and there beside it: the
+        // second micro-batch's backward makes a new value of its size and
+        // adds it into the held one (`AccumulateGrad`).
+        if forward < iv.start {
+            held.push((i, forward, iv.start + 1));
+        }
+    }
+    if held.is_empty() {
+        return None;
+    }
+    // The largest total held at once.
+    let mut changes: Vec<(u32, i64)> = held
+        .iter()
+        .flat_map(|&(i, from, to)| {
+            let size = intervals[i].size as i64;
+            [(from, size), (to, -size)]
+        })
+        .collect();
+    changes.sort_unstable();
+    let (mut now, mut most) = (0i64, 0i64);
+    for (_, d) in changes {
+        now += d;
+        most = most.max(now);
+    }
+    Some((held, most as u64))
 }
 
 /// The allocated bytes at every position with one part of `overlay`
@@ -255,11 +316,12 @@ pub fn what_if(input: &Input<'_>, levers: &[String]) -> Result<Outcome, String> 
         ends,
         gaps,
         extra,
+        held,
         factors,
         because,
         estimate,
     } = apply(input, levers)?;
-    let edits = Edits::new(input.timeline, &ends, gaps, extra);
+    let edits = Edits::new(input.timeline, &ends, gaps, extra, held);
     let curve = match (factors.iter().all(|f| *f == 1.0), input.demand) {
         (true, _) => edited_curve(input.timeline, &edits),
         (false, Some(demand)) => {
@@ -309,7 +371,7 @@ pub fn edited_demand<'t>(input: &Input<'_>, demand: &Demand<'t>, levers: &[Strin
     let edits = edits(input, levers);
     let tl = input.timeline;
     let temporary = Category::Temporary.index();
-    let mut changes: Vec<(u32, usize, i64)> = removals(tl, &edits.windows)
+    let mut changes: Vec<(u32, usize, i64)> = removals(tl, &edits)
         .into_iter()
         .map(|(p, i, d)| (p, input.classes[i].category.index(), -d))
         .chain(
@@ -332,7 +394,7 @@ pub fn edited_demand<'t>(input: &Input<'_>, demand: &Demand<'t>, levers: &[Strin
 /// unknown: [`what_if`] says so).
 fn edits(input: &Input<'_>, levers: &[String]) -> Edits {
     apply(input, levers)
-        .map(|a| Edits::new(input.timeline, &a.ends, a.gaps, a.extra))
+        .map(|a| Edits::new(input.timeline, &a.ends, a.gaps, a.extra, a.held))
         .unwrap_or_default()
 }
 
@@ -341,6 +403,8 @@ fn edits(input: &Input<'_>, levers: &[String]) -> Edits {
 #[derive(Default)]
 struct Edits {
     windows: Vec<(usize, u32, u32)>,
+    /// `(interval, from, to)`: also live there (`Applied::held`).
+    held: Vec<(usize, u32, u32)>,
     /// `(position, bytes)`, by position, one entry per position.
     extra: Vec<(u32, u64)>,
 }
@@ -351,8 +415,10 @@ impl Edits {
         ends: &HashMap<usize, u32>,
         gaps: Vec<(usize, u32, u32)>,
         extra: Vec<(u32, u64)>,
+        held: Vec<(usize, u32, u32)>,
     ) -> Edits {
         Edits {
+            held,
             windows: windows(tl, ends, gaps),
             extra: extra_at(extra),
         }
@@ -403,15 +469,19 @@ fn windows(
 }
 
 /// Bytes no longer live at each position, as (position, interval, ±bytes)
-/// changes in order.
-fn removals(tl: &DeviceTimeline, windows: &[(usize, u32, u32)]) -> Vec<(u32, usize, i64)> {
+/// changes in order; held windows are bytes live where they were not
+/// (negative removals).
+fn removals(tl: &DeviceTimeline, edits: &Edits) -> Vec<(u32, usize, i64)> {
     let intervals = &tl.replay.intervals;
-    let mut out = Vec::with_capacity(windows.len() * 2);
-    for &(i, from, to) in windows {
-        let size = intervals[i].size as i64;
-        out.push((from, i, size));
-        if to < tl.replay.positions() {
-            out.push((to, i, -size));
+    let mut out = Vec::with_capacity((edits.windows.len() + edits.held.len()) * 2);
+    let positions = tl.replay.positions();
+    for (windows, sign) in [(&edits.windows, 1i64), (&edits.held, -1)] {
+        for &(i, from, to) in windows {
+            let size = sign * intervals[i].size as i64;
+            out.push((from, i, size));
+            if to < positions {
+                out.push((to, i, -size));
+            }
         }
     }
     out.sort_unstable();
@@ -420,14 +490,14 @@ fn removals(tl: &DeviceTimeline, windows: &[(usize, u32, u32)]) -> Vec<(u32, usi
 
 fn edited_curve(tl: &DeviceTimeline, edits: &Edits) -> Vec<u64> {
     let mut curve = tl.replay.allocated.clone();
-    let changes = removals(tl, &edits.windows);
+    let changes = removals(tl, edits);
     let mut removed = 0i64;
     let mut next = changes.iter().peekable();
     for (p, v) in curve.iter_mut().enumerate() {
         while let Some((_, _, d)) = next.next_if(|c| c.0 as usize <= p) {
             removed += d;
         }
-        *v = v.saturating_sub(removed.max(0) as u64) + added(&edits.extra, p);
+        *v = (*v as i64 - removed).max(0) as u64 + added(&edits.extra, p);
     }
     curve
 }
@@ -440,7 +510,7 @@ fn for_each_edited_row(
     edits: &Edits,
     mut visit: impl FnMut(usize, &Row),
 ) {
-    let changes = removals(input.timeline, &edits.windows);
+    let changes = removals(input.timeline, edits);
     let mut removed = [0i64; NCAT];
     let mut next = changes.iter().peekable();
     demand.for_each_row(|p, row| {
@@ -449,6 +519,11 @@ fn for_each_edited_row(
         }
         let mut row = *row;
         for (c, r) in removed.iter().enumerate() {
+            // Held bytes (a negative removal) join the category.
+            if *r < 0 {
+                row[c] += r.unsigned_abs();
+                continue;
+            }
             let mut left = (*r).max(0) as u64;
             let take = left.min(row[c]);
             row[c] -= take;
