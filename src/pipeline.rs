@@ -401,6 +401,18 @@ pub fn analyze_trace(
             checkpointed_demand: &checkpointed_demand,
         };
         d.plan = plan::plan_for(d, &input, &options.plan);
+        if let Some(plan) = d.plan.as_mut() {
+            let input = whatif::Input {
+                timeline: &cd.timeline,
+                classes: &cd.classes,
+                findings: &found,
+                demand: Some(&demand),
+                catalogue: &catalogue,
+                checkpointing: checkpointed.as_ref(),
+                kv_limited: kv_limited.as_ref(),
+            };
+            held_gradients_said(plan, &|levers: &[String]| whatif::what_if(&input, levers));
+        }
         if let (Some(plan), Some(next)) = (
             d.plan.as_mut(),
             d.next_step.as_ref().filter(|_| next_d.is_some()),
@@ -410,6 +422,47 @@ pub fn analyze_trace(
     }
     report.diagnostics.extend(warnings);
     Ok(report)
+}
+
+/// The search prices `halve_micro_batch` by its factor; where gradients
+/// are freed between steps, two micro-batches also hold the first one's
+/// (the what-if models it: `whatif::accumulated_gradients`). A plan step
+/// whose what-if (with the steps so far) is higher by 1% or more says so,
+/// with that number, and the plan is then an estimate.
+fn held_gradients_said(
+    plan: &mut crate::schema::Plan,
+    sim: &dyn Fn(&[String]) -> std::result::Result<whatif::Outcome, String>,
+) {
+    let Some(k) = plan
+        .steps
+        .iter()
+        .position(|s| s.lever == "halve_micro_batch")
+    else {
+        return;
+    };
+    let levers: Vec<String> = plan.steps[..=k].iter().map(|s| s.lever.clone()).collect();
+    let Ok(o) = sim(&levers) else { return };
+    let step = &mut plan.steps[k];
+    let held = o
+        .because
+        .iter()
+        .any(|b| b.contains("are alive through the second"));
+    if !held || o.peak_allocated.saturating_sub(step.peak_after_bytes) * 100 < step.peak_after_bytes
+    {
+        return;
+    }
+    let why = format!(
+        "priced by its factor; gradients are freed between steps here, so two micro-batches also hold the first one's: `--what-if {}` gives {}",
+        levers.join(","),
+        crate::units::human_bytes(o.peak_allocated)
+    );
+    step.estimate = true;
+    step.estimate_reason = Some(why.clone());
+    plan.estimate = true;
+    plan.estimate_reason = Some(match plan.estimate_reason.take() {
+        Some(r) => format!("{r}; {why}"),
+        None => why,
+    });
 }
 
 /// A plan made for the next step a recording of a first step predicts
