@@ -96,10 +96,6 @@ pub fn analyze_trace(
     let at = analysis::resolve_at(trace, &devices, &options.analysis).map_err(Error::Usage)?;
     let selected: Vec<&DeviceTrace> = analysis::selected(trace, &options.analysis).collect();
     let what_if = &options.plan.what_if;
-    // The findings, and the planner's evidence and demand, need only the
-    // classified timelines: made meanwhile. Evidence and demand only for
-    // devices that can get a plan (a budget given, or one the file implies:
-    // see `plan::budget_for`) or whose what-if scales by factors.
     // Where each phase allocated (read by the findings, the next step and
     // the planner's overlay alike), and the next step a recording of a
     // first training step predicts.
@@ -126,6 +122,10 @@ pub fn analyze_trace(
                 .map(|n| findings::next_step_device(d, n))
         })
         .collect();
+    // The findings, and the planner's evidence and demand, need only the
+    // classified timelines: made meanwhile. Evidence and demand only for
+    // devices that can get a plan (a budget given, or one the file implies:
+    // see `plan::budget_for`) or whose what-if scales by factors.
     let (mut report, planned) = rayon::join(
         || analysis::report(trace, source, &devices, &options.analysis, &at),
         || {
