@@ -2,6 +2,7 @@
 //! contributors, reserved peak, OOM findings, timeline for plots).
 
 mod bands;
+mod oom;
 mod site_names;
 
 use std::collections::{BTreeMap, HashMap};
@@ -9,11 +10,10 @@ use std::sync::Arc;
 
 use crate::classify::{self, Builtin, Classification, Phase, Rule, UserRule};
 use crate::instant::At;
-use crate::model::{Action, BlockState, Category, DeviceTrace, Sites, Trace};
+use crate::model::{Action, Category, DeviceTrace, Sites, Trace};
 use crate::schema::{
-    Attribution, BeforeRecordingPart, DeviceReport, LiveAllocation, OomFinding, Peak, Report,
-    ReportedInstant, SegmentState, SegmentsView, SourceInfo, TimelineSeries, Tool, TopSite,
-    SCHEMA_VERSION,
+    Attribution, BeforeRecordingPart, DeviceReport, LiveAllocation, Peak, Report, ReportedInstant,
+    SegmentsView, SourceInfo, TimelineSeries, Tool, TopSite, SCHEMA_VERSION,
 };
 use crate::segments;
 use crate::timeline::{self, DeviceTimeline, Interval, Replay};
@@ -309,7 +309,7 @@ fn device_report(
         reserved_peak_bytes: reserved_peak_position
             .and_then(|p| replay.reserved.as_ref().map(|r| r.get(p))),
         reserved_peak_event_index: reserved_peak_position.map(|p| p.saturating_sub(1) as u64),
-        ooms: oom_findings(device, cd, segments.as_ref()),
+        ooms: oom::findings(device, cd, segments.as_ref()),
         findings: Vec::new(),
         what_if: None,
         next_step: None,
@@ -627,103 +627,6 @@ fn phase_name(trace: &Trace, device: &DeviceTrace, position: u32) -> String {
         Phase::Backward => "backward".into(),
         Phase::Optimizer => "optimizer step".into(),
         Phase::ZeroGrad => "zero_grad".into(),
-    }
-}
-
-fn oom_findings(
-    device: &DeviceTrace,
-    cd: &ClassifiedDevice,
-    segments: Option<&SegmentsView>,
-) -> Vec<OomFinding> {
-    // The dump's free blocks, for an OOM whose segments were not rebuilt.
-    let dumped_largest_free = device.segments.as_ref().and_then(|segs| {
-        segs.iter()
-            .flat_map(|s| s.blocks.iter())
-            .filter(|b| b.state == BlockState::Inactive)
-            .map(|b| b.size)
-            .max()
-    });
-    cd.timeline
-        .replay
-        .ooms
-        .iter()
-        .enumerate()
-        .map(|(n, &k)| {
-            let e = &device.events[k as usize];
-            // The state when the request failed: before this event.
-            let position = k;
-            let (allocated, reserved, live) = cd.state_at(position);
-            let device_free = (e.device_free() > 0).then_some(e.device_free());
-            let state = segments.and_then(|v| {
-                let label = format!("oom {n}");
-                v.instants
-                    .iter()
-                    .find(|s| s.label.split(", ").any(|l| l == label))
-            });
-            let largest_free = state
-                .map(|s| s.largest_free_block_bytes)
-                .or(dumped_largest_free);
-            OomFinding {
-                event_index: k as u64,
-                ts_us: e.ts(),
-                requested_bytes: e.size,
-                device_free_bytes: device_free,
-                allocated_bytes: allocated,
-                reserved_bytes: reserved,
-                by_category: categories_at(&live, allocated, reserved),
-                largest_free_block_bytes: largest_free,
-                verdict: oom_verdict(
-                    e.size,
-                    device_free,
-                    allocated,
-                    reserved,
-                    largest_free,
-                    state,
-                ),
-            }
-        })
-        .collect()
-}
-
-fn oom_verdict(
-    requested: u64,
-    device_free: Option<u64>,
-    allocated: u64,
-    reserved: Option<u64>,
-    largest_free: Option<u64>,
-    segments: Option<&SegmentState>,
-) -> String {
-    use crate::units::human_bytes as h;
-    let cached = reserved.map(|r| r.saturating_sub(allocated)).unwrap_or(0);
-    let free = device_free.unwrap_or(0);
-    // What the segments show: the free blocks and how much of them is too small.
-    let blocks = segments.map_or(String::new(), |s| {
-        format!(
-            " ({} in free blocks, {} of it in blocks smaller than the request, across {} segment{})",
-            h(s.inactive_bytes),
-            h(s.fragmentation_bytes),
-            s.segment_count,
-            if s.segment_count == 1 { "" } else { "s" }
-        )
-    });
-    match largest_free {
-        Some(largest) if cached >= requested && largest < requested => format!(
-            "fragmentation: {} cached{blocks} but the largest free block is {} < {} requested; try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-            h(cached), h(largest), h(requested)
-        ),
-        _ if device_free.is_none() => format!(
-            "{} requested with {} cached; the trace does not say how much memory was free on the device",
-            h(requested),
-            reserved.map_or_else(|| "an unknown amount".to_owned(), |_| h(cached))
-        ),
-        _ if free + cached < requested => format!(
-            "genuine shortage: {} requested, {} free on the device + {} cached",
-            h(requested), h(free), h(cached)
-        ),
-        _ => format!(
-            "{} requested with {} free on the device and {} cached: the allocator could not place it",
-            h(requested), h(free), h(cached)
-        ),
     }
 }
 

@@ -29,6 +29,21 @@ const SMALL_SEGMENT: u64 = 2 << 20;
 /// A large-pool block is split only when more than this would remain (`kSmallSize`).
 const LARGE_SPLIT_REMAINDER: u64 = 1 << 20;
 
+/// The segment the caching allocator asks the device for to serve a
+/// request of `size` bytes (`CUDACachingAllocator.cpp`, `get_allocation_size`):
+/// 2 MiB for requests up to 1 MiB, 20 MiB up to 10 MiB, else the request
+/// rounded up to 2 MiB. When that fails the device had less than it free.
+pub fn segment_for(size: u64) -> u64 {
+    const MIB: u64 = 1 << 20;
+    if size <= MIB {
+        2 * MIB
+    } else if size < 10 * MIB {
+        20 * MIB
+    } else {
+        size.div_ceil(2 * MIB) * (2 * MIB)
+    }
+}
+
 /// An instant to show: what it is called, its position (the state after
 /// `position` events) and the failed request there, if any.
 pub struct Instant {

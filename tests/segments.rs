@@ -93,6 +93,12 @@ fn an_oom_far_below_the_device_capacity_is_memory_outside_the_allocator() {
         ),
         (3 * GIB, Some(6 * GIB), None)
     );
+    // No free bytes in a Chrome trace's OOM: the capacity bounds them.
+    assert!(
+        oom.verdict.ends_with("(less than the 3.00 GiB segment the allocator asked for; of the device's 16.00 GiB, 6.00 GiB was PyTorch's)"),
+        "{}",
+        oom.verdict
+    );
     let kinds: Vec<_> = d.findings.iter().map(|f| f.kind).collect();
     assert_eq!(kinds, [memcut::FindingKind::MemoryOutsideAllocator]);
     let f = &d.findings[0];

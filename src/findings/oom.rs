@@ -2,6 +2,7 @@
 //! `memory_outside_allocator` findings.
 
 use crate::schema::{Finding, FindingKind, OomFinding, SegmentsView};
+use crate::segments::segment_for;
 use crate::units::human_bytes;
 
 /// An OOM the cache could have served: the allocator had at least the
@@ -94,21 +95,6 @@ pub const OUTSIDE_MIN_BYTES: u64 = 2 << 30;
 /// Least share of the device's capacity outside the allocator worth a
 /// finding (5%: 4 GiB of an 80 GiB device).
 pub const OUTSIDE_MIN_SHARE: f64 = 0.05;
-
-/// The segment the caching allocator asks the device for to serve a
-/// request of `size` bytes (`CUDACachingAllocator.cpp`, `get_allocation_size`):
-/// 2 MiB for requests up to 1 MiB, 20 MiB up to 10 MiB, else the request
-/// rounded up to 2 MiB. When that fails the device had less than it free.
-pub fn segment_for(size: u64) -> u64 {
-    const MIB: u64 = 1 << 20;
-    if size <= MIB {
-        2 * MIB
-    } else if size < 10 * MIB {
-        20 * MIB
-    } else {
-        size.div_ceil(2 * MIB) * (2 * MIB)
-    }
-}
 
 /// Bytes of device memory PyTorch's allocator never saw at an OOM, and
 /// whether the amount is a lower bound: the device's capacity less what
