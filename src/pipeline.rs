@@ -215,6 +215,8 @@ pub fn analyze_trace(
                 catalogue: &catalogue,
                 checkpointing: checkpointed.as_ref(),
                 kv_limited: kv_limited.as_ref(),
+                phases: Some(&early.0),
+                events: &device.events,
             };
             whatif::what_if(&input, levers)
         };
@@ -345,6 +347,8 @@ pub fn analyze_trace(
             catalogue: &[],
             checkpointing: None,
             kv_limited: None,
+            phases: None,
+            events: &[],
         };
         let fixed_demand = |k: usize| {
             let levers: Vec<String> = fixes[..=k].iter().map(|f| f.lever.clone()).collect();
@@ -410,6 +414,8 @@ pub fn analyze_trace(
                 catalogue: &catalogue,
                 checkpointing: checkpointed.as_ref(),
                 kv_limited: kv_limited.as_ref(),
+                phases: Some(&early.0),
+                events: &device.events,
             };
             held_gradients_said(plan, &|levers: &[String]| whatif::what_if(&input, levers));
         }
@@ -443,11 +449,8 @@ fn held_gradients_said(
     let levers: Vec<String> = plan.steps[..=k].iter().map(|s| s.lever.clone()).collect();
     let Ok(o) = sim(&levers) else { return };
     let step = &mut plan.steps[k];
-    let held = o
-        .because
-        .iter()
-        .any(|b| b.contains("are alive through the second"));
-    if !held || o.peak_allocated.saturating_sub(step.peak_after_bytes) * 100 < step.peak_after_bytes
+    if !o.held_gradients
+        || o.peak_allocated.saturating_sub(step.peak_after_bytes) * 100 < step.peak_after_bytes
     {
         return;
     }
@@ -523,6 +526,8 @@ fn ungated(
         catalogue: &[],
         checkpointing: None,
         kv_limited: None,
+        phases: None,
+        events: &[],
     };
     let fallen: Vec<FindingKind> = gates
         .into_iter()

@@ -35,6 +35,9 @@ pub struct Outcome {
     pub because: Vec<String>,
     /// Allocated bytes at every position after the levers.
     pub curve: Vec<u64>,
+    /// Whether `halve_micro_batch` held the first micro-batch's gradients
+    /// (`accumulated_gradients`): what its factor alone leaves out.
+    pub held_gradients: bool,
 }
 
 /// What the re-simulation reads of a device.
@@ -52,6 +55,12 @@ pub struct Input<'a> {
     /// Half the new tokens, modelled from the cache's growth (`None`: the
     /// catalogue's factor stands in).
     pub kv_limited: Option<&'a KvLimited>,
+    /// Where each phase allocated (the pipeline's `PhasePositions` of the
+    /// recording) and the device's events (its in-place updates), for what
+    /// `halve_micro_batch` holds before it is made; `None` and empty where
+    /// no factor lever is asked for.
+    pub phases: Option<&'a crate::classify::PhasePositions>,
+    pub events: &'a [crate::model::Event],
 }
 
 /// Names `--what-if` takes: every finding's fix, then the catalogue's.
@@ -84,21 +93,21 @@ fn unknown_lever(name: &str, known: &[String]) -> String {
     )
 }
 
-/// The levers of a what-if, resolved: where each changed allocation is
-/// freed now, the factors by pool, and how each lever was modelled.
 /// `(interval, from, to)`: a stretch of positions of one interval.
 type Window = (usize, u32, u32);
 
+/// The levers of a what-if, resolved: where each changed allocation is
+/// freed now, the factors by pool, and how each lever was modelled.
 struct Applied {
     ends: HashMap<usize, u32>,
-    /// `(interval, from, to)`: not live in `[from, to)` (checkpointing).
-    gaps: Vec<(usize, u32, u32)>,
+    /// Not live in `[from, to)` (checkpointing).
+    gaps: Vec<Window>,
     /// `(position, bytes)` of temporaries made that the run did not make
     /// there (checkpointing's recomputation).
     extra: Vec<(u32, u64)>,
-    /// `(interval, from, to)`: also live in `[from, to)`, before it was
-    /// made (gradients accumulation holds: `halve_micro_batch`).
-    held: Vec<(usize, u32, u32)>,
+    /// Also live in `[from, to)`, before it was made (the gradients
+    /// accumulation holds: `halve_micro_batch`).
+    held: Vec<Window>,
     factors: [f64; NPOOL],
     because: Vec<String>,
     estimate: bool,
@@ -214,9 +223,10 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
 /// the first one's gradients stay alive through the second's forward and
 /// backward. Each gradient made in a backward (a tensor's first version,
 /// not an in-place update's new one) is held from its step's first forward
-/// to where it was made, and there beside the new value backward makes. Returns the `(interval, from, to)` windows and
-/// their largest total. (Found on `next_step_levers_check`'s TinyLM, 18.4%
-/// of the peak off, and measured on `levers_set_to_none`: 7-26%.)
+/// to where it was made, and there beside the new value backward makes.
+/// Returns the windows and their largest total. (Found on
+/// `next_step_levers_check`'s TinyLM, 18.4% of the peak off, and measured
+/// on `levers_set_to_none`: 7-26%.)
 fn accumulated_gradients(name: &str, input: &Input<'_>) -> Option<(Vec<Window>, u64)> {
     if name != "halve_micro_batch" {
         return None;
@@ -225,23 +235,19 @@ fn accumulated_gradients(name: &str, input: &Input<'_>) -> Option<(Vec<Window>, 
     if max[Part::KeptAcrossSteps.pool()] > 0 || max[Category::Gradient.index()] == 0 {
         return None;
     }
+    let phases = input.phases?;
     let intervals = &input.timeline.replay.intervals;
-    let phases = crate::classify::PhasePositions::of(intervals, input.classes);
-    let gradient = |i: usize| input.classes[i].category == Category::Gradient;
-    // Where a gradient's earlier version ends (an in-place update starts a
-    // new version at its address, one event after or at the old one's end).
-    let ends: std::collections::HashSet<(u64, u64, u32)> = (0..intervals.len())
-        .filter(|&i| gradient(i))
-        .map(|i| (intervals[i].addr, intervals[i].size, intervals[i].end))
-        .collect();
+    // The tensors behind the intervals: a profile-made snapshot starts a
+    // tensor again at each in-place update (`classify::chains`).
+    let chains =
+        crate::classify::Chains::new(intervals, &crate::classify::version_bumps(input.events));
+    let first_version = |i: usize| chains.as_ref().is_none_or(|c| c.root(i) == i);
     let mut held = Vec::new();
     for (i, iv) in intervals.iter().enumerate() {
-        if !gradient(i) || iv.origin.is_baseline() {
-            continue;
-        }
-        let later_version =
-            (iv.start.saturating_sub(2)..=iv.start).any(|e| ends.contains(&(iv.addr, iv.size, e)));
-        if later_version {
+        if input.classes[i].category != Category::Gradient
+            || iv.origin.is_baseline()
+            || !first_version(i)
+        {
             continue;
         }
         // Its step: after the last optimizer step before it.
@@ -321,6 +327,7 @@ pub fn what_if(input: &Input<'_>, levers: &[String]) -> Result<Outcome, String> 
         because,
         estimate,
     } = apply(input, levers)?;
+    let held_gradients = !held.is_empty();
     let edits = Edits::new(input.timeline, &ends, gaps, extra, held);
     let curve = match (factors.iter().all(|f| *f == 1.0), input.demand) {
         (true, _) => edited_curve(input.timeline, &edits),
@@ -359,6 +366,7 @@ pub fn what_if(input: &Input<'_>, levers: &[String]) -> Result<Outcome, String> 
         estimate,
         because,
         curve,
+        held_gradients,
     })
 }
 
@@ -402,9 +410,9 @@ fn edits(input: &Input<'_>, levers: &[String]) -> Edits {
 /// added at one position.
 #[derive(Default)]
 struct Edits {
-    windows: Vec<(usize, u32, u32)>,
-    /// `(interval, from, to)`: also live there (`Applied::held`).
-    held: Vec<(usize, u32, u32)>,
+    windows: Vec<Window>,
+    /// Also live there (`Applied::held`).
+    held: Vec<Window>,
     /// `(position, bytes)`, by position, one entry per position.
     extra: Vec<(u32, u64)>,
 }
@@ -413,9 +421,9 @@ impl Edits {
     fn new(
         tl: &DeviceTimeline,
         ends: &HashMap<usize, u32>,
-        gaps: Vec<(usize, u32, u32)>,
+        gaps: Vec<Window>,
         extra: Vec<(u32, u64)>,
-        held: Vec<(usize, u32, u32)>,
+        held: Vec<Window>,
     ) -> Edits {
         Edits {
             held,
