@@ -354,44 +354,47 @@ pub fn analyze_trace(
             let levers: Vec<String> = fixes[..=k].iter().map(|f| f.lever.clone()).collect();
             whatif::edited_demand(&fix_input, &demand, &levers)
         };
-        // The lever the plan prices with the run's own model: checkpointing
-        // in training, half the new tokens otherwise (plan::modelled_lever_name).
-        let training = facts.mode.value == Some(Mode::Training);
-        let checkpointed_demand = |k: Option<usize>| {
-            // The what-if's model when it made one, else made now.
-            let (made_ckpt, made_kv);
-            let input = if training {
-                let model = match &checkpointed {
-                    Some(m) => m,
-                    None => {
-                        made_ckpt =
-                            plan::checkpointing::model(&trace.sites, &cd.timeline, &cd.classes)?;
-                        &made_ckpt
-                    }
-                };
-                whatif::Input {
-                    checkpointing: Some(model),
-                    ..fix_input
-                }
-            } else {
-                let model = match &kv_limited {
-                    Some(m) => m,
-                    None => {
-                        made_kv = plan::kv_limit::model(&cd.timeline, &cd.classes)?;
-                        &made_kv
-                    }
-                };
-                whatif::Input {
-                    kv_limited: Some(model),
-                    ..fix_input
-                }
+        // The levers the plan prices with the run's own model
+        // (plan::modelled_levers): the what-if's models when it made them,
+        // else made once, when the search first tries each.
+        let ckpt_made = std::cell::OnceCell::new();
+        let ckpt = || {
+            checkpointed.as_ref().or_else(|| {
+                ckpt_made
+                    .get_or_init(|| {
+                        plan::checkpointing::model(&trace.sites, &cd.timeline, &cd.classes)
+                    })
+                    .as_ref()
+            })
+        };
+        let kv_made = std::cell::OnceCell::new();
+        let kv = || {
+            kv_limited.as_ref().or_else(|| {
+                kv_made
+                    .get_or_init(|| plan::kv_limit::model(&cd.timeline, &cd.classes))
+                    .as_ref()
+            })
+        };
+        let modelled_demand = |k: Option<usize>, names: &[&str]| {
+            let mut input = whatif::Input {
+                catalogue: &catalogue,
+                phases: Some(&early.0),
+                events: &device.events,
+                ..fix_input
             };
-            let lever = plan::modelled_lever_name(training);
+            for &name in names {
+                match name {
+                    whatif::CHECKPOINTING => input.checkpointing = Some(ckpt()?),
+                    whatif::KV_LIMIT => input.kv_limited = Some(kv()?),
+                    whatif::HALVE_MICRO_BATCH if whatif::holds_gradients(&input) => {}
+                    _ => return None,
+                }
+            }
             let levers: Vec<String> = k
                 .map_or(&[][..], |k| &fixes[..=k])
                 .iter()
                 .map(|f| f.lever.clone())
-                .chain([lever.to_owned()])
+                .chain(names.iter().map(|n| n.to_string()))
                 .collect();
             Some(whatif::edited_demand(&input, &demand, &levers))
         };
@@ -402,23 +405,9 @@ pub fn analyze_trace(
             describe: &describe,
             fixes: &fixes,
             fixed_demand: &fixed_demand,
-            checkpointed_demand: &checkpointed_demand,
+            modelled_demand: &modelled_demand,
         };
         d.plan = plan::plan_for(d, &input, &options.plan);
-        if let Some(plan) = d.plan.as_mut() {
-            let input = whatif::Input {
-                timeline: &cd.timeline,
-                classes: &cd.classes,
-                findings: &found,
-                demand: Some(&demand),
-                catalogue: &catalogue,
-                checkpointing: checkpointed.as_ref(),
-                kv_limited: kv_limited.as_ref(),
-                phases: Some(&early.0),
-                events: &device.events,
-            };
-            held_gradients_said(plan, &|levers: &[String]| whatif::what_if(&input, levers));
-        }
         if let (Some(plan), Some(next)) = (
             d.plan.as_mut(),
             d.next_step.as_ref().filter(|_| next_d.is_some()),
@@ -428,44 +417,6 @@ pub fn analyze_trace(
     }
     report.diagnostics.extend(warnings);
     Ok(report)
-}
-
-/// The search prices `halve_micro_batch` by its factor; where gradients
-/// are freed between steps, two micro-batches also hold the first one's
-/// (the what-if models it: `whatif::accumulated_gradients`). A plan step
-/// whose what-if (with the steps so far) is higher by 1% or more says so,
-/// with that number, and the plan is then an estimate.
-fn held_gradients_said(
-    plan: &mut crate::schema::Plan,
-    sim: &dyn Fn(&[String]) -> std::result::Result<whatif::Outcome, String>,
-) {
-    let Some(k) = plan
-        .steps
-        .iter()
-        .position(|s| s.lever == "halve_micro_batch")
-    else {
-        return;
-    };
-    let levers: Vec<String> = plan.steps[..=k].iter().map(|s| s.lever.clone()).collect();
-    let Ok(o) = sim(&levers) else { return };
-    let step = &mut plan.steps[k];
-    if !o.held_gradients
-        || o.peak_allocated.saturating_sub(step.peak_after_bytes) * 100 < step.peak_after_bytes
-    {
-        return;
-    }
-    let why = format!(
-        "priced by its factor; gradients are freed between steps here, so two micro-batches also hold the first one's: `--what-if {}` gives {}",
-        levers.join(","),
-        crate::units::human_bytes(o.peak_allocated)
-    );
-    step.estimate = true;
-    step.estimate_reason = Some(why.clone());
-    plan.estimate = true;
-    plan.estimate_reason = Some(match plan.estimate_reason.take() {
-        Some(r) => format!("{r}; {why}"),
-        None => why,
-    });
 }
 
 /// A plan made for the next step a recording of a first step predicts

@@ -108,17 +108,19 @@ pub struct PlanInput<'d> {
     /// The demand once fixes `0..=k` are applied, made only for the fixes
     /// the plan tries (see `whatif::edited_demand`).
     pub fixed_demand: &'d dyn Fn(usize) -> Demand<'d>,
-    /// The demand once fixes `0..=k` (none for `None`) and the lever
-    /// [`modelled_lever_name`] names are applied, modelled from the run
-    /// (see [`checkpointing::model`], [`kv_limit::model`]); `None` where the
-    /// run does not show it (no blocks, no growing cache), and the lever is
-    /// its factor.
-    pub checkpointed_demand: &'d dyn Fn(Option<usize>) -> Option<Demand<'d>>,
+    /// The demand once fixes `0..=k` (none for `None`) and the named
+    /// levers of [`modelled_levers`] are applied, modelled from the run
+    /// (see [`checkpointing::model`], [`kv_limit::model`],
+    /// `whatif::holds_gradients`); their factors are the search's. `None`
+    /// where the run does not show what one of them needs (no blocks, no
+    /// growing cache, no gradient made afresh each step), and that lever is
+    /// its factor alone.
+    pub modelled_demand: &'d dyn Fn(Option<usize>, &[&str]) -> Option<Demand<'d>>,
 }
 
-/// [`PlanInput::checkpointed_demand`] where the run shows no blocks.
+/// [`PlanInput::modelled_demand`] where the run shows no structure.
 #[cfg(test)]
-pub fn no_checkpointed_demand<'d>(_: Option<usize>) -> Option<Demand<'d>> {
+pub fn no_modelled_demand<'d>(_: Option<usize>, _: &[&str]) -> Option<Demand<'d>> {
     None
 }
 
@@ -193,20 +195,37 @@ pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions
     let fixed = levers.len();
     decisions.extend(catalogue.iter().map(|l| decide(l, input.facts)));
     levers.extend(catalogue);
-    // The lever modelled from the run (checkpointing from the run's blocks
-    // in training, half the new tokens from the cache's growth otherwise),
-    // made only when the search tries it.
+    // The levers modelled from the run (checkpointing from the run's
+    // blocks and the first micro-batch's gradients in training, half the
+    // new tokens from the cache's growth otherwise): each demand made only
+    // when the search tries it, by the mask of those applied.
     let training = input.facts.mode.value == Some(facts::Mode::Training);
-    let checkpointing = levers[fixed..]
+    let names: Vec<(&str, usize, bool)> = modelled_levers(training)
         .iter()
-        .position(|l| l.name == modelled_lever_name(training));
-    let checkpointed = std::cell::OnceCell::new();
-    let get = || {
-        checkpointed
-            .get_or_init(|| (input.checkpointed_demand)(last_fix))
+        .filter_map(|&(name, keeps)| {
+            let i = levers[fixed..].iter().position(|l| l.name == name)?;
+            Some((name, i, keeps))
+        })
+        .collect();
+    let modelled_at: Vec<(usize, bool)> = names.iter().map(|&(_, i, k)| (i, k)).collect();
+    let made: Vec<std::cell::OnceCell<Option<Demand>>> = (0..1usize << names.len())
+        .map(|_| Default::default())
+        .collect();
+    let get = |mask: u8| {
+        made[mask as usize]
+            .get_or_init(|| {
+                let applied: Vec<&str> = (0..names.len())
+                    .filter(|j| mask & (1 << j) != 0)
+                    .map(|j| names[j].0)
+                    .collect();
+                (input.modelled_demand)(last_fix, &applied)
+            })
             .as_ref()
     };
-    let modelled = checkpointing.map(|i| modelled_lever(i, &get));
+    let modelled = search::Modelled {
+        levers: &modelled_at,
+        demand: &get,
+    };
     let mut cuts = run_search(
         demand,
         &levers[fixed..],
@@ -214,12 +233,15 @@ pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions
         target,
         options.order,
         min_step,
-        modelled,
+        Some(modelled).filter(|m| !m.levers.is_empty()),
     );
-    // What the last steps scale: the checkpointed demand once it is a step.
-    let demand = match checkpointed.get() {
-        Some(Some(checkpointed)) if cuts.modelled_applied => checkpointed,
-        _ => demand,
+    // What the last steps scale: the modelled levers' demand once they are steps.
+    let demand = match cuts.modelled_mask {
+        0 => demand,
+        mask => made[mask as usize]
+            .get()
+            .and_then(Option::as_ref)
+            .unwrap_or(demand),
     };
     if fixed > 0 {
         for s in &mut cuts.steps {
@@ -286,25 +308,21 @@ pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions
     }
 }
 
-/// The catalogue's lever the plan prices with the run's own model
-/// ([`PlanInput::checkpointed_demand`]): checkpointing in training, half
-/// the new tokens otherwise (the two never apply to one run).
-pub fn modelled_lever_name(training: bool) -> &'static str {
+/// The catalogue's levers the plan prices with the run's own model
+/// ([`PlanInput::modelled_demand`]), and whether their factors still scale
+/// it: in training checkpointing (its model replaces its factor) and
+/// halving the micro-batch (the first micro-batch's gradients held beside
+/// its factor, where gradients are freed between steps); otherwise half
+/// the new tokens.
+pub fn modelled_levers(training: bool) -> &'static [(&'static str, bool)] {
     if training {
-        whatif::CHECKPOINTING
+        &[
+            (whatif::CHECKPOINTING, false),
+            (whatif::HALVE_MICRO_BATCH, true),
+        ]
     } else {
-        whatif::KV_LIMIT
+        &[(whatif::KV_LIMIT, false)]
     }
-}
-
-/// A lever index and the maker of its modelled demand, as the search takes them.
-type Modelled<'a, 'd> = (usize, &'a dyn Fn() -> Option<&'d Demand<'d>>);
-
-fn modelled_lever<'a, 'd>(
-    lever: usize,
-    demand: &'a dyn Fn() -> Option<&'d Demand<'d>>,
-) -> Modelled<'a, 'd> {
-    (lever, demand)
 }
 
 fn run_search<'d>(
@@ -314,7 +332,7 @@ fn run_search<'d>(
     target: u64,
     order: Order,
     min_step: u64,
-    modelled: Option<Modelled<'_, 'd>>,
+    modelled: Option<search::Modelled<'_, 'd>>,
 ) -> TimelineCuts {
     let eligibility: Vec<Eligibility> = decisions.iter().map(|d| d.eligibility).collect();
     search::plan_for_either_mode(
@@ -770,7 +788,7 @@ mod tests {
             describe: &describe,
             fixes: &[],
             fixed_demand: &no_fixed_demand,
-            checkpointed_demand: &no_checkpointed_demand,
+            modelled_demand: &no_modelled_demand,
         };
         let budget = Budget {
             bytes: budget,

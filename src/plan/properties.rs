@@ -277,7 +277,7 @@ proptest! {
         };
         let facts = RunFacts::for_tests(Some(Mode::Training));
         let describe = |p: usize| format!("p{p}");
-        let input = PlanInput { demand: &demand, facts: &facts, describe: &describe, fixes: &[], fixed_demand: &super::no_fixed_demand, checkpointed_demand: &super::no_checkpointed_demand };
+        let input = PlanInput { demand: &demand, facts: &facts, describe: &describe, fixes: &[], fixed_demand: &super::no_fixed_demand, modelled_demand: &super::no_modelled_demand };
         let p = plan_device(&input, &Budget { bytes: target, source: "test".into() }, &options);
         prop_assert_eq!(p.target_bytes, target);
         prop_assert_eq!(p.estimated_peak_bytes, cuts.estimated_peak_bytes);
@@ -314,7 +314,7 @@ proptest! {
         };
         let facts = RunFacts::for_tests(mode);
         let describe = |p: usize| format!("p{p}");
-        let input = PlanInput { demand: &demand, facts: &facts, describe: &describe, fixes: &[], fixed_demand: &super::no_fixed_demand, checkpointed_demand: &super::no_checkpointed_demand };
+        let input = PlanInput { demand: &demand, facts: &facts, describe: &describe, fixes: &[], fixed_demand: &super::no_fixed_demand, modelled_demand: &super::no_modelled_demand };
         let p = plan_device(&input, &Budget { bytes: target, source: "test".into() }, &options);
         prop_assert!(p.steps.is_empty());
         prop_assert_eq!(p.verdict, Verdict::DoesNotFit);

@@ -74,9 +74,10 @@ pub struct TimelineCuts {
     pub estimated_peak_bytes: u64,
     pub final_position: usize,
     pub final_factors: [f64; NPOOL],
-    /// Whether a step is the modelled lever ([`Search::modelled`]): the
-    /// final factors then scale its demand.
-    pub modelled_applied: bool,
+    /// The modelled levers ([`Search::modelled`]) that are steps with
+    /// their model, as a [`Modelled::demand`] mask: the final factors
+    /// scale that demand (0: the demand searched).
+    pub modelled_mask: u8,
     /// Eligible levers not used, when the plan needed cuts (empty when the
     /// peak fit from the start).
     pub leftovers: Vec<Leftover>,
@@ -92,12 +93,35 @@ pub struct Search<'a, 'd> {
     pub order: Order,
     /// A step must lower the peak by at least this much.
     pub min_step: u64,
-    /// A lever modelled from the run rather than by factors (an index
-    /// into `levers`), and the demand once it is applied (made when first
-    /// asked for; `None`: the run does not show what it needs, and its
-    /// factors stand in): the steps after it scale that demand. It is
-    /// asked for only where the lever's factors touch bytes at the peak.
-    pub modelled: Option<(usize, &'a dyn Fn() -> Option<&'d Demand<'d>>)>,
+    /// Levers modelled from the run, not (only) by factors.
+    pub modelled: Option<Modelled<'a, 'd>>,
+}
+
+/// Levers the run's own structure models: once one is a step, the steps
+/// after it scale the demand with its edits (and those of the modelled
+/// steps before it) applied.
+#[derive(Clone, Copy)]
+pub struct Modelled<'a, 'd> {
+    /// `(lever index, whether its factors still scale the edited demand)`:
+    /// checkpointing's model replaces its factor; halving the micro-batch
+    /// holds the first micro-batch's gradients beside its factor. At most
+    /// 8 (bit `j` of a mask is `levers[j]`).
+    pub levers: &'a [(usize, bool)],
+    /// The demand with the modelled levers of a mask applied, made when
+    /// first asked for; `None` where one of them has no model in this run
+    /// (its factors stand in). Asked for only where a lever's factors
+    /// touch bytes at the peak.
+    pub demand: &'a dyn Fn(u8) -> Option<&'d Demand<'d>>,
+}
+
+impl Modelled<'_, '_> {
+    /// Lever `i`'s bit and whether its factors still apply, if modelled.
+    fn of(&self, i: usize) -> Option<(u8, bool)> {
+        self.levers
+            .iter()
+            .position(|&(l, _)| l == i)
+            .map(|j| (1u8 << j, self.levers[j].1))
+    }
 }
 
 /// [`plan_timeline_cuts`] for a run that may train or infer: where the
@@ -167,7 +191,7 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -
     let mut factors = [1.0f64; NPOOL];
     let (peak_before, pos_before) = demand.peak(&factors);
     let mut current = demand;
-    let mut modelled_applied = false;
+    let mut mask = 0u8;
     let (mut peak, mut pos) = (peak_before, pos_before);
     let mut used = vec![false; levers.len()];
     let mut steps = Vec::new();
@@ -178,8 +202,19 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -
         // one: a sub-MiB gap is no reason to cost accuracy).
         let min_step = min_step.min(peak - search.target);
         let here = current.scaled_at(pos, &factors);
-        // (lever, realized saving, contribution, new peak, new position, factors)
-        let mut best: Option<(usize, u64, u64, u64, usize, [f64; NPOOL])> = None;
+        // (lever, realized saving, contribution, new peak, new position,
+        // factors, demand, mask)
+        type Best<'d> = (
+            usize,
+            u64,
+            u64,
+            u64,
+            usize,
+            [f64; NPOOL],
+            &'d Demand<'d>,
+            u8,
+        );
+        let mut best: Option<Best<'d>> = None;
         for pass in [Eligibility::Certain, Eligibility::Conditional] {
             for (i, lever) in levers.iter().enumerate() {
                 if used[i] || search.eligibility[i] != pass {
@@ -190,7 +225,7 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -
                 if factor.contribution < min_step {
                     continue;
                 }
-                let (d, next, a) = applied(search, i, current, &factors, &here, pos);
+                let (d, next, a, m) = applied(search, i, current, mask, &factors, &here, pos);
                 // The peak cannot drop by more than the lever saves at it.
                 if a.saving < min_step {
                     continue;
@@ -217,23 +252,18 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -
                     },
                 };
                 if better {
-                    best = Some((i, saved, a.contribution, new_peak, new_pos, next));
+                    best = Some((i, saved, a.contribution, new_peak, new_pos, next, d, m));
                 }
             }
             if best.is_some() {
                 break;
             }
         }
-        let Some((i, saved, _, new_peak, new_pos, next)) = best else {
+        let Some((i, saved, _, new_peak, new_pos, next, d, m)) = best else {
             break;
         };
         used[i] = true;
-        if let Some((_, get)) = search.modelled.filter(|(m, _)| *m == i) {
-            if let Some(applied) = get() {
-                current = applied;
-                modelled_applied = true;
-            }
-        }
+        (current, mask) = (d, m);
         // One run trains or infers, not both: once a step assumes one
         // (a conditional step, where the trace does not tell), the levers
         // that assume the other are no longer steps.
@@ -270,7 +300,7 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -
                 let (a, saved) = if factor.saving == 0 {
                     (factor, 0)
                 } else {
-                    let (d, next, a) = applied(search, i, current, &factors, &here, pos);
+                    let (d, next, a, _) = applied(search, i, current, mask, &factors, &here, pos);
                     (a, peak.saturating_sub(d.peak(&next).0))
                 };
                 Leftover {
@@ -288,7 +318,7 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -
         estimated_peak_bytes: peak,
         final_position: pos,
         final_factors: factors,
-        modelled_applied,
+        modelled_mask: mask,
         leftovers,
     }
 }
@@ -306,33 +336,33 @@ fn modelled_applicability(before: &Row, after: &Row) -> Applicability {
     }
 }
 
-/// Lever `i` applied to the state (`current`, `factors`): the demand it
-/// leaves, the factors that scale it, and what it saves at `pos` (where
-/// the row is `here` now).
+/// Lever `i` applied to the state (`current` with the modelled levers of
+/// `mask`, `factors`): the demand it leaves, the factors that scale it,
+/// what it saves at `pos` (where the row is `here` now), and the mask of
+/// modelled levers that made that demand.
+#[allow(clippy::too_many_arguments)]
 fn applied<'d>(
     search: &Search<'_, 'd>,
     i: usize,
     current: &'d Demand<'d>,
+    mask: u8,
     factors: &[f64; NPOOL],
     here: &Row,
     pos: usize,
-) -> (&'d Demand<'d>, [f64; NPOOL], Applicability) {
+) -> (&'d Demand<'d>, [f64; NPOOL], Applicability, u8) {
     let lever = &search.levers[i];
-    match search
-        .modelled
-        .filter(|(m, _)| *m == i)
-        .and_then(|(_, get)| get())
-    {
-        Some(d) => (
-            d,
-            *factors,
-            modelled_applicability(here, &d.scaled_at(pos, factors)),
-        ),
-        None => (
-            current,
-            combine(factors, &lever.factors()),
-            lever.applicability(here),
-        ),
+    let with_factors = combine(factors, &lever.factors());
+    let model = search.modelled.and_then(|m| {
+        let (bit, keeps) = m.of(i)?;
+        Some(((m.demand)(mask | bit)?, keeps, mask | bit))
+    });
+    match model {
+        Some((d, keeps, mask)) => {
+            let next = if keeps { with_factors } else { *factors };
+            let a = modelled_applicability(here, &d.scaled_at(pos, &next));
+            (d, next, a, mask)
+        }
+        None => (current, with_factors, lever.applicability(here), mask),
     }
 }
 
@@ -397,8 +427,11 @@ mod tests {
             lever("temps", Cost::Compute, &[(Category::Temporary, 0.5)]),
         ];
         let mut s = search(&levers, &CERTAIN[..2], 7, Order::Cheapest);
-        let get = || Some(&applied);
-        s.modelled = Some((0, &get));
+        let get = |mask: u8| (mask == 1).then_some(&applied);
+        s.modelled = Some(Modelled {
+            levers: &[(0, false)],
+            demand: &get,
+        });
         let cuts = plan_timeline_cuts(&demand, &s);
         // Not the factor's 4 + 3 = 7: the model's peak, 10 at position 2.
         assert_eq!(cuts.steps[0].lever, 0);
@@ -407,7 +440,7 @@ mod tests {
         // The next step scales the applied demand: 4 + 2 + 2.
         assert_eq!(cuts.steps[1].lever, 1);
         assert_eq!(cuts.steps[1].peak_after_bytes, 8);
-        assert!(cuts.modelled_applied);
+        assert_eq!(cuts.modelled_mask, 1);
     }
 
     const CERTAIN: [Eligibility; 3] = [Eligibility::Certain; 3];

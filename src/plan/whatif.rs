@@ -35,9 +35,6 @@ pub struct Outcome {
     pub because: Vec<String>,
     /// Allocated bytes at every position after the levers.
     pub curve: Vec<u64>,
-    /// Whether `halve_micro_batch` held the first micro-batch's gradients
-    /// (`accumulated_gradients`): what its factor alone leaves out.
-    pub held_gradients: bool,
 }
 
 /// What the re-simulation reads of a device.
@@ -228,7 +225,7 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
 /// `next_step_levers_check`'s TinyLM, 18.4% of the peak off, and measured
 /// on `levers_set_to_none`: 7-26%.)
 fn accumulated_gradients(name: &str, input: &Input<'_>) -> Option<(Vec<Window>, u64)> {
-    if name != "halve_micro_batch" {
+    if name != HALVE_MICRO_BATCH {
         return None;
     }
     let max = input.demand?.max_by_pool();
@@ -312,6 +309,16 @@ pub fn curve_without(tl: &DeviceTimeline, overlay: &Overlay, part: Part) -> Vec<
 /// The catalogue's lever that the run's module calls can model.
 pub const CHECKPOINTING: &str = "activation_checkpointing";
 
+/// The catalogue's lever whose factor the gradients' lifetimes complete
+/// (`accumulated_gradients`).
+pub const HALVE_MICRO_BATCH: &str = "halve_micro_batch";
+
+/// Whether `halve_micro_batch` holds gradients here beside its factor (the
+/// plan then prices it with them).
+pub fn holds_gradients(input: &Input<'_>) -> bool {
+    accumulated_gradients(HALVE_MICRO_BATCH, input).is_some()
+}
+
 /// The catalogue's lever that the cache's growth can model.
 pub const KV_LIMIT: &str = "kv_cache_limit";
 
@@ -327,7 +334,6 @@ pub fn what_if(input: &Input<'_>, levers: &[String]) -> Result<Outcome, String> 
         because,
         estimate,
     } = apply(input, levers)?;
-    let held_gradients = !held.is_empty();
     let edits = Edits::new(input.timeline, &ends, gaps, extra, held);
     let curve = match (factors.iter().all(|f| *f == 1.0), input.demand) {
         (true, _) => edited_curve(input.timeline, &edits),
@@ -366,7 +372,6 @@ pub fn what_if(input: &Input<'_>, levers: &[String]) -> Result<Outcome, String> 
         estimate,
         because,
         curve,
-        held_gradients,
     })
 }
 
