@@ -103,7 +103,8 @@ pub fn analyze_trace(
         .iter()
         .zip(&selected)
         .map(|(d, device)| {
-            let phases = PhasePositions::of(&d.timeline.replay.intervals, &d.classes);
+            let phases =
+                PhasePositions::of(&d.timeline.replay.intervals, &d.classes, &device.events);
             let next = findings::next_step(trace, device, d, &phases);
             (phases, next)
         })

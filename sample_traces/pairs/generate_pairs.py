@@ -229,6 +229,20 @@ SETS = {
         {"seed": 198, "model": "tinylm", "d": 112, "layers": 2, "batch": 4, "seq": 56, "opt": "sgd",
          "set_to_none": True},
     ],
+    # Recorded in the tenth session, after the plan priced halve_micro_batch's held gradients
+    # and a new version's start stopped counting as a phase: every catalogue lever of training
+    # and inference, new seeds and shapes, set_to_none on some runs and not others, scored once
+    # and not tuned on.
+    "levers_tenth": [
+        {"seed": 220, "model": "gpt2", "d": 104, "layers": 2, "batch": 6, "seq": 36, "opt": "adamw",
+         "set_to_none": True},
+        {"seed": 221, "model": "llama", "d": 112, "layers": 2, "batch": 4, "seq": 44, "opt": "sgd"},
+        {"seed": 222, "model": "cnn", "d": 18, "layers": 3, "batch": 6, "seq": 24, "opt": "adam",
+         "set_to_none": True},
+        {"seed": 223, "model": "bert", "d": 72, "layers": 3, "batch": 4, "seq": 48, "opt": "adam"},
+        {"seed": 224, "model": "mlp", "d": 300, "layers": 3, "batch": 24, "seq": 1, "opt": "sgd",
+         "set_to_none": True},
+    ],
     # Recorded at the start of the eighth session, after the seventh's changes (warm snapshots'
     # gradients read from backward's in-place adds; the autocast gate): every catalogue lever of
     # training and inference (--only train, then --only infer; generate() has its untouched set

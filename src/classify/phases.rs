@@ -1,7 +1,7 @@
 //! Where each phase allocated, as the rules observed the phases.
 
-use super::{Classification, Phase, Rule};
-use crate::model::Category;
+use super::{version_bumps, Chains, Classification, Phase, Rule};
+use crate::model::{Category, Event};
 use crate::timeline::Interval;
 
 /// Positions where each phase allocated, ascending, as the rules observed
@@ -20,12 +20,23 @@ pub struct PhasePositions {
 }
 
 impl PhasePositions {
-    pub fn of(intervals: &[Interval], classes: &[Classification]) -> Self {
+    /// `events`: the device's, for the in-place updates of a profile-made
+    /// snapshot (`classify::chains`): a tensor's new version carries the
+    /// frames of its first one, so where it starts says nothing of the
+    /// phase its frames name (an optimizer step's in-place update of a
+    /// tensor first made in forward read as a forward in the middle of the
+    /// step: gradients freed after that step read as held through it).
+    pub fn of(intervals: &[Interval], classes: &[Classification], events: &[Event]) -> Self {
         let (mut forward, mut backward, mut optimizer) = (Vec::new(), Vec::new(), Vec::new());
-        for (interval, class) in intervals.iter().zip(classes) {
+        let chains = Chains::new(intervals, &version_bumps(events));
+        let first_version = |i: usize| chains.as_ref().is_none_or(|c| c.root(i) == i);
+        for (i, (interval, class)) in intervals.iter().zip(classes).enumerate() {
             let Rule::Builtin(rule) = class.rule else {
                 continue;
             };
+            if !first_version(i) {
+                continue;
+            }
             match rule.phase_observed() {
                 Some(Phase::Forward) => forward.push(interval.start),
                 Some(Phase::Backward) if class.category != Category::Gradient => {

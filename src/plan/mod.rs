@@ -115,8 +115,11 @@ pub struct PlanInput<'d> {
     /// where the run does not show what one of them needs (no blocks, no
     /// growing cache, no gradient made afresh each step), and that lever is
     /// its factor alone.
-    pub modelled_demand: &'d dyn Fn(Option<usize>, &[&str]) -> Option<Demand<'d>>,
+    pub modelled_demand: &'d ModelledDemand<'d>,
 }
+
+/// See [`PlanInput::modelled_demand`].
+pub type ModelledDemand<'d> = dyn Fn(Option<usize>, &[&str]) -> Option<Demand<'d>> + 'd;
 
 /// [`PlanInput::modelled_demand`] where the run shows no structure.
 #[cfg(test)]
