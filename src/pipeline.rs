@@ -276,7 +276,7 @@ pub fn analyze_trace(
                 })
             })
             .collect();
-        d.next_step = next_step.map(|n| NextStep {
+        d.next_step = next_step.filter(|n| n.higher).map(|n| NextStep {
             peak_allocated_bytes: n.peak_allocated,
             peak_event_index: n.position.saturating_sub(1) as u64,
             carried_bytes: n.carried,
@@ -298,13 +298,7 @@ pub fn analyze_trace(
                 Ok(o) => {
                     let mut because = o.because;
                     if let Some(n) = next_step.filter(|_| next_d.is_some()) {
-                        because.insert(
-                            0,
-                            format!(
-                                "on the next step, predicted at {} (`next_step`): the run's peak, with the optimizer's state this first step made alive through it",
-                                crate::units::human_bytes(n.peak_allocated)
-                            ),
-                        );
+                        because.insert(0, next_step_said(n, false));
                     }
                     d.what_if = Some(WhatIf {
                         levers: o.levers,
@@ -409,29 +403,36 @@ pub fn analyze_trace(
             modelled_demand: &modelled_demand,
         };
         d.plan = plan::plan_for(d, &input, &options.plan);
-        if let (Some(plan), Some(next)) = (
-            d.plan.as_mut(),
-            d.next_step.as_ref().filter(|_| next_d.is_some()),
-        ) {
-            planned_for_next_step(plan, next);
+        if let (Some(plan), Some(next)) = (d.plan.as_mut(), next_step.filter(|_| next_d.is_some()))
+        {
+            let said = format!("; {}", next_step_said(next, true));
+            plan.reason.push_str(&said);
+            if let Some(h) = plan.headline.as_mut() {
+                h.reason.push_str(&said);
+            }
         }
     }
     report.diagnostics.extend(warnings);
     Ok(report)
 }
 
-/// A plan made for the next step a recording of a first step predicts
-/// says so: its peak, verdict and cuts are that step's (the optimizer's
-/// state the first step made stays alive through it), not the recorded
-/// one's.
-fn planned_for_next_step(plan: &mut crate::schema::Plan, next: &NextStep) {
-    let said = format!(
-        "; planned for the next step, predicted at {} (`next_step`: the optimizer's state this first step made stays alive through it)",
-        crate::units::human_bytes(next.peak_allocated_bytes)
-    );
-    plan.reason.push_str(&said);
-    if let Some(h) = plan.headline.as_mut() {
-        h.reason.push_str(&said);
+/// What a plan (`plan`) or a what-if made for the next step a recording of
+/// a first step predicts says of it: its peak, verdict and cuts are that
+/// step's (the optimizer's state the first step made stays alive through
+/// it), which is at least the recorded one at every point.
+fn next_step_said(next: &findings::PredictedStep, plan: bool) -> String {
+    let peak = crate::units::human_bytes(next.peak_allocated);
+    let what = if plan { "planned for" } else { "on" };
+    match (next.higher, plan) {
+        (true, true) => format!(
+            "{what} the next step, predicted at {peak} (`next_step`: the optimizer's state this first step made stays alive through it)"
+        ),
+        (true, false) => format!(
+            "{what} the next step, predicted at {peak} (`next_step`): the run's peak, with the optimizer's state this first step made alive through it"
+        ),
+        (false, _) => format!(
+            "{what} the next step as this first step predicts it (peak {peak}, within 1% of this step's), with the optimizer's state this step made alive from its start: what a lever saves in this step alone does not lower the run's peak"
+        ),
     }
 }
 

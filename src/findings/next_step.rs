@@ -31,6 +31,15 @@ pub struct NextStep {
     /// Where the next backward makes a new value beside a kept gradient:
     /// (position, bytes, the kept gradient's interval).
     pub new_values: Vec<(u32, u64, usize)>,
+    /// Whether its peak is 1% or more above the recorded one: only then
+    /// is it a finding (`devices[].next_step`). Either way the plan and the
+    /// what-if price it: it is at least the recorded step at every point
+    /// (the carried tensors only live longer), so the run's peak with a
+    /// lever is its peak with that lever (an Adam step's temporaries on top
+    /// of the state it made are the first step's peak; with `fused=True`
+    /// they are gone, and the next step's backward, with the state alive,
+    /// is the peak).
+    pub higher: bool,
 }
 
 /// The prediction for a training recording that holds one step's forward
@@ -174,9 +183,7 @@ pub fn predict(
     let position = crate::timeline::argmax(&curve);
     let peak_allocated = curve[position as usize];
     let recorded = replay.allocated[replay.peak_position() as usize];
-    if (peak_allocated - recorded) * 100 < recorded {
-        return None;
-    }
+    let higher = peak_allocated.saturating_sub(recorded) * 100 >= recorded;
     let mut left = format!(
         "the optimizer's state ({} tensors, {}), made lazily by its first `step()`{}, as PyTorch's optimizers do",
         state.0,
@@ -203,7 +210,7 @@ pub fn predict(
             "the next step runs its forward and backward with them alive: predicted peak {} at the point of this step's event {}, {} more than recorded (a prediction: record two steps to see it)",
             human_bytes(peak_allocated),
             position.saturating_sub(1),
-            human_bytes(peak_allocated - recorded)
+            human_bytes(peak_allocated.saturating_sub(recorded))
         ),
     ];
     carried_from_start.sort_unstable();
@@ -215,6 +222,7 @@ pub fn predict(
         evidence,
         carried_from_start,
         new_values: added_into,
+        higher,
     })
 }
 
