@@ -431,7 +431,7 @@ fn next_step_said(next: &findings::PredictedStep, plan: bool) -> String {
             "{what} the next step, predicted at {peak} (`next_step`): the run's peak, with the optimizer's state this first step made alive through it"
         ),
         (false, _) => format!(
-            "{what} the next step as this first step predicts it (peak {peak}, within 1% of this step's), with the optimizer's state this step made alive from its start: what a lever saves in this step alone does not lower the run's peak"
+            "{what} the next step as this first step predicts it (peak {peak}, within 1% of this step's): a cut in this step alone does not lower the run's peak"
         ),
     }
 }

@@ -257,6 +257,16 @@ fn limits(set: &str) -> &'static [(&'static str, f64, f64)] {
             ("halve_batch", 0.03, 0.10),
             ("bf16_weights", 0.03, 0.10),
         ],
+        // Untouched (seeds 220-224, tenth session): the 3% / 10%.
+        "levers_tenth" => &[
+            ("zero_grad_set_to_none", 0.03, 0.10),
+            ("fused_optimizer", 0.03, 0.10),
+            ("halve_micro_batch", 0.03, 0.10),
+            ("activation_checkpointing", 0.03, 0.10),
+            ("halve_batch", 0.03, 0.10),
+            ("bf16_weights", 0.03, 0.10),
+            ("kv_cache_limit", 0.03, 0.10),
+        ],
         // bf16 pairs recorded after the fresh set showed that attention's
         // math path keeps fp32 in a bf16 run and the model learnt it (new
         // seeds, shapes and optimizers; HF's SDPA with dropout takes the
@@ -681,6 +691,17 @@ fn final_lever_pairs_come_true() {
     check("levers_final");
 }
 
+/// Every catalogue lever of training and inference on a set recorded in
+/// the tenth session, after the plan priced halve_micro_batch's held
+/// gradients and a new version's start stopped counting as a phase (GPT-2
+/// with AdamW, Llama with SGD, a CNN with Adam, BERT with Adam, an MLP with
+/// SGD; set_to_none on three of them; seeds 220-224; cold and warm):
+/// scored once, untouched.
+#[test]
+fn tenth_lever_pairs_come_true() {
+    check("levers_tenth");
+}
+
 /// bf16 pairs recorded after attention's math path was modelled (seeds
 /// 70-73): the check that the model was not fitted to the set it came from.
 #[test]
@@ -702,6 +723,7 @@ fn plan_steps_are_the_what_if_peaks() {
         "levers_long_prompt",
         "levers_set_to_none",
         "levers_set_to_none_check",
+        "levers_tenth",
     ] {
         let (dir, pairs) = pairs(set);
         let mut baselines: Vec<&str> = pairs
