@@ -62,7 +62,7 @@ pub const MIN_GRAPH_RELEASED: usize = 8;
 /// no longer holds it and the stacks name no module call to read its life
 /// from (`calls.rs`; a CUDA snapshot's frames): its consumer's output, and
 /// a little after. Chosen on the tuning pairs (`sample_traces/pairs/tuned`,
-/// `tests/what_if_pairs.rs`) when every run used it: the median error of
+/// `tests/suite/what_if_pairs.rs`) when every run used it: the median error of
 /// `inference_mode`'s saving, as a share of the peak, was 5.2% with 1, 4.4%
 /// with 2, 3.8% with 3, 5.9% with 4, 6.3% with 6; the worst 17%, 15%, 14%,
 /// 24%, 38%. With module calls read, the same pairs give 1.2% and 7.7%.

@@ -44,7 +44,7 @@
 //! levers, search) makes each device's [`Plan`], which `pipeline` puts into
 //! the report. `report` renders a [`Report`] and reads nothing else.
 //! `schema` (the report's types) and `units` are leaves. Data flows one
-//! way; `tests/module_graph.rs` fails on an import cycle. The graph (`+`:
+//! way; `tests/suite/module_graph.rs` fails on an import cycle. The graph (`+`:
 //! test code only):
 //!
 //! ```text

@@ -145,7 +145,7 @@ SETS = {
     # out of place). A first model (each old moment freed where its replacement is made) said
     # 4.5 of the cold MLP's 13.2 MiB: in place, the expression's operands are never made either;
     # the model that landed reads them (cold MLP exact). Warm rows are not comparable (see
-    # tests/what_if_pairs.rs). Wide MLP and a TinyLM, small batches, so the step's second
+    # tests/suite/what_if_pairs.rs). Wide MLP and a TinyLM, small batches, so the step's second
     # copies matter.
     "oop_check": [
         {"seed": 140, "model": "mlp", "d": 768, "layers": 2, "batch": 8, "seq": 1},

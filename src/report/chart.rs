@@ -2,7 +2,7 @@
 //! (stacked areas), reserved memory, the peak and the OOMs.
 //!
 //! What it promises, each checked in headless Chromium by
-//! `tests/html_chart.rs`:
+//! `tests/suite/html_chart.rs`:
 //!
 //! - Memory is a step function (it changes at events and holds between
 //!   them), so areas and the reserved line are drawn as steps: no ramp that

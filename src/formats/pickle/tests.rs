@@ -1772,7 +1772,7 @@ fn corpus_snapshots_parse() {
 #[test]
 fn fuzz_cycle_inputs_are_freed_without_a_panic() {
     // Found by `cargo fuzz run unpickle` (they leaked reference cycles); the
-    // CLI's answers are in `tests/broken.rs`, but the sniffer does not hand
+    // CLI's answers are in `tests/suite/broken.rs`, but the sniffer does not hand
     // the first one (no PROTO header) to the unpickler.
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/broken");
     for (file, message) in [

@@ -4,7 +4,7 @@
     python3 tests/data/broken/make_broken.py
 
 Each file is named after its fault; README.md says how each was made and
-tests/broken.rs checks memcut's exact answer to it. Files named `fuzz_*`
+tests/suite/broken.rs checks memcut's exact answer to it. Files named `fuzz_*`
 are crash inputs found by `cargo fuzz` and are copied, not generated.
 """
 import base64, gzip, json, os, pickle

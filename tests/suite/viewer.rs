@@ -5,7 +5,7 @@
 //! at the peak lists what was live there, totalling the report's bytes at
 //! that instant.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

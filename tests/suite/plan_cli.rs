@@ -1,7 +1,7 @@
 //! The cut planner end to end: `memcut plan` (component lists) and the plan
 //! in `memcut analyze` reports (sample traces, corpus snapshots, an OOM).
 
-mod common;
+use crate::common;
 use common::corpus;
 
 use std::path::{Path, PathBuf};

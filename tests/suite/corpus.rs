@@ -1,7 +1,7 @@
 //! The real-trace corpus in `../shared/corpus` (other people's files, never
 //! committed here). Each test skips with a message when the folder is absent.
 
-mod common;
+use crate::common;
 use common::{corpus, read_maybe_gz};
 
 use std::collections::BTreeMap;

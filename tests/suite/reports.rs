@@ -1,11 +1,11 @@
 //! Reports: golden text, Markdown, JSON and HTML of every sample trace
-//! (bless with `MEMCUT_BLESS=1 cargo test --release --test reports`), the
+//! (bless with `MEMCUT_BLESS=1 cargo test --release --test suite reports::`), the
 //! same pages rendered from a saved JSON, the same bytes at 1 and 4
 //! threads, HTML that escapes trace strings and fetches nothing, Markdown
 //! under 200 lines for any input, and the HTML loading cleanly in headless
 //! Chromium.
 
-mod common;
+use crate::common;
 use common::corpus;
 
 use std::path::{Path, PathBuf};
@@ -58,7 +58,7 @@ fn check_golden(name: &str, actual: &str) -> Result<(), String> {
     }
     let expected = std::fs::read_to_string(&path).map_err(|e| {
         format!(
-            "{}: {e}; run `MEMCUT_BLESS=1 cargo test --test reports` to create it",
+            "{}: {e}; run `MEMCUT_BLESS=1 cargo test --test suite reports::` to create it",
             path.display()
         )
     })?;
@@ -74,7 +74,7 @@ fn check_golden(name: &str, actual: &str) -> Result<(), String> {
         .take_while(|(x, y)| x == y)
         .count();
     let mut diff = format!(
-        "{} differs from the output (line {}); if the change is intended, run `MEMCUT_BLESS=1 cargo test --test reports`\n",
+        "{} differs from the output (line {}); if the change is intended, run `MEMCUT_BLESS=1 cargo test --test suite reports::`\n",
         path.display(),
         head + 1
     );

@@ -5,7 +5,7 @@
 //! screenshotted into `$CARGO_TARGET_TMPDIR/chart-screenshots/` for a
 //! person to look at.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

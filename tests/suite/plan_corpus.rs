@@ -4,7 +4,7 @@
 //! its steps add up to the total reduction; the corpus files the issue
 //! names get the plans an engineer would follow.
 
-mod common;
+use crate::common;
 use common::corpus;
 
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! `memcut diff` as a user runs it: on the committed samples (plain
 //! `cargo test`) and on the corpus's natural pairs (ignored without it).
 
-mod common;
+use crate::common;
 
 use assert_cmd::Command;
 use serde_json::Value;

@@ -1,7 +1,7 @@
 //! The allocator's view: `devices[].segments` in JSON, the segment map in
 //! HTML, fragmentation at an OOM.
 
-mod common;
+use crate::common;
 
 use memcut::{analyze_path, render, AnalyzeOptions, BlockUse, OutputFormat, Report};
 

@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests: the unit tests' own
 //! (`src/test_support.rs`), compiled in here too rather than written twice.
 
-#[path = "../../src/test_support.rs"]
+#[path = "../../../src/test_support.rs"]
 #[allow(dead_code)] // each test crate uses some of them
 mod test_support;
 

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use assert_cmd::Command;
 
-mod common;
+use crate::common;
 use common::files_in;
 
 fn root() -> &'static Path {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 
-mod common;
+use crate::common;
 use common::files_in;
 
 fn sample(name: &str) -> PathBuf {
@@ -448,7 +448,7 @@ fn the_summary_lists_each_first_steps_predicted_next_step() {
                 .unwrap_or_else(|| panic!("{r}")),
             two["peak_bytes"].as_u64().unwrap(),
         );
-        // tests/what_if_pairs.rs scores the prediction; the row carries it.
+        // tests/suite/what_if_pairs.rs scores the prediction; the row carries it.
         assert!(
             predicted.abs_diff(truth) * 1000 <= truth,
             "{r}: true {truth}"
