@@ -290,7 +290,7 @@ pub fn analyze_trace(
         ));
         d.findings.extend(findings::memory_outside_allocator(
             &d.ooms,
-            plan::capacity(d, &options.plan),
+            plan::capacity(d.capacity_bytes, &options.plan),
             before,
         ));
         if !what_if.is_empty() {
@@ -402,7 +402,17 @@ pub fn analyze_trace(
             fixed_demand: &fixed_demand,
             modelled_demand: &modelled_demand,
         };
-        d.plan = plan::plan_for(d, &input, &options.plan);
+        let state = plan::DeviceState {
+            ooms: &d.ooms,
+            capacity_bytes: d.capacity_bytes,
+            outside_allocator_bytes: d
+                .findings
+                .iter()
+                .find(|f| f.kind == FindingKind::MemoryOutsideAllocator)
+                .map(|f| f.saving_bytes),
+            next_step: next_d.is_some(),
+        };
+        d.plan = plan::plan_for(&state, &input, &options.plan);
         if let (Some(plan), Some(next)) = (d.plan.as_mut(), next_step.filter(|_| next_d.is_some()))
         {
             let said = format!("; {}", next_step_said(next, true));
@@ -515,16 +525,12 @@ fn kept_gradients_curve(
         })
 }
 
-/// Whether [`plan::plan_for`] can find a budget for a device: one given,
-/// the device's memory, or an OOM event (whose free bytes may say it).
-/// Without one no plan is made, so the planner's evidence is not gathered
-/// (about a fifth of `analyze`'s CPU time on a 1M-entry snapshot).
+/// Whether [`plan::plan_for`] can find a budget for a device (see
+/// [`plan::may_have_budget`]). Without one no plan is made, so the
+/// planner's evidence is not gathered (about a fifth of `analyze`'s CPU
+/// time on a 1M-entry snapshot).
 fn may_get_a_plan(device: &DeviceTrace, replay: &Replay, options: &plan::PlanOptions) -> bool {
-    options.budget.is_some()
-        || options.budget_percent_of_peak.is_some()
-        || device.capacity_bytes.is_some()
-        || options.device_memory.is_some()
-        || !replay.ooms.is_empty()
+    plan::may_have_budget(options, device.capacity_bytes, !replay.ooms.is_empty())
 }
 
 /// Reads, parses and analyses one input. `display_path` is what the report

@@ -28,9 +28,7 @@ pub mod search;
 pub mod whatif;
 
 use crate::model::Category;
-use crate::schema::{
-    ConsideredLever, DeviceReport, Headline, OomFinding, OomPlan, Plan, PlanStep, Verdict,
-};
+use crate::schema::{ConsideredLever, Headline, OomFinding, OomPlan, Plan, PlanStep, Verdict};
 use crate::units::human_bytes as h;
 
 use demand::{Demand, Row};
@@ -40,8 +38,8 @@ use pools::{pool_category, NPOOL};
 use search::{Eligibility, Order, Search, TimelineCuts};
 
 pub use options::{
-    budget_for, capacity, parse_budget, parse_device_memory, parse_dp_ranks, parse_headroom,
-    Budget, BudgetSpec, Headroom, PlanOptions,
+    budget_for, capacity, may_have_budget, parse_budget, parse_device_memory, parse_dp_ranks,
+    parse_headroom, Budget, BudgetSpec, DeviceState, Headroom, PlanOptions,
 };
 
 const NCAT: usize = Category::ALL.len();
@@ -689,7 +687,7 @@ fn verdict_and_reason(
 /// The plan for one device of a report, or `None` when no budget is known
 /// (see [`budget_for`]). The caller puts it into the report.
 pub fn plan_for(
-    device: &DeviceReport,
+    device: &DeviceState<'_>,
     input: &PlanInput<'_>,
     options: &PlanOptions,
 ) -> Option<Plan> {

@@ -3,7 +3,7 @@
 //! planner's other options, with the parsers the CLI and the Python
 //! binding share (so both refuse a bad value with the same words).
 
-use crate::schema::DeviceReport;
+use crate::schema::OomFinding;
 use crate::units::{human_bytes as h, parse_size, SizeError};
 
 use super::facts::{self, RunFacts};
@@ -215,12 +215,29 @@ impl PlanOptions {
     }
 }
 
+/// What the plan reads of a device besides its demand and facts: its
+/// OOMs, its memory, what was held outside the allocator, and whether it
+/// plans a predicted next step. Made by the pipeline from what it found;
+/// the planner never reads the report.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DeviceState<'a> {
+    pub ooms: &'a [OomFinding],
+    /// The device's memory as the trace records it (`deviceProperties`).
+    pub capacity_bytes: Option<u64>,
+    /// Held outside the allocator at an OOM (the `memory_outside_allocator`
+    /// finding's bytes).
+    pub outside_allocator_bytes: Option<u64>,
+    /// Whether the plan is for the next step a first step's recording
+    /// predicts (its peak is then that step's).
+    pub next_step: bool,
+}
+
 /// The budget for a device whose demand peaks at `peak` bytes: `--budget`,
 /// else its capacity (less what a `memory_outside_allocator` finding says
 /// was held outside the allocator), else (for a device with an OOM) what
 /// `cudaMemGetInfo` said was free plus what PyTorch had reserved when the
 /// first allocation failed; else none.
-pub fn budget_for(device: &DeviceReport, options: &PlanOptions, peak: u64) -> Option<Budget> {
+pub fn budget_for(device: &DeviceState<'_>, options: &PlanOptions, peak: u64) -> Option<Budget> {
     if let Some(b) = options.budget {
         return Some(Budget {
             bytes: b,
@@ -229,7 +246,7 @@ pub fn budget_for(device: &DeviceReport, options: &PlanOptions, peak: u64) -> Op
     }
     if let Some(p) = options.budget_percent_of_peak {
         // A first step's plan is its next step's: so is the peak.
-        let whose = if device.next_step.is_some() {
+        let whose = if device.next_step {
             "the next step's predicted peak"
         } else {
             "the observed peak"
@@ -239,15 +256,10 @@ pub fn budget_for(device: &DeviceReport, options: &PlanOptions, peak: u64) -> Op
             source: format!("--budget {p}% of {whose} {}", h(peak)),
         });
     }
-    if let Some((c, from)) = capacity(device, options) {
+    if let Some((c, from)) = capacity(device.capacity_bytes, options) {
         // What was held outside the allocator at an OOM is not the
         // allocator's to use: the room is the capacity less it.
-        let outside = device
-            .findings
-            .iter()
-            .find(|f| f.kind == crate::schema::FindingKind::MemoryOutsideAllocator)
-            .map(|f| f.saving_bytes)
-            .filter(|&b| b < c);
+        let outside = device.outside_allocator_bytes.filter(|&b| b < c);
         return Some(match outside {
             Some(b) => Budget {
                 bytes: c - b,
@@ -278,10 +290,20 @@ pub fn budget_for(device: &DeviceReport, options: &PlanOptions, peak: u64) -> Op
     })
 }
 
+/// Whether [`budget_for`] can find a budget before the device is analysed:
+/// one given, the device's memory, or an OOM (whose free bytes may say
+/// it). Without one no plan is made, so its evidence need not be gathered.
+pub fn may_have_budget(options: &PlanOptions, capacity_bytes: Option<u64>, has_oom: bool) -> bool {
+    options.budget.is_some()
+        || options.budget_percent_of_peak.is_some()
+        || capacity(capacity_bytes, options).is_some()
+        || has_oom
+}
+
 /// The device's memory and where it was read: `--device-memory`, else the
-/// trace's `deviceProperties`.
-pub fn capacity(device: &DeviceReport, options: &PlanOptions) -> Option<(u64, &'static str)> {
-    match (options.device_memory, device.capacity_bytes) {
+/// trace's `deviceProperties` (`capacity_bytes`).
+pub fn capacity(capacity_bytes: Option<u64>, options: &PlanOptions) -> Option<(u64, &'static str)> {
+    match (options.device_memory, capacity_bytes) {
         (Some(m), _) => Some((m, "--device-memory")),
         (None, Some(c)) => Some((c, "deviceProperties")),
         (None, None) => None,
