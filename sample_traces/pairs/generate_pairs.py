@@ -87,6 +87,11 @@ NEXT_STEP_LEVER_WORKLOADS = {"first_step": ["two_steps"] + [
                                        "halve_micro_batch", "activation_checkpointing",
                                        "bf16_weights")]}
 
+# Two levers applied together, where one changes what the other does: with the gradients kept
+# across steps, zero_grad(set_to_none=True) frees them between steps; halving the micro-batch
+# then keeps the first micro-batch's through the second's forward and backward.
+COMBINED_WORKLOADS = {"train": ["zero_grad_set_to_none", "zero_grad_set_to_none+halve_micro_batch"]}
+
 # The models that generate().
 GENERATES = ("gpt2", "llama")
 
@@ -229,6 +234,12 @@ SETS = {
         {"seed": 198, "model": "tinylm", "d": 112, "layers": 2, "batch": 4, "seq": 56, "opt": "sgd",
          "set_to_none": True},
     ],
+    # Tenth session: the kept-gradient runs' plan takes zero_grad_set_to_none (a fix that costs
+    # nothing) and then halve_micro_batch; the pair recorded to see what the two do together.
+    "combined": [
+        {"seed": 230, "model": "gpt2", "d": 96, "layers": 2, "batch": 6, "seq": 40, "opt": "adamw"},
+        {"seed": 231, "model": "mlp", "d": 320, "layers": 3, "batch": 24, "seq": 1, "opt": "sgd"},
+    ],
     # Recorded in the tenth session, after the plan priced halve_micro_batch's held gradients
     # and a new version's start stopped counting as a phase: every catalogue lever of training
     # and inference, new seeds and shapes, set_to_none on some runs and not others, scored once
@@ -322,14 +333,14 @@ def record(spec):
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
     cfg, workload, variant = spec["cfg"], spec["workload"], spec["variant"]
-    # `two_steps+LEVER`: two steps, with the lever applied.
+    # `two_steps+LEVER`: two steps, with the lever applied; `A+B`: both levers applied.
     two_steps = variant.startswith("two_steps")
-    variant = variant.split("+", 1)[1] if "+" in variant else variant
+    applied = set(variant.split("+")) - {"two_steps"}
     torch.manual_seed(cfg["seed"])
     d, layers, batch, seq = cfg["d"], cfg["layers"], cfg["batch"], cfg["seq"]
     vocab = 256
-    checkpointing = variant == "activation_checkpointing"
-    if variant in ("halve_micro_batch", "halve_batch"):
+    checkpointing = "activation_checkpointing" in applied
+    if applied & {"halve_micro_batch", "halve_batch"}:
         batch //= 2
 
     class Block(nn.Module):
@@ -385,7 +396,7 @@ def record(spec):
         model = build_fp32()
         # Pure-bf16 training: the weights (and so gradients, optimizer state and activations) in
         # bf16.
-        return model.to(torch.bfloat16) if variant == "bf16_weights" else model
+        return model.to(torch.bfloat16) if "bf16_weights" in applied else model
 
     def build_fp32():
         m = cfg["model"]
@@ -404,7 +415,7 @@ def record(spec):
             return nn.Sequential(*mods, nn.Linear(d, 10)).eval()
         return hf_class(hf_config).eval()
 
-    dtype = torch.bfloat16 if variant == "bf16_weights" else torch.float32
+    dtype = torch.bfloat16 if "bf16_weights" in applied else torch.float32
 
     def inputs():
         if cfg["model"] == "mlp":
@@ -464,17 +475,17 @@ def record(spec):
             model.train()
             if checkpointing and hasattr(model, "gradient_checkpointing_enable"):
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            fused = variant == "fused_optimizer"
+            fused = "fused_optimizer" in applied
             opt = cfg.get("opt", "adamw")
             if workload == "train_oop":
-                optimizer = HandAdamW(model.parameters(), in_place=variant == "optimizer_state_in_place")
+                optimizer = HandAdamW(model.parameters(), in_place="optimizer_state_in_place" in applied)
             elif opt == "sgd":
                 optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9, fused=fused)
             elif opt == "adam":
                 optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, fused=fused)
             else:
                 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=fused)
-        micro_steps = 2 if variant == "halve_micro_batch" else 1
+        micro_steps = 2 if "halve_micro_batch" in applied else 1
         for _ in range(micro_steps):
             x, y = inputs(), targets()
             logits = forward(model, x)
@@ -482,7 +493,7 @@ def record(spec):
             loss.backward()
             del logits, loss
         optimizer.step()
-        optimizer.zero_grad(set_to_none=variant == "zero_grad_set_to_none"
+        optimizer.zero_grad(set_to_none="zero_grad_set_to_none" in applied
                             or cfg.get("set_to_none", False))
 
     def step(model):
@@ -494,7 +505,7 @@ def record(spec):
             # A short prompt and many new tokens: the cache, not the prompt's forward, is the peak.
             x = x[:, :cfg.get("prompt", 8)]
             new = cfg.get("new_tokens", 96)
-            if variant == "kv_cache_limit":
+            if "kv_cache_limit" in applied:
                 new //= 2
             with torch.inference_mode():
                 model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=new,
@@ -508,7 +519,7 @@ def record(spec):
                     del out
             return
         if workload == "kept_graph":
-            if variant == "inference_mode":
+            if "inference_mode" in applied:
                 with torch.inference_mode():
                     for _ in range(3):
                         out = forward(model, x)
@@ -518,10 +529,10 @@ def record(spec):
                 for _ in range(3):
                     out = forward(model, x)
                     out.argmax(-1)
-                    if variant == "free_kept_graph":
+                    if "free_kept_graph" in applied:
                         del out
         elif workload == "infer_grad":
-            if variant == "inference_mode":
+            if "inference_mode" in applied:
                 with torch.inference_mode():
                     out = forward(model, x)
                     out.argmax(-1)
@@ -534,11 +545,11 @@ def record(spec):
             outs = []
             for _ in range(4):
                 out = forward(model, x)
-                outs.append(out.argmax(-1) if variant == "drop_growing_refs" else out)
+                outs.append(out.argmax(-1) if "drop_growing_refs" in applied else out)
                 del out
             del outs
         elif workload == "autocast":
-            cache = variant != "autocast_no_cache"
+            cache = "autocast_no_cache" not in applied
             # no_grad, as inference under autocast is usually written: autocast caches casts of
             # weights that require grad under no_grad too (not under inference_mode).
             with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=cache):
@@ -607,7 +618,8 @@ def main(argv):
                  if not ((only is None or p["baseline"].startswith(only + "."))
                          and (models is None or p["baseline"].split(".")[1] in models)
                          and (variants is None or p["lever"] in variants))]
-    workloads = (LEVER_WORKLOADS if set_name.startswith("levers")
+    workloads = (COMBINED_WORKLOADS if set_name == "combined"
+                 else LEVER_WORKLOADS if set_name.startswith("levers")
                  else NEXT_STEP_LEVER_WORKLOADS if set_name.startswith("next_step_levers")
                  else NEXT_STEP_WORKLOADS if set_name.startswith("next_step") else WORKLOADS)
     for cfg in SETS[set_name]:

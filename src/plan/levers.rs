@@ -283,6 +283,8 @@ const SAVED: Target = Target::part(Part::SavedForBackward);
 const SAVED_IN_FP32: Target = Target::part(Part::SavedInFp32);
 const STEP_TRANSIENTS: Target = Target::part(Part::OptimizerStep);
 const KEPT_GRADIENTS: Target = Target::part(Part::KeptAcrossSteps);
+const SET_TO_NONE: &str = "zero_grad_set_to_none";
+const HALVE_MICRO_BATCH: &str = "halve_micro_batch";
 const OTHER_TEMPORARIES: Target = Target::other(C::Temporary);
 
 /// The built-in levers. The factors are deliberately round, documented
@@ -299,7 +301,7 @@ pub const CATALOGUE: &[LeverSpec] = &[
         tradeoff: "",
     },
     LeverSpec {
-        name: "zero_grad_set_to_none",
+        name: SET_TO_NONE,
         scales: &[(KEPT_GRADIENTS, Times(0.0))],
         cost: Cost::Free,
         action: "call optimizer.zero_grad(set_to_none=True) right after optimizer.step(), so gradients are freed until backward writes them again",
@@ -315,7 +317,7 @@ pub const CATALOGUE: &[LeverSpec] = &[
         tradeoff: "same math; foreach=False is slower on many small tensors",
     },
     LeverSpec {
-        name: "halve_micro_batch",
+        name: HALVE_MICRO_BATCH,
         // Not backward's weight-sized tensors (each weight's new gradient).
         scales: &[
             (ACTIVATION, Times(0.5)),
@@ -496,6 +498,32 @@ pub fn catalogue(dp_ranks: u32, weights_fp32: bool, kv_pool: bool) -> Vec<Lever>
             tradeoff: spec.tradeoff.to_owned(),
         })
         .collect()
+}
+
+/// The factors of levers applied together: their product, but where one
+/// changes what another does. With two micro-batches (`halve_micro_batch`)
+/// the first one's gradients live through the second's forward and
+/// backward: the windows `zero_grad_set_to_none` frees of the gradients
+/// kept across steps, so together they free none of them (measured on the
+/// `combined` pairs: GPT-2 and an MLP keeping their gradients, both levers
+/// applied, peak where halving alone predicts). Returns why, when so.
+pub fn combined_factors(levers: &[&Lever]) -> ([f64; NPOOL], Option<&'static str>) {
+    let has = |n: &str| levers.iter().any(|l| l.name == n);
+    let together = has(SET_TO_NONE) && has(HALVE_MICRO_BATCH);
+    let mut out = [1.0; NPOOL];
+    for lever in levers {
+        let mut f = lever.factors();
+        if together && lever.name == SET_TO_NONE {
+            f[Part::KeptAcrossSteps.pool()] = 1.0;
+        }
+        for (o, x) in out.iter_mut().zip(f) {
+            *o *= x;
+        }
+    }
+    let why = together.then_some(
+        "zero_grad_set_to_none with halve_micro_batch: the gradients kept from the step would be freed there, but the first micro-batch's are alive through the second's forward and backward, where they were kept: together the two free none of them",
+    );
+    (out, why)
 }
 
 #[cfg(test)]

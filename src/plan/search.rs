@@ -3,7 +3,7 @@
 //! the peak fits the target or no lever lowers it by enough.
 
 use super::demand::{Demand, Row};
-use super::levers::{Applicability, Condition, Lever};
+use super::levers::{combined_factors, Applicability, Condition, Lever};
 use super::pools::NPOOL;
 
 /// In what order levers are tried.
@@ -192,6 +192,9 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -
     let (peak_before, pos_before) = demand.peak(&factors);
     let mut current = demand;
     let mut mask = 0u8;
+    // The steps whose factors scale the demand (all but a modelled lever
+    // whose model replaces its factors).
+    let mut factor_levers: Vec<usize> = Vec::new();
     let (mut peak, mut pos) = (peak_before, pos_before);
     let mut used = vec![false; levers.len()];
     let mut steps = Vec::new();
@@ -225,7 +228,14 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -
                 if factor.contribution < min_step {
                     continue;
                 }
-                let (d, next, a, m) = applied(search, i, current, mask, &factors, &here, pos);
+                let at = State {
+                    current,
+                    mask,
+                    factor_levers: &factor_levers,
+                    here: &here,
+                    pos,
+                };
+                let (d, next, a, m) = applied(search, i, &at);
                 // The peak cannot drop by more than the lever saves at it.
                 if a.saving < min_step {
                     continue;
@@ -263,6 +273,9 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -
             break;
         };
         used[i] = true;
+        if next != factors {
+            factor_levers.push(i);
+        }
         (current, mask) = (d, m);
         // One run trains or infers, not both: once a step assumes one
         // (a conditional step, where the trace does not tell), the levers
@@ -300,7 +313,14 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -
                 let (a, saved) = if factor.saving == 0 {
                     (factor, 0)
                 } else {
-                    let (d, next, a, _) = applied(search, i, current, mask, &factors, &here, pos);
+                    let at = State {
+                        current,
+                        mask,
+                        factor_levers: &factor_levers,
+                        here: &here,
+                        pos,
+                    };
+                    let (d, next, a, _) = applied(search, i, &at);
                     (a, peak.saturating_sub(d.peak(&next).0))
                 };
                 Leftover {
@@ -336,33 +356,58 @@ fn modelled_applicability(before: &Row, after: &Row) -> Applicability {
     }
 }
 
-/// Lever `i` applied to the state (`current` with the modelled levers of
-/// `mask`, `factors`): the demand it leaves, the factors that scale it,
-/// what it saves at `pos` (where the row is `here` now), and the mask of
-/// modelled levers that made that demand.
-#[allow(clippy::too_many_arguments)]
+/// Where the search stands: the demand (with the modelled levers of
+/// `mask` applied), the steps whose factors scale it, and the current
+/// peak's row `here` at `pos`.
+struct State<'s, 'd> {
+    current: &'d Demand<'d>,
+    mask: u8,
+    factor_levers: &'s [usize],
+    here: &'s Row,
+    pos: usize,
+}
+
+/// Lever `i` applied to the state: the demand it leaves, the factors that
+/// scale it (the levers' product, as [`combined_factors`] combines them),
+/// what it saves at the current peak, and the mask of modelled levers that
+/// made that demand.
 fn applied<'d>(
     search: &Search<'_, 'd>,
     i: usize,
-    current: &'d Demand<'d>,
-    mask: u8,
-    factors: &[f64; NPOOL],
-    here: &Row,
-    pos: usize,
+    at: &State<'_, 'd>,
 ) -> (&'d Demand<'d>, [f64; NPOOL], Applicability, u8) {
     let lever = &search.levers[i];
-    let with_factors = combine(factors, &lever.factors());
+    let factors_with = |with: bool| {
+        let mut levers: Vec<&Lever> = at
+            .factor_levers
+            .iter()
+            .map(|&k| &search.levers[k])
+            .collect();
+        if with {
+            levers.push(lever);
+        }
+        combined_factors(&levers).0
+    };
     let model = search.modelled.and_then(|m| {
         let (bit, keeps) = m.of(i)?;
-        Some(((m.demand)(mask | bit)?, keeps, mask | bit))
+        Some(((m.demand)(at.mask | bit)?, keeps, at.mask | bit))
     });
     match model {
         Some((d, keeps, mask)) => {
-            let next = if keeps { with_factors } else { *factors };
-            let a = modelled_applicability(here, &d.scaled_at(pos, &next));
+            let next = factors_with(keeps);
+            let a = modelled_applicability(at.here, &d.scaled_at(at.pos, &next));
             (d, next, a, mask)
         }
-        None => (current, with_factors, lever.applicability(here), mask),
+        None => {
+            let next = factors_with(true);
+            // What it saves at the peak: as the factors scale the row there.
+            let a = if next == combine(&factors_with(false), &lever.factors()) {
+                lever.applicability(at.here)
+            } else {
+                modelled_applicability(at.here, &at.current.scaled_at(at.pos, &next))
+            };
+            (at.current, next, a, at.mask)
+        }
     }
 }
 

@@ -123,6 +123,7 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
     };
     let mut applied: Vec<FindingKind> = Vec::new();
     let mut checkpointed = false;
+    let mut factor_levers: Vec<&Lever> = Vec::new();
     for name in levers {
         if let Some(kind) = FindingKind::for_lever(name) {
             let Some(found) = input.findings.iter().find(|f| f.kind == kind) else {
@@ -181,9 +182,7 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
                 k.kept, k.forwards
             ));
         } else if let Some(lever) = input.catalogue.iter().find(|l| &l.name == name) {
-            for (a, b) in out.factors.iter_mut().zip(lever.factors()) {
-                *a *= b;
-            }
+            factor_levers.push(lever);
             if let Some(how) = lever.modelled_from_run() {
                 out.because
                     .push(format!("{name}: modelled from the run: {how}"));
@@ -211,6 +210,9 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
             return Err(unknown_lever(name, &lever_names(input.catalogue)));
         }
     }
+    let (factors, together) = super::levers::combined_factors(&factor_levers);
+    out.factors = factors;
+    out.because.extend(together.map(str::to_owned));
     Ok(out)
 }
 
