@@ -15,6 +15,7 @@
     VENV/bin/python sample_traces/pairs/generate_pairs.py --findings_check   # recorded last, untouched
     VENV/bin/python sample_traces/pairs/generate_pairs.py --levers_check     # the same for the levers
     VENV/bin/python sample_traces/pairs/generate_pairs.py --levers_grads_check --only train --variants waste,zero_grad_set_to_none
+    VENV/bin/python sample_traces/pairs/generate_pairs.py --combined       # two levers applied together (`A+B`)
 
 Each run is recorded in a fresh process (on CPU the profiler's `Total Allocated` counts from the
 first profile in a process), the whole run inside the recording when `start` is cold (model built

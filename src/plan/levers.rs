@@ -285,6 +285,8 @@ const STEP_TRANSIENTS: Target = Target::part(Part::OptimizerStep);
 const KEPT_GRADIENTS: Target = Target::part(Part::KeptAcrossSteps);
 const SET_TO_NONE: &str = "zero_grad_set_to_none";
 const HALVE_MICRO_BATCH: &str = "halve_micro_batch";
+const OPTIMIZER_8BIT: &str = "optimizer_8bit";
+const BF16_WEIGHTS: &str = "bf16_weights";
 const OTHER_TEMPORARIES: Target = Target::other(C::Temporary);
 
 /// The built-in levers. The factors are deliberately round, documented
@@ -376,7 +378,7 @@ pub const CATALOGUE: &[LeverSpec] = &[
         tradeoff: "half the cached tokens: fewer sequences at once or shorter contexts (fp8 kv_cache_dtype then holds as many tokens as before)",
     },
     LeverSpec {
-        name: "optimizer_8bit",
+        name: OPTIMIZER_8BIT,
         scales: &[(Target::all(C::OptimizerState), Times(0.25))],
         cost: Cost::Cheap,
         action: "use an 8-bit optimizer (e.g. bitsandbytes AdamW8bit)",
@@ -440,7 +442,7 @@ pub const CATALOGUE: &[LeverSpec] = &[
         tradeoff: "check the quality; int8 matmuls may be slower",
     },
     LeverSpec {
-        name: "bf16_weights",
+        name: BF16_WEIGHTS,
         // Pure-bf16 training: the gradients, the optimizer's state (made like
         // the weights), what the forward and backward compute and the float
         // inputs cast to match follow the weights' dtype. Integer inputs
@@ -507,28 +509,68 @@ pub fn catalogue(dp_ranks: u32, weights_fp32: bool, kv_pool: bool) -> Vec<Lever>
 /// kept across steps, so together they free none of them (measured on the
 /// `combined` pairs: GPT-2 and an MLP keeping their gradients, both levers
 /// applied, peak where halving alone predicts). Returns why, when so.
-pub fn combined_factors(levers: &[&Lever]) -> ([f64; NPOOL], Option<&'static str>) {
+///
+/// Likewise an 8-bit optimizer keeps its state in 8 bits whatever the
+/// weights' dtype: with `optimizer_8bit`, `bf16_weights` does not halve the
+/// optimizer's state again (by construction; no CPU run has an 8-bit
+/// optimizer to record).
+pub fn combined_factors(levers: &[&Lever]) -> ([f64; NPOOL], Option<String>) {
     let has = |n: &str| levers.iter().any(|l| l.name == n);
-    let together = has(SET_TO_NONE) && has(HALVE_MICRO_BATCH);
+    let kept_stay = has(SET_TO_NONE) && has(HALVE_MICRO_BATCH);
+    let state_8bit = has(OPTIMIZER_8BIT) && has(BF16_WEIGHTS);
     let mut out = [1.0; NPOOL];
     for lever in levers {
         let mut f = lever.factors();
-        if together && lever.name == SET_TO_NONE {
+        if kept_stay && lever.name == SET_TO_NONE {
             f[Part::KeptAcrossSteps.pool()] = 1.0;
+        }
+        if state_8bit && lever.name == BF16_WEIGHTS {
+            for p in Target::all(Category::OptimizerState).pools() {
+                f[p] = 1.0;
+            }
         }
         for (o, x) in out.iter_mut().zip(f) {
             *o *= x;
         }
     }
-    let why = together.then_some(
-        "zero_grad_set_to_none with halve_micro_batch: the gradients kept from the step would be freed there, but the first micro-batch's are alive through the second's forward and backward, where they were kept: together the two free none of them",
-    );
-    (out, why)
+    let mut why = Vec::new();
+    if kept_stay {
+        why.push("zero_grad_set_to_none with halve_micro_batch: the gradients kept from the step would be freed there, but the first micro-batch's are alive through the second's forward and backward, where they were kept: together the two free none of them");
+    }
+    if state_8bit {
+        why.push("optimizer_8bit with bf16_weights: an 8-bit optimizer's state is 8-bit whatever the weights' dtype, so bf16_weights does not halve it again");
+    }
+    (out, (!why.is_empty()).then(|| why.join("; ")))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn levers_together_combine_as_they_act() {
+        let all = catalogue(1, true, false);
+        let get = |n: &str| all.iter().find(|l| l.name == n).unwrap();
+        let kept = Part::KeptAcrossSteps.pool();
+        let (alone, why) = combined_factors(&[get(SET_TO_NONE)]);
+        assert_eq!((alone[kept], why), (0.0, None));
+        // Either order: the first micro-batch's gradients stay where they were kept.
+        for pair in [
+            [get(SET_TO_NONE), get(HALVE_MICRO_BATCH)],
+            [get(HALVE_MICRO_BATCH), get(SET_TO_NONE)],
+        ] {
+            let (f, why) = combined_factors(&pair);
+            assert_eq!(f[kept], 1.0);
+            assert!(why.unwrap().contains("free none of them"));
+            assert_eq!(f[Category::Activation.index()], 0.5);
+        }
+        // An 8-bit state is 8-bit whatever the weights' dtype; the weights halve.
+        let (f, _) = combined_factors(&[get(OPTIMIZER_8BIT), get(BF16_WEIGHTS)]);
+        for p in Target::all(Category::OptimizerState).pools() {
+            assert_eq!(f[p], 0.25);
+        }
+        assert_eq!(f[Category::Parameter.index()], 0.5);
+    }
 
     #[test]
     fn catalogue_scales_sharding_by_the_ranks_and_weights_by_their_dtype() {

@@ -212,7 +212,7 @@ fn apply(input: &Input<'_>, levers: &[String]) -> Result<Applied, String> {
     }
     let (factors, together) = super::levers::combined_factors(&factor_levers);
     out.factors = factors;
-    out.because.extend(together.map(str::to_owned));
+    out.because.extend(together);
     Ok(out)
 }
 
