@@ -157,6 +157,14 @@ SETS = {
         {"seed": 140, "model": "mlp", "d": 768, "layers": 2, "batch": 8, "seq": 1},
         {"seed": 141, "model": "tinylm", "d": 192, "layers": 2, "batch": 2, "seq": 32},
     ],
+    # Tenth session: the out-of-place optimizer finding had been scored only on the set it was
+    # written on (oop_check, a hand-written AdamW); other hand-written optimizers (SGD with
+    # momentum, Lion), other models and seeds, scored once (--only train_oop).
+    "oop_fresh": [
+        {"seed": 240, "model": "mlp", "d": 640, "layers": 2, "batch": 8, "seq": 1, "hand": "sgd"},
+        {"seed": 241, "model": "gpt2", "d": 128, "layers": 2, "batch": 2, "seq": 32, "hand": "lion"},
+        {"seed": 242, "model": "tinylm", "d": 160, "layers": 2, "batch": 2, "seq": 32, "hand": "sgd"},
+    ],
     # set_to_none pairs only (--only train --variants waste,zero_grad_set_to_none), recorded
     # after the gradients_kept_through_forward finding was settled on the sets above: new seeds,
     # shapes and optimizers per model, scored once and not tuned on.
@@ -470,6 +478,54 @@ def record(spec):
                         state["m"], state["v"] = m, v
                     p.addcdiv_(m, v.sqrt().add_(1e-8), value=-group["lr"])
 
+    class HandSGD(torch.optim.Optimizer):
+        """SGD with momentum written by hand: `buf = 0.9 * buf + g` out of place, or in place."""
+
+        def __init__(self, params, in_place):
+            super().__init__(params, {"lr": 1e-2})
+            self.in_place = in_place
+
+        @torch.no_grad()
+        def step(self):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    state = self.state[p]
+                    if not state:
+                        state["buf"] = torch.zeros_like(p)
+                    if self.in_place:
+                        buf = state["buf"].mul_(0.9).add_(p.grad)
+                    else:
+                        buf = 0.9 * state["buf"] + p.grad
+                        state["buf"] = buf
+                    p.add_(buf, alpha=-group["lr"])
+
+    class HandLion(torch.optim.Optimizer):
+        """Lion written by hand: the update is the sign of an interpolation; the moment
+        `m = 0.99 * m + 0.01 * g` out of place, or in place."""
+
+        def __init__(self, params, in_place):
+            super().__init__(params, {"lr": 1e-4})
+            self.in_place = in_place
+
+        @torch.no_grad()
+        def step(self):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    state = self.state[p]
+                    if not state:
+                        state["m"] = torch.zeros_like(p)
+                    g = p.grad
+                    update = torch.sign(0.9 * state["m"] + 0.1 * g)
+                    p.add_(update, alpha=-group["lr"])
+                    if self.in_place:
+                        state["m"].mul_(0.99).add_(g, alpha=0.01)
+                    else:
+                        state["m"] = 0.99 * state["m"] + 0.01 * g
+
     def train_step(model):
         nonlocal optimizer
         if optimizer is None:
@@ -479,7 +535,8 @@ def record(spec):
             fused = "fused_optimizer" in applied
             opt = cfg.get("opt", "adamw")
             if workload == "train_oop":
-                optimizer = HandAdamW(model.parameters(), in_place="optimizer_state_in_place" in applied)
+                hand = {"adamw": HandAdamW, "sgd": HandSGD, "lion": HandLion}[cfg.get("hand", "adamw")]
+                optimizer = hand(model.parameters(), in_place="optimizer_state_in_place" in applied)
             elif opt == "sgd":
                 optimizer = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9, fused=fused)
             elif opt == "adam":

@@ -51,6 +51,14 @@ pub(super) fn replaced_out_of_place(
     };
     let state = |i: usize| cd.classes[i].category == Category::OptimizerState;
     let made_in_step = |i: usize| matches!(cd.classes[i].rule, Rule::Builtin(r) if r.phase_observed() == Some(Phase::Optimizer));
+    let zeros_like = |i: usize| {
+        trace
+            .sites
+            .frames(intervals[i].site)
+            .iter()
+            .take(4)
+            .any(|f| trace.sites.str(f.name).contains("zeros_like"))
+    };
     let unknown_before =
         |i: usize| intervals[i].origin.is_baseline() && cd.classes[i].category == Category::Unknown;
     // Old tensors and operands, freed while recording, by size, in order of
@@ -81,7 +89,12 @@ pub(super) fn replaced_out_of_place(
             continue;
         };
         let end = step_end(iv.start);
-        let next_alloc = intervals.get(n + 1).map_or(positions, |next| next.start);
+        // (Not before it: the next interval may be one from before the
+        // recording, which starts at 0 — a warm profile-made snapshot.)
+        let next_alloc = intervals
+            .get(n + 1)
+            .map_or(positions, |next| next.start)
+            .max(iv.start);
         let alive_here = |o: usize| !taken[o] && intervals[o].start < iv.start;
         // Its operands: made by the step before it, freed right after it.
         let lo = list.partition_point(|&o| intervals[o].end <= iv.start);
@@ -89,7 +102,7 @@ pub(super) fn replaced_out_of_place(
         // (Made after the state tensor made before it: the first step's
         // `zeros_like` moment, made before the other moment's expression,
         // is what this one replaces.)
-        let operands: Vec<usize> = list[lo..hi]
+        let mut operands: Vec<usize> = list[lo..hi]
             .iter()
             .copied()
             .filter(|&o| {
@@ -109,7 +122,14 @@ pub(super) fn replaced_out_of_place(
         let pick = candidates()
             .find(|&o| state(o))
             .or_else(|| candidates().find(|&o| unknown_before(o)))
-            .or_else(|| candidates().find(|o| !operands.contains(o)));
+            .or_else(|| candidates().find(|o| !operands.contains(o)))
+            // A state with one tensor per parameter (SGD's momentum) makes
+            // it with `zeros_like` right before the first step's
+            // expression: freed with the operands, it is what is replaced.
+            .or_else(|| {
+                let k = operands.iter().position(|&o| zeros_like(o))?;
+                Some(operands.remove(k))
+            });
         previous = iv.start;
         let Some(o) = pick else { continue };
         taken[o] = true;
