@@ -381,7 +381,7 @@ pub fn analyze_trace(
                 match name {
                     whatif::CHECKPOINTING => input.checkpointing = Some(ckpt()?),
                     whatif::KV_LIMIT => input.kv_limited = Some(kv()?),
-                    whatif::HALVE_MICRO_BATCH if whatif::holds_gradients(&input) => {}
+                    whatif::HALVE_MICRO_BATCH => {}
                     _ => return None,
                 }
             }
@@ -391,7 +391,7 @@ pub fn analyze_trace(
                 .map(|f| f.lever.clone())
                 .chain(names.iter().map(|n| n.to_string()))
                 .collect();
-            Some(whatif::edited_demand(&input, &demand, &levers))
+            whatif::modelled_demand(&input, &demand, &levers)
         };
         let describe = |p: usize| analysis::describe_position(trace, device, p);
         let input = plan::PlanInput {

@@ -284,7 +284,9 @@ const SAVED_IN_FP32: Target = Target::part(Part::SavedInFp32);
 const STEP_TRANSIENTS: Target = Target::part(Part::OptimizerStep);
 const KEPT_GRADIENTS: Target = Target::part(Part::KeptAcrossSteps);
 const SET_TO_NONE: &str = "zero_grad_set_to_none";
-const HALVE_MICRO_BATCH: &str = "halve_micro_batch";
+/// The catalogue's lever whose factor the gradients' lifetimes complete
+/// (`whatif::accumulated_gradients`).
+pub const HALVE_MICRO_BATCH: &str = "halve_micro_batch";
 const OPTIMIZER_8BIT: &str = "optimizer_8bit";
 const BF16_WEIGHTS: &str = "bf16_weights";
 const OTHER_TEMPORARIES: Target = Target::other(C::Temporary);

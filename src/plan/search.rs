@@ -205,6 +205,14 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -
         // one: a sub-MiB gap is no reason to cost accuracy).
         let min_step = min_step.min(peak - search.target);
         let here = current.scaled_at(pos, &factors);
+        let at = State {
+            current,
+            mask,
+            factors: &factors,
+            factor_levers: &factor_levers,
+            here: &here,
+            pos,
+        };
         // (lever, realized saving, contribution, new peak, new position,
         // factors, demand, mask)
         type Best<'d> = (
@@ -228,13 +236,6 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -
                 if factor.contribution < min_step {
                     continue;
                 }
-                let at = State {
-                    current,
-                    mask,
-                    factor_levers: &factor_levers,
-                    here: &here,
-                    pos,
-                };
                 let (d, next, a, m) = applied(search, i, &at);
                 // The peak cannot drop by more than the lever saves at it.
                 if a.saving < min_step {
@@ -306,6 +307,14 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -
         Vec::new()
     } else {
         let here = current.scaled_at(pos, &factors);
+        let at = State {
+            current,
+            mask,
+            factors: &factors,
+            factor_levers: &factor_levers,
+            here: &here,
+            pos,
+        };
         (0..levers.len())
             .filter(|&i| !used[i] && search.eligibility[i] != Eligibility::Excluded)
             .map(|i| {
@@ -313,13 +322,6 @@ pub fn plan_timeline_cuts<'d>(demand: &'d Demand<'d>, search: &Search<'_, 'd>) -
                 let (a, saved) = if factor.saving == 0 {
                     (factor, 0)
                 } else {
-                    let at = State {
-                        current,
-                        mask,
-                        factor_levers: &factor_levers,
-                        here: &here,
-                        pos,
-                    };
                     let (d, next, a, _) = applied(search, i, &at);
                     (a, peak.saturating_sub(d.peak(&next).0))
                 };
@@ -357,11 +359,12 @@ fn modelled_applicability(before: &Row, after: &Row) -> Applicability {
 }
 
 /// Where the search stands: the demand (with the modelled levers of
-/// `mask` applied), the steps whose factors scale it, and the current
-/// peak's row `here` at `pos`.
+/// `mask` applied), the factors that scale it (the combined factors of the
+/// steps `factor_levers`), and the current peak's row `here` at `pos`.
 struct State<'s, 'd> {
     current: &'d Demand<'d>,
     mask: u8,
+    factors: &'s [f64; NPOOL],
     factor_levers: &'s [usize],
     here: &'s Row,
     pos: usize,
@@ -377,15 +380,15 @@ fn applied<'d>(
     at: &State<'_, 'd>,
 ) -> (&'d Demand<'d>, [f64; NPOOL], Applicability, u8) {
     let lever = &search.levers[i];
-    let factors_with = |with: bool| {
-        let mut levers: Vec<&Lever> = at
+    // The steps' factors with this lever's, as levers applied together
+    // combine.
+    let with_lever = || {
+        let levers: Vec<&Lever> = at
             .factor_levers
             .iter()
+            .chain([&i])
             .map(|&k| &search.levers[k])
             .collect();
-        if with {
-            levers.push(lever);
-        }
         combined_factors(&levers).0
     };
     let model = search.modelled.and_then(|m| {
@@ -394,14 +397,15 @@ fn applied<'d>(
     });
     match model {
         Some((d, keeps, mask)) => {
-            let next = factors_with(keeps);
+            let next = if keeps { with_lever() } else { *at.factors };
             let a = modelled_applicability(at.here, &d.scaled_at(at.pos, &next));
             (d, next, a, mask)
         }
         None => {
-            let next = factors_with(true);
-            // What it saves at the peak: as the factors scale the row there.
-            let a = if next == combine(&factors_with(false), &lever.factors()) {
+            let next = with_lever();
+            // What it saves at the peak: its own factors', unless it
+            // combines with a step's otherwise (then as `next` scales it).
+            let a = if next == combine(at.factors, &lever.factors()) {
                 lever.applicability(at.here)
             } else {
                 modelled_applicability(at.here, &at.current.scaled_at(at.pos, &next))

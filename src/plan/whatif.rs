@@ -311,15 +311,7 @@ pub fn curve_without(tl: &DeviceTimeline, overlay: &Overlay, part: Part) -> Vec<
 /// The catalogue's lever that the run's module calls can model.
 pub const CHECKPOINTING: &str = "activation_checkpointing";
 
-/// The catalogue's lever whose factor the gradients' lifetimes complete
-/// (`accumulated_gradients`).
-pub const HALVE_MICRO_BATCH: &str = "halve_micro_batch";
-
-/// Whether `halve_micro_batch` holds gradients here beside its factor (the
-/// plan then prices it with them).
-pub fn holds_gradients(input: &Input<'_>) -> bool {
-    accumulated_gradients(HALVE_MICRO_BATCH, input).is_some()
-}
+pub use super::levers::HALVE_MICRO_BATCH;
 
 /// The catalogue's lever that the cache's growth can model.
 pub const KV_LIMIT: &str = "kv_cache_limit";
@@ -383,10 +375,30 @@ pub fn what_if(input: &Input<'_>, levers: &[String]) -> Result<Outcome, String> 
 /// (no table of every position); a table's rows are edited. Factor levers
 /// are the search's business.
 pub fn edited_demand<'t>(input: &Input<'_>, demand: &Demand<'t>, levers: &[String]) -> Demand<'t> {
-    let edits = edits(input, levers);
+    demand_with(input, demand, &edits(input, levers))
+}
+
+/// [`edited_demand`] for the plan's levers modelled from the run; `None`
+/// where `halve_micro_batch` is among them and holds no gradient here (its
+/// factor alone stands, and the search prices it so).
+pub fn modelled_demand<'t>(
+    input: &Input<'_>,
+    demand: &Demand<'t>,
+    levers: &[String],
+) -> Option<Demand<'t>> {
+    let a = apply(input, levers).ok()?;
+    if a.held.is_empty() && levers.iter().any(|l| l == HALVE_MICRO_BATCH) {
+        return None;
+    }
+    let edits = Edits::new(input.timeline, &a.ends, a.gaps, a.extra, a.held);
+    Some(demand_with(input, demand, &edits))
+}
+
+/// `demand` with `edits` applied (see [`edited_demand`]).
+fn demand_with<'t>(input: &Input<'_>, demand: &Demand<'t>, edits: &Edits) -> Demand<'t> {
     let tl = input.timeline;
     let temporary = Category::Temporary.index();
-    let mut changes: Vec<(u32, usize, i64)> = removals(tl, &edits)
+    let mut changes: Vec<(u32, usize, i64)> = removals(tl, edits)
         .into_iter()
         .map(|(p, i, d)| (p, input.classes[i].category.index(), -d))
         .chain(
@@ -400,7 +412,7 @@ pub fn edited_demand<'t>(input: &Input<'_>, demand: &Demand<'t>, levers: &[Strin
     changes.sort_unstable_by_key(|c| c.0);
     demand.with_edits(changes).unwrap_or_else(|| {
         let mut rows = Vec::with_capacity(tl.replay.positions() as usize);
-        for_each_edited_row(input, demand, &edits, |_, row| rows.push(*row));
+        for_each_edited_row(input, demand, edits, |_, row| rows.push(*row));
         Demand::from_rows(rows)
     })
 }
