@@ -13,7 +13,7 @@ use crate::instant::At;
 use crate::model::{Action, Category, DeviceTrace, Sites, Trace};
 use crate::schema::{
     Attribution, BeforeRecordingPart, DeviceReport, LiveAllocation, Peak, Report, ReportedInstant,
-    SegmentsView, SourceInfo, TimelineSeries, Tool, TopSite, SCHEMA_VERSION,
+    SegmentFrames, SegmentsView, SourceInfo, TimelineSeries, Tool, TopSite, SCHEMA_VERSION,
 };
 use crate::segments;
 use crate::timeline::{self, DeviceTimeline, Interval, Replay};
@@ -280,11 +280,17 @@ fn device_report(
     let ts_us = event_ts(device, position);
     let reserved_peak_position = replay.reserved_peak_position();
     let label = at.map_or("peak".to_owned(), |(a, _)| format!("at {a}"));
-    let (segments, timeline) = rayon::join(
-        || segments_view(device, cd, label, position),
-        || timeline_series(device, &cd.timeline, options.plot_points, position),
+    let (mut timeline, plotted_at) =
+        timeline_series(device, &cd.timeline, options.plot_points, position);
+    let (segments, frames) = segments_view(
+        device,
+        cd,
+        label,
+        position,
+        &plotted_at,
+        options.plot_points,
     );
-    let mut timeline = timeline;
+    timeline.segments = frames;
     if options.plot_points > 0 {
         timeline.bands = bands::bands(&trace.sites, device, cd, &mut stacks, options);
         bands::clamp(&mut timeline);
@@ -434,13 +440,17 @@ fn live_allocations(
     (allocations, stacks)
 }
 
-/// The segments at the reported instant, at each OOM and at dump time.
+/// The segments at the reported instant, at each OOM and at dump time;
+/// and the viewer's segment maps at evenly spaced plotted points (`at`:
+/// the position each shows) and at those instants.
 fn segments_view(
     device: &DeviceTrace,
     cd: &ClassifiedDevice,
     label: String,
     position: u32,
-) -> Option<SegmentsView> {
+    at: &[u32],
+    plot_points: usize,
+) -> (Option<SegmentsView>, Option<SegmentFrames>) {
     let replay = &cd.timeline.replay;
     let mut instants = vec![segments::Instant {
         label,
@@ -460,13 +470,36 @@ fn segments_view(
         request: None,
     });
     let left_out = replay.ooms.len().saturating_sub(SegmentsView::MAX_OOMS) as u64;
-    segments::view(
+    let mut points: Vec<(usize, u32)> = Vec::new();
+    let n = at.len();
+    if n > 0 {
+        let k = (segments::frame_count(device, replay) + 2).min(n);
+        points = (0..k)
+            .map(|j| {
+                let i = if k > 1 { j * (n - 1) / (k - 1) } else { n - 1 };
+                (i, at[i])
+            })
+            .collect();
+        // Each instant at its point (the reported one first, when two
+        // share a point).
+        let bucket = plot_bucket(replay.positions() as usize, plot_points);
+        for p in instants.iter().rev().map(|i| i.position) {
+            let i = (p as usize / bucket).min(n - 1);
+            points.retain(|&(j, _)| j != i);
+            points.push((i, p));
+        }
+    }
+    match segments::view(
         device,
         replay,
         &|k| cd.classes[k].category,
         &instants,
         left_out,
-    )
+        &points,
+    ) {
+        Some((view, frames)) => (Some(view), frames),
+        None => (None, None),
+    }
 }
 
 /// Bytes by category among `live`; the allocator total beyond the live sum
@@ -639,12 +672,13 @@ pub fn plot_bucket(positions: usize, points: usize) -> usize {
     positions.div_ceil(points.max(1)).max(1)
 }
 
+/// The plotted series, and the position each plotted point shows.
 fn timeline_series(
     device: &DeviceTrace,
     tl: &DeviceTimeline,
     points: usize,
     shown: u32,
-) -> TimelineSeries {
+) -> (TimelineSeries, Vec<u32>) {
     let positions = tl.replay.positions() as usize;
     let has_ts = tl.replay.timestamped;
     let x_of = |p: usize| bands::x_of(device, &tl.replay, p);
@@ -654,6 +688,7 @@ fn timeline_series(
         ..TimelineSeries::default()
     };
     let mut series: Vec<Vec<u64>> = vec![Vec::new(); Category::ALL.len()];
+    let mut at: Vec<u32> = Vec::new();
     let mut best: Option<(i64, usize, [i64; Category::ALL.len()])> = None;
     // Without plots (points = 0) only the instants below are needed.
     if points > 0 {
@@ -665,6 +700,7 @@ fn timeline_series(
             if (p + 1) % bucket == 0 || p + 1 == positions {
                 let (_, bp, values) = best.take().expect("set above");
                 out.x.push(x_of(bp));
+                at.push(bp as u32);
                 for (c, v) in values.iter().enumerate() {
                     series[c].push((*v).max(0) as u64);
                 }
@@ -688,7 +724,7 @@ fn timeline_series(
         .iter()
         .map(|&k| x_of(k as usize + 1))
         .collect();
-    out
+    (out, at)
 }
 
 /// A short, readable name for a site: the operator that allocated and the

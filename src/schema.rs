@@ -523,6 +523,10 @@ pub struct TimelineSeries {
     /// `analysis/bands.rs`). Empty without plots.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bands: Vec<Band>,
+    /// The allocator's segments at some plotted points, for files that
+    /// record segments (see [`SegmentFrames`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segments: Option<SegmentFrames>,
 }
 
 /// One allocation of [`TimelineSeries::bands`]: where it lives on the

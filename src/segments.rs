@@ -16,10 +16,14 @@
 
 use std::collections::BTreeMap;
 
+use rayon::prelude::*;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::model::{Action, BlockState, Category, DeviceTrace};
-use crate::schema::{BlockSpan, BlockUse, SegmentMap, SegmentState, SegmentsView};
+use crate::schema::{
+    alike, BlockSpan, BlockUse, Run, SegmentBar, SegmentFrame, SegmentFrames, SegmentMap,
+    SegmentState, SegmentsView,
+};
 use crate::timeline::Replay;
 
 /// Blocks are multiples of this (`kMinBlockSize`).
@@ -54,14 +58,16 @@ pub struct Instant {
 
 /// The segments at each instant, or `None` when the file records no
 /// segments the allocator reserved (Chrome traces, profile-derived
-/// snapshots, a history without segment events or dumped segments).
+/// snapshots, a history without segment events or dumped segments); and
+/// the viewer's segment maps at `frame_points` (see [`frames`]).
 pub fn view(
     device: &DeviceTrace,
     replay: &Replay,
     category: &(dyn Fn(usize) -> Category + Sync),
     instants: &[Instant],
     ooms_left_out: u64,
-) -> Option<SegmentsView> {
+    frame_points: &[(usize, u32)],
+) -> Option<(SegmentsView, Option<SegmentFrames>)> {
     let dump = device
         .segments
         .as_ref()
@@ -70,11 +76,35 @@ pub fn view(
     if dump.is_empty() && !segment_events {
         return None;
     }
-    let largest_request = largest_request(device);
     let end = replay.events;
+    // Every position rebuilt, the instants' and the frames', in one sweep.
+    let mut positions: Vec<u32> = instants
+        .iter()
+        .map(|i| i.position)
+        .chain(frame_points.iter().map(|p| p.1))
+        .filter(|&p| p < end)
+        .collect();
+    positions.sort_unstable();
+    positions.dedup();
+    let largest_request = largest_request(device);
+    // What each rebuilt position gives: the whole layout where an instant
+    // is, else a frame (the frames at instants come from their states).
+    let frame_at: HashMap<u32, usize> =
+        frame_points.iter().map(|&(i, p)| (p.min(end), i)).collect();
+    let wants: Vec<Want> = positions
+        .iter()
+        .map(|p| {
+            if instants.iter().any(|i| i.position == *p) {
+                Want::Layout
+            } else {
+                Want::Frame(frame_at[p])
+            }
+        })
+        .collect();
+    let mut made =
+        Sweep::new(device, replay, positions).run(device, &wants, category, largest_request);
     let mut states: Vec<(u32, u64, SegmentState)> = Vec::new();
-    let mut dumped = None;
-    for instant in instants {
+    for (n, instant) in instants.iter().enumerate() {
         let request = instant.request.unwrap_or(largest_request);
         if let Some((_, _, same)) = states
             .iter_mut()
@@ -86,8 +116,18 @@ pub fn view(
         let segments = if instant.position >= end {
             dump_layout(device, replay, category)
         } else {
-            let dumped = dumped.get_or_insert_with(|| dumped_blocks(device));
-            rebuilt_layout(device, replay, category, instant.position, dumped)
+            let again = instants[n + 1..]
+                .iter()
+                .any(|i| i.position == instant.position);
+            match made.remove(&instant.position) {
+                Some(Made::Layout(layout)) => {
+                    if again {
+                        made.insert(instant.position, Made::Layout(layout.clone()));
+                    }
+                    layout
+                }
+                _ => unreachable!("each instant's position is laid out"),
+            }
         };
         let mut state = summarise(segments.0, request, segments.1);
         state.label = instant.label.clone();
@@ -95,10 +135,174 @@ pub fn view(
         state.event_index = (instant.position > 0).then(|| u64::from(instant.position) - 1);
         states.push((instant.position, request, state));
     }
-    Some(SegmentsView {
+    let view = SegmentsView {
         instants: states.into_iter().map(|(_, _, s)| s).collect(),
         ooms_left_out,
-    })
+    };
+    let frames = (!frame_points.is_empty()).then(|| {
+        frames(
+            device,
+            replay,
+            category,
+            frame_points,
+            &view.instants,
+            made,
+            largest_request,
+        )
+    });
+    Some((view, frames))
+}
+
+/// What a rebuilt position is for.
+#[derive(Clone, Copy)]
+enum Want {
+    /// An instant's state: every segment and block.
+    Layout,
+    /// A frame at this plotted point.
+    Frame(usize),
+}
+
+/// What the sweep made at a position.
+enum Made {
+    Layout((Vec<SegmentMap>, u64)),
+    Frame((SegmentFrame, Bars)),
+}
+
+/// What the rebuilt positions share, made in one pass over the intervals
+/// and one forward over the free requests: at each position (ascending),
+/// the addresses whose free is pending and the allocations live (interval
+/// indices, by address). The segments come from one walk back from the
+/// dump as [`Sweep::run`] goes.
+struct Sweep<'a> {
+    intervals: &'a [crate::timeline::Interval],
+    positions: Vec<u32>,
+    pending: Vec<HashSet<u64>>,
+    live: Vec<Vec<u32>>,
+    /// The dump's block size for each allocation still there.
+    dumped: HashMap<(u64, u64), u64>,
+}
+
+impl<'a> Sweep<'a> {
+    fn new(device: &DeviceTrace, replay: &'a Replay, positions: Vec<u32>) -> Sweep<'a> {
+        let mut live: Vec<Vec<u32>> = vec![Vec::new(); positions.len()];
+        if !positions.is_empty() {
+            for (k, iv) in replay.intervals.iter().enumerate() {
+                if iv.addr == 0 {
+                    continue;
+                }
+                let from = positions.partition_point(|&p| p < iv.start);
+                let to = positions.partition_point(|&p| p < iv.end);
+                for list in &mut live[from..to.max(from)] {
+                    list.push(k as u32);
+                }
+            }
+        }
+        // By address; the interval's index breaks ties (the order the
+        // intervals are listed in).
+        let intervals = &replay.intervals;
+        live.par_iter_mut()
+            .for_each(|l| l.sort_unstable_by_key(|&k| (intervals[k as usize].addr, k)));
+        Sweep {
+            pending: pending_at_each(device, &positions),
+            dumped: if positions.is_empty() {
+                HashMap::default()
+            } else {
+                dumped_blocks(device)
+            },
+            intervals: &replay.intervals,
+            positions,
+            live,
+        }
+    }
+
+    /// Each position's layout or frame, by position. The segments are
+    /// walked back from the dump, last position first, two positions at a
+    /// time laid out side by side (so at most two copies of the segments
+    /// are held).
+    fn run(
+        self,
+        device: &DeviceTrace,
+        wants: &[Want],
+        category: &(dyn Fn(usize) -> Category + Sync),
+        request: u64,
+    ) -> HashMap<u32, Made> {
+        let mut ranges: BTreeMap<u64, (u64, bool)> = device
+            .segments
+            .iter()
+            .flatten()
+            .map(|s| (s.addr, (s.total_size, s.is_expandable)))
+            .collect();
+        // Only segment events change the ranges.
+        let changes: Vec<usize> = device
+            .events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| is_segment_event(e.action))
+            .map(|(k, _)| k)
+            .collect();
+        let mut next = changes.len();
+        let mut out = HashMap::default();
+        let order: Vec<usize> = (0..self.positions.len()).rev().collect();
+        for pair in order.chunks(2) {
+            let at: Vec<(usize, Segments)> = pair
+                .iter()
+                .map(|&j| {
+                    let p = self.positions[j] as usize;
+                    while next > 0 && changes[next - 1] >= p {
+                        next -= 1;
+                        undo(&mut ranges, &device.events[changes[next]]);
+                    }
+                    (j, ranges.iter().map(|(&a, &r)| (a, r)).collect())
+                })
+                .collect();
+            let made: Vec<(u32, Made)> = at
+                .into_par_iter()
+                .map(|(j, segments)| {
+                    let position = self.positions[j];
+                    let made = match wants[j] {
+                        Want::Layout => {
+                            Made::Layout(lay_out(&segments, self.blocks(j, category).collect()))
+                        }
+                        Want::Frame(point) => {
+                            let mut frame = Grouping::new(request);
+                            frame.lay_out(&segments, self.blocks(j, category));
+                            Made::Frame(frame.finish(point, position, SegmentFrames::MAX_BARS))
+                        }
+                    };
+                    (position, made)
+                })
+                .collect();
+            out.extend(made);
+        }
+        out
+    }
+
+    /// The blocks of `live` (the allocations live at `positions[j]`, by
+    /// address): sized as the dump says for an allocation it still holds
+    /// (by address and requested size), else rounded up to [`MIN_BLOCK`].
+    fn blocks<'s>(
+        &'s self,
+        j: usize,
+        category: &'s (dyn Fn(usize) -> Category + Sync),
+    ) -> impl Iterator<Item = LiveBlock> + 's {
+        self.live[j].iter().map(move |&k| {
+            let (addr, size) = (
+                self.intervals[k as usize].addr,
+                self.intervals[k as usize].size,
+            );
+            let size = self
+                .dumped
+                .get(&(addr, size))
+                .copied()
+                .unwrap_or_else(|| size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK);
+            let state = if self.pending[j].contains(&addr) {
+                BlockUse::PendingFree
+            } else {
+                BlockUse::Allocated
+            };
+            (addr, size, state, category(k as usize))
+        })
+    }
 }
 
 fn is_segment_event(action: Action) -> bool {
@@ -178,6 +382,7 @@ fn dump_layout(
     (maps, 0)
 }
 
+#[cfg(test)]
 /// The state after `position` events, rebuilt from the history (see the
 /// module's doc). Also returns the bytes of live allocations outside every
 /// known segment.
@@ -205,9 +410,13 @@ fn dumped_blocks(device: &DeviceTrace) -> HashMap<(u64, u64), u64> {
         .collect()
 }
 
+/// Segments by address: (address, (size, expandable)).
+type Segments = Vec<(u64, (u64, bool))>;
+
 /// A block of an allocation: address, size, state, category.
 type LiveBlock = (u64, u64, BlockUse, Category);
 
+#[cfg(test)]
 /// The blocks of the allocations live after `position` events, by address:
 /// sized as `dumped` says for an allocation the dump still holds (by address
 /// and requested size), else rounded up to [`MIN_BLOCK`].
@@ -246,14 +455,11 @@ fn live_blocks(
 
 /// Places `blocks` (by address) into `segments`; the gaps are free blocks.
 /// Also returns the bytes of blocks outside every segment.
-fn lay_out(
-    segments: &BTreeMap<u64, (u64, bool)>,
-    blocks: Vec<LiveBlock>,
-) -> (Vec<SegmentMap>, u64) {
+fn lay_out(segments: &[(u64, (u64, bool))], blocks: Vec<LiveBlock>) -> (Vec<SegmentMap>, u64) {
     let mut unplaced = 0u64;
     let mut next = 0usize;
     let mut maps = Vec::with_capacity(segments.len());
-    for (&address, &(size, expandable)) in segments {
+    for &(address, (size, expandable)) in segments {
         let seg_end = address.saturating_add(size);
         // Blocks below this segment belong to no segment.
         while next < blocks.len() && blocks[next].0 < address {
@@ -314,6 +520,7 @@ fn lay_out(
     (maps, unplaced)
 }
 
+#[cfg(test)]
 /// Addresses of the live allocations whose free was requested (at or after
 /// their allocation, before `position`) but not completed: blocks another
 /// stream still uses.
@@ -338,10 +545,11 @@ fn pending_frees(
     pending
 }
 
+#[cfg(test)]
 /// The segments after `position` events: the dump's, with the segment
 /// events from `position` on undone, last first. Ranges by address →
 /// (size, expandable).
-fn segments_at(device: &DeviceTrace, position: u32) -> BTreeMap<u64, (u64, bool)> {
+fn segments_at(device: &DeviceTrace, position: u32) -> Vec<(u64, (u64, bool))> {
     let mut ranges: BTreeMap<u64, (u64, bool)> = device
         .segments
         .iter()
@@ -349,19 +557,9 @@ fn segments_at(device: &DeviceTrace, position: u32) -> BTreeMap<u64, (u64, bool)
         .map(|s| (s.addr, (s.total_size, s.is_expandable)))
         .collect();
     for e in device.events[position as usize..].iter().rev() {
-        match e.action {
-            Action::SegmentAlloc => {
-                ranges.remove(&e.addr);
-            }
-            Action::SegmentFree => {
-                ranges.insert(e.addr, (e.size, false));
-            }
-            Action::SegmentMap => unmap(&mut ranges, e.addr, e.size),
-            Action::SegmentUnmap => map(&mut ranges, e.addr, e.size),
-            _ => {}
-        }
+        undo(&mut ranges, e);
     }
-    ranges
+    ranges.into_iter().collect()
 }
 
 /// Removes `[addr, addr + size)` from the range that holds it (splitting it
@@ -438,6 +636,394 @@ fn summarise(segments: Vec<SegmentMap>, request: u64, unplaced: u64) -> SegmentS
     state
 }
 
+/// Frames kept for the viewer at most; fewer when the segments are many
+/// (each frame lays every segment out once).
+pub const MAX_FRAMES: usize = 24;
+/// Segments laid out over all frames, at most (a bound on the work).
+const FRAME_WORK: usize = 1_000_000;
+
+/// The viewer's segment maps (see [`SegmentFrames`]): the state after each
+/// of `points` (a plotted point's index and the position it shows), each as
+/// the report's segment map groups it ([`alike`], the largest
+/// [`SegmentFrames::MAX_BARS`] groups). A state the report holds already
+/// (`known`: the reported instant, the OOMs, the dump) is not laid out
+/// again; the others come from the sweep.
+fn frames(
+    device: &DeviceTrace,
+    replay: &Replay,
+    category: &(dyn Fn(usize) -> Category + Sync),
+    points: &[(usize, u32)],
+    known: &[SegmentState],
+    mut made: HashMap<u32, Made>,
+    request: u64,
+) -> SegmentFrames {
+    let max_bars = SegmentFrames::MAX_BARS;
+    let end = replay.events;
+    let mut points: Vec<(usize, u32)> = points.iter().map(|&(i, p)| (i, p.min(end))).collect();
+    points.sort_by_key(|x| x.0);
+    points.dedup_by_key(|x| x.0);
+    let position_of = |s: &SegmentState| s.event_index.map_or(end, |e| e as u32 + 1);
+    let known_at = |p: u32| known.iter().find(|s| position_of(s) == p);
+    let mut laid: Vec<(SegmentFrame, Bars)> = Vec::with_capacity(points.len());
+    for &(point, position) in &points {
+        if let Some(Made::Frame(frame)) = made.remove(&position) {
+            laid.push(frame);
+        } else if let Some(s) = known_at(position) {
+            laid.push(grouped(s, point, position, end, max_bars));
+        } else {
+            // The dump, which no instant names (callers name it).
+            let (maps, unplaced) = dump_layout(device, replay, category);
+            let state = summarise(maps, request, unplaced);
+            laid.push(grouped(&state, point, position, end, max_bars));
+        }
+    }
+    encode(laid)
+}
+
+/// Frames with their bars' category codes, in order of first use, frame
+/// by frame.
+fn encode(made: Vec<(SegmentFrame, Bars)>) -> SegmentFrames {
+    // Category codes in order of first use, frame by frame.
+    let mut categories: Vec<Category> = Vec::new();
+    let mut frames = Vec::with_capacity(made.len());
+    for (mut frame, bars) in made {
+        frame.bars = bars
+            .into_iter()
+            .map(|(count, size, expandable, runs)| {
+                let mut flat = Vec::with_capacity(3 * runs.len());
+                for r in runs {
+                    let Some(c) = r.category else { continue };
+                    let k = categories.iter().position(|&x| x == c).unwrap_or_else(|| {
+                        categories.push(c);
+                        categories.len() - 1
+                    });
+                    let code = 2 * k as u64 + u64::from(r.state == BlockUse::PendingFree);
+                    flat.extend([r.offset, r.bytes, code]);
+                }
+                SegmentBar(count, size, expandable, flat)
+            })
+            .collect();
+        frames.push(frame);
+    }
+    SegmentFrames { categories, frames }
+}
+
+/// A frame's bars: (segments alike, size, expandable, runs).
+type Bars = Vec<(u64, u64, bool, Vec<Run>)>;
+
+/// A frame from a whole [`SegmentState`] (the dump's).
+fn grouped(
+    state: &SegmentState,
+    point: usize,
+    position: u32,
+    end: u32,
+    max_bars: usize,
+) -> (SegmentFrame, Bars) {
+    let groups = alike(&state.segments);
+    let bars = groups
+        .iter()
+        .take(max_bars)
+        .map(|g| {
+            let seg = g.members[0];
+            (
+                g.members.len() as u64,
+                seg.size,
+                seg.expandable,
+                g.runs.clone(),
+            )
+        })
+        .collect();
+    let mut rest = [0u64; 3];
+    for seg in groups.iter().skip(max_bars).flat_map(|g| &g.members) {
+        rest[0] += 1;
+        rest[1] += seg.size;
+        rest[2] += seg
+            .blocks
+            .iter()
+            .filter(|b| b.state() == BlockUse::Inactive)
+            .map(|b| b.size())
+            .sum::<u64>();
+    }
+    let frame = SegmentFrame {
+        point,
+        event_index: (position > 0).then(|| u64::from(position) - 1),
+        exact: position >= end,
+        segment_count: state.segment_count,
+        reserved_bytes: state.reserved_bytes,
+        allocated_bytes: state.allocated_bytes,
+        pending_free_bytes: state.pending_free_bytes,
+        inactive_bytes: state.inactive_bytes,
+        largest_free_block_bytes: state.largest_free_block_bytes,
+        unplaced_bytes: state.unplaced_bytes,
+        bars: Vec::new(),
+        rest,
+    };
+    (frame, bars)
+}
+
+/// One group of segments alike, as [`Grouping`] gathers it.
+struct Group {
+    size: u64,
+    expandable: bool,
+    runs: Vec<Run>,
+    count: u64,
+    first_address: u64,
+    free: u64,
+}
+
+/// [`lay_out`], [`summarise`] and [`alike`] in one pass, without a
+/// segment's blocks kept: only the runs of a group's first segment are.
+/// The same totals and groups as the three (`frames_match_the_states`).
+struct Grouping {
+    state: SegmentState,
+    groups: Vec<Group>,
+    /// Groups by a hash of (size, expandable, runs).
+    index: HashMap<u64, Vec<usize>>,
+}
+
+impl Grouping {
+    fn new(request: u64) -> Grouping {
+        Grouping {
+            state: summarise(Vec::new(), request, 0),
+            groups: Vec::new(),
+            index: HashMap::default(),
+        }
+    }
+
+    fn free(&mut self, bytes: u64) {
+        let s = &mut self.state;
+        s.inactive_bytes += bytes;
+        s.largest_free_block_bytes = s.largest_free_block_bytes.max(bytes);
+        if bytes < s.request_bytes {
+            s.fragmentation_bytes += bytes;
+        }
+    }
+
+    /// As [`lay_out`] places blocks, run by run.
+    fn lay_out(
+        &mut self,
+        segments: &[(u64, (u64, bool))],
+        blocks: impl Iterator<Item = LiveBlock>,
+    ) {
+        let mut blocks = blocks.peekable();
+        let mut runs: Vec<Run> = Vec::new();
+        for &(address, (size, expandable)) in segments {
+            let seg_end = address.saturating_add(size);
+            while let Some(b) = blocks.next_if(|b| b.0 < address) {
+                self.state.unplaced_bytes = self.state.unplaced_bytes.saturating_add(b.1);
+            }
+            runs.clear();
+            let mut cursor = address;
+            let mut free = 0u64;
+            while let Some((addr, block_size, state, category)) = blocks.next_if(|b| b.0 < seg_end)
+            {
+                if addr < cursor {
+                    self.state.unplaced_bytes =
+                        self.state.unplaced_bytes.saturating_add(block_size);
+                    continue;
+                }
+                if addr > cursor {
+                    self.free(addr - cursor);
+                    free += addr - cursor;
+                }
+                let mut block_end = addr.saturating_add(block_size).min(seg_end);
+                let following = blocks.peek().map_or(seg_end, |b| b.0.min(seg_end));
+                let tail = following.saturating_sub(block_end);
+                if tail > 0 && tail <= LARGE_SPLIT_REMAINDER && size != SMALL_SEGMENT {
+                    block_end = following;
+                }
+                let bytes = block_end - addr;
+                match state {
+                    BlockUse::PendingFree => self.state.pending_free_bytes += bytes,
+                    _ => self.state.allocated_bytes += bytes,
+                }
+                let offset = addr - address;
+                match runs.last_mut() {
+                    Some(r)
+                        if r.state == state
+                            && r.category == Some(category)
+                            && r.offset + r.bytes == offset =>
+                    {
+                        r.bytes += bytes;
+                        r.blocks += 1;
+                    }
+                    _ => runs.push(Run {
+                        offset,
+                        bytes,
+                        blocks: 1,
+                        state,
+                        category: Some(category),
+                    }),
+                }
+                cursor = block_end;
+            }
+            if cursor < seg_end {
+                self.free(seg_end - cursor);
+                free += seg_end - cursor;
+            }
+            self.state.segment_count += 1;
+            self.state.reserved_bytes = self.state.reserved_bytes.saturating_add(size);
+            self.add(address, size, expandable, &runs, free);
+        }
+        for b in blocks {
+            self.state.unplaced_bytes = self.state.unplaced_bytes.saturating_add(b.1);
+        }
+    }
+
+    /// Counts a segment in its group (a new one when none is alike).
+    fn add(&mut self, address: u64, size: u64, expandable: bool, runs: &[Run], free: u64) {
+        use std::hash::{Hash, Hasher};
+        let mut h = rustc_hash::FxHasher::default();
+        (size, expandable, runs).hash(&mut h);
+        let same = self.index.entry(h.finish()).or_default();
+        let groups = &mut self.groups;
+        match same.iter().find(|&&g| {
+            let g = &groups[g];
+            g.size == size && g.expandable == expandable && g.runs == runs
+        }) {
+            Some(&g) => {
+                let g = &mut groups[g];
+                g.count += 1;
+                g.first_address = g.first_address.min(address);
+            }
+            None => {
+                same.push(groups.len());
+                groups.push(Group {
+                    size,
+                    expandable,
+                    runs: runs.to_vec(),
+                    count: 1,
+                    first_address: address,
+                    free,
+                });
+            }
+        }
+    }
+
+    /// The frame: groups largest first (then by their first address), as
+    /// [`alike`] orders them.
+    fn finish(mut self, point: usize, position: u32, max_bars: usize) -> (SegmentFrame, Bars) {
+        self.groups.sort_by(|a, b| {
+            b.size
+                .cmp(&a.size)
+                .then(a.first_address.cmp(&b.first_address))
+        });
+        let mut rest = [0u64; 3];
+        for g in self.groups.iter().skip(max_bars) {
+            rest[0] += g.count;
+            rest[1] += g.count * g.size;
+            rest[2] += g.count * g.free;
+        }
+        let s = self.state;
+        let frame = SegmentFrame {
+            point,
+            event_index: (position > 0).then(|| u64::from(position) - 1),
+            exact: false,
+            segment_count: s.segment_count,
+            reserved_bytes: s.reserved_bytes,
+            allocated_bytes: s.allocated_bytes,
+            pending_free_bytes: s.pending_free_bytes,
+            inactive_bytes: s.inactive_bytes,
+            largest_free_block_bytes: s.largest_free_block_bytes,
+            unplaced_bytes: s.unplaced_bytes,
+            bars: Vec::new(),
+            rest,
+        };
+        let bars = self
+            .groups
+            .into_iter()
+            .take(max_bars)
+            .map(|g| (g.count, g.size, g.expandable, g.runs))
+            .collect();
+        (frame, bars)
+    }
+}
+
+/// How many frames to keep for a device besides the states the report
+/// holds: each reads every allocation and lays out the dump's segments and
+/// about as many blocks as it holds.
+pub fn frame_count(device: &DeviceTrace, replay: &Replay) -> usize {
+    let work: usize = device
+        .segments
+        .iter()
+        .flatten()
+        .map(|s| 1 + s.blocks.len())
+        .sum::<usize>()
+        + replay.intervals.len() / 4;
+    (FRAME_WORK / work.max(1)).min(MAX_FRAMES)
+}
+
+/// The addresses whose free was requested and not completed after each of
+/// `positions` (ascending), in one walk forward: blocks another stream
+/// still uses (as [`pending_frees`] finds them one instant at a time).
+fn pending_at_each(device: &DeviceTrace, positions: &[u32]) -> Vec<HashSet<u64>> {
+    let mut out = vec![HashSet::default(); positions.len()];
+    if !device
+        .events
+        .iter()
+        .any(|e| e.action == Action::FreeRequested)
+    {
+        return out;
+    }
+    // Mostly each request is completed by the very next event: then only a
+    // position right between the two has a block pending.
+    let events = &device.events;
+    let at_once = |k: usize| {
+        events
+            .get(k + 1)
+            .is_some_and(|n| n.action == Action::FreeCompleted && n.addr == events[k].addr)
+    };
+    if (0..events.len()).all(|k| events[k].action != Action::FreeRequested || at_once(k)) {
+        for (j, &p) in positions.iter().enumerate() {
+            if let Some(e) = (p as usize).checked_sub(1).map(|k| &events[k]) {
+                if e.action == Action::FreeRequested {
+                    out[j].insert(e.addr);
+                }
+            }
+        }
+        return out;
+    }
+    let mut pending: HashSet<u64> = HashSet::default();
+    let mut j = 0;
+    for (k, e) in device.events.iter().enumerate() {
+        while positions.get(j).is_some_and(|&p| p as usize <= k) {
+            out[j] = pending.clone();
+            j += 1;
+        }
+        if j == positions.len() {
+            return out;
+        }
+        match e.action {
+            Action::FreeRequested => {
+                pending.insert(e.addr);
+            }
+            Action::FreeCompleted | Action::Alloc => {
+                pending.remove(&e.addr);
+            }
+            _ => {}
+        }
+    }
+    for slot in &mut out[j..] {
+        slot.clone_from(&pending);
+    }
+    out
+}
+
+/// Undoes one segment event.
+fn undo(ranges: &mut BTreeMap<u64, (u64, bool)>, e: &crate::model::Event) {
+    match e.action {
+        Action::SegmentAlloc => {
+            ranges.remove(&e.addr);
+        }
+        Action::SegmentFree => {
+            ranges.insert(e.addr, (e.size, false));
+        }
+        Action::SegmentMap => unmap(ranges, e.addr, e.size),
+        Action::SegmentUnmap => map(ranges, e.addr, e.size),
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -493,7 +1079,7 @@ mod tests {
             segments_show_reserved: true,
             ..DeviceTrace::default()
         };
-        let at = |p| segments_at(&device, p).into_iter().collect::<Vec<_>>();
+        let at = |p| segments_at(&device, p);
         assert_eq!(
             at(6),
             [
@@ -606,7 +1192,15 @@ mod tests {
             position: 13,
             request: Some(16 * MIB),
         }];
-        let view = view(&device, &replay, &|_| Category::Activation, &instants, 0).unwrap();
+        let (view, _) = view(
+            &device,
+            &replay,
+            &|_| Category::Activation,
+            &instants,
+            0,
+            &[],
+        )
+        .unwrap();
         let s = &view.instants[0];
         assert_eq!(
             (s.label.as_str(), s.event_index, s.exact),
@@ -657,6 +1251,105 @@ mod tests {
                     path.display(),
                     dump.len()
                 );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 14, "{checked} snapshots with history");
+    }
+
+    /// The sweep against the plain path: each instant's state equals the
+    /// one rebuilt on its own (`rebuilt_layout`: every interval, every
+    /// event), and each frame the grouping of that state.
+    fn check_sweep(device: &DeviceTrace, name: &str) -> usize {
+        let replay = crate::timeline::replay(device);
+        let cat = |k: usize| Category::ALL[k % 3];
+        let end = replay.events;
+        let mut positions: Vec<u32> = (0..=12u64)
+            .map(|j| (j * u64::from(end) / 12) as u32)
+            .collect();
+        positions.dedup();
+        let instants: Vec<Instant> = positions
+            .iter()
+            .map(|&p| Instant {
+                label: format!("at {p}"),
+                position: p,
+                request: None,
+            })
+            .collect();
+        let points: Vec<(usize, u32)> = positions.iter().copied().enumerate().collect();
+        let (states, _) = view(device, &replay, &cat, &instants, 0, &[]).unwrap();
+        let dumped = dumped_blocks(device);
+        let request = largest_request(device);
+        let plain = |p: u32| {
+            let (maps, unplaced) = if p >= end {
+                dump_layout(device, &replay, &cat)
+            } else {
+                rebuilt_layout(device, &replay, &cat, p, &dumped)
+            };
+            summarise(maps, request, unplaced)
+        };
+        for (state, &p) in states.instants.iter().zip(&positions) {
+            let want = plain(p);
+            assert_eq!(state.segments, want.segments, "{name}: segments at {p}");
+            assert_eq!(
+                (
+                    state.allocated_bytes,
+                    state.pending_free_bytes,
+                    state.inactive_bytes,
+                    state.unplaced_bytes
+                ),
+                (
+                    want.allocated_bytes,
+                    want.pending_free_bytes,
+                    want.inactive_bytes,
+                    want.unplaced_bytes
+                ),
+                "{name}: totals at {p}"
+            );
+        }
+        // Frames laid out by the sweep (only the dump is known).
+        let dump = [Instant {
+            label: "dump".into(),
+            position: end,
+            request: None,
+        }];
+        let (_, frames) = view(device, &replay, &cat, &dump, 0, &points).unwrap();
+        let want = encode(
+            points
+                .iter()
+                .map(|&(i, p)| grouped(&plain(p), i, p, end, SegmentFrames::MAX_BARS))
+                .collect(),
+        );
+        assert_eq!(frames.unwrap(), want, "{name}: frames");
+        positions.len()
+    }
+
+    #[test]
+    fn the_sweep_rebuilds_each_instant_as_the_plain_path_does() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/segments/fragmented_oom.pickle"
+        );
+        let bytes = std::fs::read(path).unwrap();
+        let trace = crate::input::parse_bytes(&bytes, &Default::default()).unwrap();
+        assert!(check_sweep(&trace.devices[0], "fragmented_oom") > 10);
+    }
+
+    #[test]
+    #[ignore = "needs ../shared/corpus (or MEMCUT_CORPUS)"]
+    fn the_sweep_rebuilds_each_instant_as_the_plain_path_does_on_real_snapshots() {
+        let dir = crate::test_support::corpus_dir();
+        let mut checked = 0;
+        for path in walk(&dir) {
+            let bytes = std::fs::read(&path).unwrap();
+            let Ok(trace) = crate::input::parse_bytes(&bytes, &Default::default()) else {
+                continue;
+            };
+            for device in &trace.devices {
+                if device.events.is_empty() || !device.segments_show_reserved {
+                    continue;
+                }
+                check_sweep(device, &path.display().to_string());
                 checked += 1;
             }
         }

@@ -7,11 +7,11 @@ use std::fmt::Write;
 
 use super::markup::{colour, escape};
 use crate::model::Category;
-use crate::schema::{BlockUse, DeviceReport, SegmentMap, SegmentState};
+use crate::schema::{alike, BlockUse, DeviceReport, SegmentMap, SegmentState};
 use crate::units::human_bytes as h;
 
 /// Segments drawn per map; the rest are summed up in a line.
-pub const MAX_BARS: usize = 48;
+pub const MAX_BARS: usize = crate::schema::SegmentFrames::MAX_BARS;
 
 /// What the state says in one sentence: segments, reserved, and how much
 /// of the free memory cannot serve the request it is measured against.
@@ -172,26 +172,10 @@ fn segment_map(out: &mut String, d: &DeviceReport, s: &SegmentState, k: usize) {
     if s.segments.is_empty() {
         return;
     }
-    let mut order: Vec<&SegmentMap> = s.segments.iter().collect();
-    order.sort_by(|a, b| b.size.cmp(&a.size).then(a.address.cmp(&b.address)));
     // Segments alike (same size, same blocks in the same places) are one
     // bar: a run of 48 identical 128 MiB segments says so in one line.
-    let mut alike: Vec<(Layout, Vec<&SegmentMap>)> = Vec::new();
-    for seg in &order {
-        let key: Vec<_> = runs(seg)
-            .iter()
-            .map(|r| (r.offset, r.bytes, r.blocks, r.state, r.category))
-            .collect();
-        match alike
-            .iter_mut()
-            .find(|(k, g)| g[0].size == seg.size && g[0].expandable == seg.expandable && *k == key)
-        {
-            Some((_, group)) => group.push(seg),
-            None => alike.push((key, vec![seg])),
-        }
-    }
+    let alike = alike(&s.segments);
     let groups = &alike[..alike.len().min(MAX_BARS)];
-    let drawn: usize = groups.iter().map(|(_, g)| g.len()).sum();
     let hatch = format!("hatch-{}-{k}", slug(&d.device));
     let height = ROW * groups.len() as f64 + 4.0;
     let _ = writeln!(
@@ -209,8 +193,8 @@ fn segment_map(out: &mut String, d: &DeviceReport, s: &SegmentState, k: usize) {
     );
     let mut present: Vec<Category> = Vec::new();
     let mut pending = false;
-    for (row, (_, group)) in groups.iter().enumerate() {
-        let seg = group[0];
+    for (row, g) in groups.iter().enumerate() {
+        let (group, seg) = (&g.members, g.members[0]);
         let y = 2.0 + row as f64 * ROW;
         let scale = (W - LABEL - RIGHT) / seg.size.max(1) as f64;
         let (label, title) = match group.len() {
@@ -229,7 +213,7 @@ fn segment_map(out: &mut String, d: &DeviceReport, s: &SegmentState, k: usize) {
             h(seg.size),
             if seg.expandable { ", expandable" } else { "" }
         );
-        for run in runs(seg) {
+        for run in &g.runs {
             let Some(c) = run.category else { continue };
             if !present.contains(&c) {
                 present.push(c);
@@ -264,10 +248,10 @@ fn segment_map(out: &mut String, d: &DeviceReport, s: &SegmentState, k: usize) {
     }
     out.push_str("<span><span class=\"sw hatch\"></span>free (cached)</span></figcaption>\n");
     let mut note = "One bar per segment, stretched to the full width (its size on the left), largest first; segments alike (the same blocks in the same places) share a bar (N × size); blocks of the same category side by side are one box (hover for its size).".to_owned();
-    if order.len() > drawn {
+    if alike.len() > groups.len() {
         let rest: Vec<&SegmentMap> = alike[groups.len()..]
             .iter()
-            .flat_map(|(_, g)| g.iter().copied())
+            .flat_map(|g| g.members.iter().copied())
             .collect();
         let reserved: u64 = rest.iter().map(|m| m.size).sum();
         let free: u64 = rest
@@ -285,42 +269,6 @@ fn segment_map(out: &mut String, d: &DeviceReport, s: &SegmentState, k: usize) {
         );
     }
     let _ = writeln!(out, "<p class=\"note\">{note}</p>\n</figure>");
-}
-
-/// A segment's runs of blocks, as (offset, bytes, blocks, state, category).
-type Layout = Vec<(u64, u64, u64, BlockUse, Option<Category>)>;
-
-/// Adjacent blocks with the same state and category.
-struct Run {
-    offset: u64,
-    bytes: u64,
-    blocks: u64,
-    state: BlockUse,
-    category: Option<Category>,
-}
-
-fn runs(seg: &SegmentMap) -> Vec<Run> {
-    let mut out: Vec<Run> = Vec::new();
-    for b in &seg.blocks {
-        match out.last_mut() {
-            Some(r)
-                if r.state == b.state()
-                    && r.category == b.category()
-                    && r.offset + r.bytes == b.offset() =>
-            {
-                r.bytes += b.size();
-                r.blocks += 1;
-            }
-            _ => out.push(Run {
-                offset: b.offset(),
-                bytes: b.size(),
-                blocks: 1,
-                state: b.state(),
-                category: b.category(),
-            }),
-        }
-    }
-    out
 }
 
 /// The id of a device's "Allocator segments" heading.

@@ -67,6 +67,18 @@ pub fn html(out: &mut String, d: &DeviceReport, n: usize) {
         .iter()
         .map(|f| json!({"kind": f.kind.as_str(), "fix": f.fix, "series": f.series}))
         .collect();
+    // The allocator's segments at some points, for a click.
+    let segments = t
+        .segments
+        .as_ref()
+        .filter(|s| !s.frames.is_empty())
+        .map(|s| {
+            json!({
+                "cats": s.categories.iter().map(|c| c.as_str()).collect::<Vec<_>>(),
+                "colours": s.categories.iter().map(|c| colour(*c)).collect::<Vec<_>>(),
+                "frames": s.frames,
+            })
+        });
     let data = json!({
         "unit": t.x_unit,
         "x": t.x,
@@ -86,6 +98,7 @@ pub fn html(out: &mut String, d: &DeviceReport, n: usize) {
         "frames": d.stacks.frames,
         "internal": d.stacks.internal,
         "stacks": d.stacks.stacks,
+        "segments": segments,
     });
     let mut legend = String::new();
     for c in t.series.keys() {
@@ -141,8 +154,18 @@ pub fn html(out: &mut String, d: &DeviceReport, n: usize) {
          <p class=\"legend\">{legend}</p>\n\
          <canvas class=\"bands\" tabindex=\"0\" role=\"img\" aria-label=\"The largest allocations over time: hover one for its stack\"></canvas>\n\
          <div class=\"tip\" role=\"tooltip\" hidden></div>\n\
-         <div class=\"live\" aria-live=\"polite\"><p class=\"note\">Click an instant on the chart to list what was live there.</p></div>\n\
-         <script type=\"application/json\" class=\"memcut-data\">{data}</script>\n</section>"
+         <div class=\"live\" aria-live=\"polite\"><p class=\"note\">Click an instant on the chart to list what was live there{}.</p></div>\n{}\
+         <script type=\"application/json\" class=\"memcut-data\">{data}</script>\n</section>",
+        if segments.is_some() {
+            " and the allocator's segments"
+        } else {
+            ""
+        },
+        if segments.is_some() {
+            "<div class=\"segmap\" hidden><p class=\"seg-head\"></p><canvas class=\"segmap\" tabindex=\"0\" role=\"img\"></canvas><p class=\"legend seg-legend\"></p><p class=\"note seg-rest\"></p></div>\n"
+        } else {
+            ""
+        }
     );
 }
 
@@ -160,7 +183,7 @@ pub const STYLE: &str = "\
 .viewer .controls button{font:inherit;font-size:.85rem;padding:.15rem .6rem}.viewer .range{color:var(--muted);font-size:.85rem;margin-left:.6rem}
 .viewer .tip{position:absolute;z-index:2;max-width:560px;background:#fff;border:1px solid #888;border-radius:4px;padding:.4rem .6rem;font-size:.8rem;box-shadow:0 2px 8px rgba(0,0,0,.2);pointer-events:none}
 .viewer .tip ol{margin:.2rem 0 0;padding-left:1.6rem}.viewer .tip li.internal{color:#9aa0a6}.viewer .tip li.user{font-weight:600}
-.viewer .live table{font-size:.85rem}.viewer .legend{display:flex;flex-wrap:wrap;gap:.3rem 1.1rem;font-size:.88rem;margin:.2rem 0}
+.viewer .live table{font-size:.85rem}.viewer canvas.segmap{cursor:default}.viewer .seg-head{font-size:.88rem;margin:.6rem 0 .2rem}.viewer .legend{display:flex;flex-wrap:wrap;gap:.3rem 1.1rem;font-size:.88rem;margin:.2rem 0}
 @media print{.viewer{display:none}}";
 
 /// The script that draws every viewer of the page.
@@ -372,11 +395,75 @@ function init(root) {
       h += '</tbody></table>';
     }
     live.innerHTML = h;
+    if (S) showSegments(i);
   }
+  // The allocator's segments at the kept state nearest plotted point i:
+  // one bar per group of segments alike, blocks coloured by category,
+  // pending frees lighter, free space hatched.
+  const S = D.segments, segBox = root.querySelector('div.segmap'), segCanvas = S && segBox.querySelector('canvas');
+  const SL = 118, SR = 8, SRow = 16, SBar = 11;
+  let segFrame = null;
+  function showSegments(i) {
+    let f = S.frames[0];
+    for (const g of S.frames) if (Math.abs(g.point - i) < Math.abs(f.point - i)) f = g;
+    segFrame = f;
+    const free = f.inactive_bytes ? '; largest free block ' + fmtB(f.largest_free_block_bytes) : '';
+    const head = 'Segments at ' + fmtX(D.x[f.point]) + (f.event_index === null ? '' : ' (event ' + f.event_index + ')') + ', ' + (f.exact ? 'as dumped' : 'an estimate rebuilt from the history') +
+      (f.point !== i ? ', the nearest of ' + S.frames.length + ' kept states to ' + fmtX(D.x[i]) : '') + ': ' + f.segment_count + ' segment' + (f.segment_count === 1 ? '' : 's') + ', ' +
+      fmtB(f.reserved_bytes) + ' reserved = ' + fmtB(f.allocated_bytes) + ' allocated' + (f.pending_free_bytes ? ' + ' + fmtB(f.pending_free_bytes) + ' pending free' : '') + ' + ' + fmtB(f.inactive_bytes) + ' free' + free +
+      (f.unplaced_bytes ? '; ' + fmtB(f.unplaced_bytes) + ' of allocations in no known segment' : '') + '.';
+    const p = segBox.querySelector('.seg-head');
+    p.textContent = head; p.dataset.allocated = f.allocated_bytes + f.pending_free_bytes; p.dataset.event = f.event_index === null ? '' : f.event_index; p.dataset.point = f.point;
+    segCanvas.setAttribute('aria-label', head);
+    segBox.querySelector('.seg-rest').textContent = (f.rest[0] ? f.rest[0] + ' more segments not drawn: ' + fmtB(f.rest[1]) + ' reserved, ' + fmtB(f.rest[2]) + ' free. ' : '') + 'One bar per segment, stretched to the full width (its size on the left), largest first; segments alike share a bar (N × size). Hover a block for its category and size.';
+    const used = new Set(), pend = f.bars.some(b => b[3].some((c, k) => k % 3 === 2 && c % 2));
+    for (const b of f.bars) for (let k = 2; k < b[3].length; k += 3) used.add(b[3][k] >> 1);
+    segBox.querySelector('.seg-legend').innerHTML = [...used].sort((a, b) => a - b).map(c => '<span><span class="sw" style="background:' + S.colours[c] + '"></span>' + esc(S.cats[c]) + '</span>').join('') +
+      (pend ? '<span><span class="sw" style="background:#999;opacity:.45"></span>pending free (lighter)</span>' : '') + '<span><span class="sw hatch"></span>free (cached)</span>';
+    segBox.hidden = false;
+    drawSegments();
+  }
+  let hatch = null;
+  function drawSegments() {
+    const f = segFrame;
+    if (!f) return;
+    segCanvas.style.height = (f.bars.length * SRow + 6) + 'px';
+    const [g, w] = fit(segCanvas), bw = w - SL - SR;
+    if (!hatch) {
+      const t = document.createElement('canvas'); t.width = t.height = 6;
+      const c = t.getContext('2d'); c.fillStyle = '#fff'; c.fillRect(0, 0, 6, 6); c.strokeStyle = '#9aa0a6'; c.lineWidth = 1.5;
+      c.beginPath(); c.moveTo(0, 6); c.lineTo(6, 0); c.stroke();
+      hatch = g.createPattern(t, 'repeat');
+    }
+    g.clearRect(0, 0, w, segCanvas.clientHeight);
+    g.font = '11px system-ui, sans-serif'; g.textAlign = 'right';
+    f.bars.forEach((b, r) => {
+      const y = 3 + r * SRow, scale = bw / Math.max(1, b[1]), runs = b[3];
+      g.fillStyle = '#333'; g.fillText((b[0] > 1 ? b[0] + ' × ' : '') + fmtB(b[1]), SL - 6, y + SBar - 1.5);
+      g.fillStyle = hatch; g.fillRect(SL, y, bw, SBar);
+      for (let k = 0; k < runs.length; k += 3) {
+        const c = runs[k + 2];
+        g.globalAlpha = c % 2 ? 0.45 : 1; g.fillStyle = S.colours[c >> 1];
+        g.fillRect(SL + runs[k] * scale, y, Math.max(0.6, runs[k + 1] * scale), SBar);
+      }
+      g.globalAlpha = 1;
+    });
+  }
+  if (S) segCanvas.addEventListener('mousemove', e => {
+    const [px, py] = local(e, segCanvas), f = segFrame, r = Math.floor((py - 3) / SRow), b = f && f.bars[r];
+    if (!b || px < SL || px > segCanvas.clientWidth - SR) { tip.hidden = true; return; }
+    const at = (px - SL) / (segCanvas.clientWidth - SL - SR) * b[1], runs = b[3];
+    let what = 'free (cached)';
+    for (let k = 0; k < runs.length; k += 3) if (runs[k] <= at && at < runs[k] + runs[k + 1]) {
+      const c = runs[k + 2]; what = '<b>' + esc(fmtB(runs[k + 1])) + '</b> ' + esc(S.cats[c >> 1]) + (c % 2 ? ', pending free' : ''); break;
+    }
+    showTip(what + '<br>' + (b[0] > 1 ? b[0] + ' segments alike of ' : 'a segment of ') + esc(fmtB(b[1])) + (b[2] ? ', expandable' : ''), px, py, segCanvas);
+  });
+  if (S) segCanvas.addEventListener('mouseleave', () => { tip.hidden = true; });
   root.hidden = false;
-  root.memcut = {findings: D.findings.length, range: () => [lo, hi], full: full, bands: bands, X: x => X(x, lanes.clientWidth), laneH: () => laneH(lanes.clientHeight), top: T, left: L, nearest: nearest, showLive: showLive};
+  root.memcut = {findings: D.findings.length, range: () => [lo, hi], full: full, bands: bands, segFrame: () => segFrame, X: x => X(x, lanes.clientWidth), laneH: () => laneH(lanes.clientHeight), top: T, left: L, nearest: nearest, showLive: showLive};
   draw();
-  window.addEventListener('resize', draw);
+  window.addEventListener('resize', () => { draw(); drawSegments(); });
 }
 // On screen the viewer stands in for the static chart (print and pages
 // without script keep the chart).

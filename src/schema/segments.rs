@@ -3,6 +3,7 @@
 //! segment) and the blocks they are cut into, at the instants a post-mortem
 //! asks about. Part of the report contract (see the parent module).
 
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::model::Category;
@@ -126,7 +127,7 @@ impl BlockSpan {
 
 /// What a block holds (PyTorch's `active_allocated`, `active_pending_free`,
 /// `inactive`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BlockUse {
     /// Handed to the program.
@@ -135,4 +136,126 @@ pub enum BlockUse {
     PendingFree,
     /// Free: cached for reuse.
     Inactive,
+}
+
+/// The allocator's segments at some of the timeline's plotted points
+/// (`timeline.segments`), drawn by the HTML viewer when an instant is
+/// clicked: each frame is a segment map as the report draws one (segments
+/// alike share a bar, the largest bars first, the rest summed), kept at
+/// evenly spaced points and at the reported instant. Empty for files
+/// without segments and for reports without plots.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SegmentFrames {
+    /// What a run's category code names: code `c` is `categories[c / 2]`,
+    /// pending free when `c` is odd.
+    pub categories: Vec<Category>,
+    /// In order of `point`.
+    pub frames: Vec<SegmentFrame>,
+}
+
+impl SegmentFrames {
+    /// Bars per segment map; the rest are summed up.
+    pub const MAX_BARS: usize = 48;
+}
+
+/// The segments after one plotted point's event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SegmentFrame {
+    /// Index into `timeline.x`.
+    pub point: usize,
+    /// The event after which this state holds (as [`SegmentState`]'s).
+    pub event_index: Option<u64>,
+    pub exact: bool,
+    pub segment_count: u64,
+    pub reserved_bytes: u64,
+    pub allocated_bytes: u64,
+    pub pending_free_bytes: u64,
+    pub inactive_bytes: u64,
+    pub largest_free_block_bytes: u64,
+    pub unplaced_bytes: u64,
+    /// The largest groups of segments alike, largest first.
+    pub bars: Vec<SegmentBar>,
+    /// The segments in no bar: how many, their bytes, their free bytes.
+    pub rest: [u64; 3],
+}
+
+/// Segments alike (same size, the same blocks in the same places), written
+/// `[count, size, expandable, [offset, bytes, code, …]]`: the runs of
+/// blocks handed out (adjacent blocks of one category and state are one
+/// run; free space is what no run covers), `code` as
+/// [`SegmentFrames::categories`] says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentBar(pub u64, pub u64, pub bool, pub Vec<u64>);
+
+/// Adjacent blocks with the same state and category: what a segment map
+/// draws as one box.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Run {
+    pub offset: u64,
+    pub bytes: u64,
+    pub blocks: u64,
+    pub state: BlockUse,
+    pub category: Option<Category>,
+}
+
+/// A segment's blocks as runs, in address order.
+pub fn runs(seg: &SegmentMap) -> Vec<Run> {
+    let mut out: Vec<Run> = Vec::new();
+    for b in &seg.blocks {
+        match out.last_mut() {
+            Some(r)
+                if r.state == b.state()
+                    && r.category == b.category()
+                    && r.offset + r.bytes == b.offset() =>
+            {
+                r.bytes += b.size();
+                r.blocks += 1;
+            }
+            _ => out.push(Run {
+                offset: b.offset(),
+                bytes: b.size(),
+                blocks: 1,
+                state: b.state(),
+                category: b.category(),
+            }),
+        }
+    }
+    out
+}
+
+/// Segments alike: the same size, the same runs in the same places.
+pub struct Alike<'a> {
+    pub runs: Vec<Run>,
+    pub members: Vec<&'a SegmentMap>,
+}
+
+/// The segments grouped as a segment map draws them: largest first (then
+/// by address), segments alike in one group, groups in order of their
+/// first member.
+pub fn alike(segments: &[SegmentMap]) -> Vec<Alike<'_>> {
+    let mut order: Vec<&SegmentMap> = segments.iter().collect();
+    order.sort_by(|a, b| b.size.cmp(&a.size).then(a.address.cmp(&b.address)));
+    let mut members: Vec<Vec<&SegmentMap>> = Vec::new();
+    let mut index: FxHashMap<(u64, bool, Vec<Run>), usize> = FxHashMap::default();
+    for seg in order {
+        let next = members.len();
+        let g = *index
+            .entry((seg.size, seg.expandable, runs(seg)))
+            .or_insert(next);
+        if g == next {
+            members.push(Vec::new());
+        }
+        members[g].push(seg);
+    }
+    let mut runs_of: Vec<Vec<Run>> = vec![Vec::new(); members.len()];
+    for ((_, _, runs), g) in index {
+        runs_of[g] = runs;
+    }
+    runs_of
+        .into_iter()
+        .zip(members)
+        .map(|(runs, members)| Alike { runs, members })
+        .collect()
 }

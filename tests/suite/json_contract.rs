@@ -410,6 +410,33 @@ struct Timeline {
     oom_x: Vec<f64>,
     #[serde(default)]
     bands: Vec<Band>,
+    segments: Option<SegmentFrames>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SegmentFrames {
+    categories: Vec<Category>,
+    frames: Vec<SegmentFrame>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SegmentFrame {
+    point: usize,
+    event_index: Option<u64>,
+    exact: bool,
+    segment_count: u64,
+    reserved_bytes: u64,
+    allocated_bytes: u64,
+    pending_free_bytes: u64,
+    inactive_bytes: u64,
+    largest_free_block_bytes: u64,
+    unplaced_bytes: u64,
+    /// `[count, size, expandable, [offset, bytes, code, …]]`.
+    bars: Vec<(u64, u64, bool, Vec<u64>)>,
+    /// Segments in no bar: count, bytes, free bytes.
+    rest: [u64; 3],
 }
 
 #[derive(Debug, Deserialize)]
@@ -625,6 +652,73 @@ fn check(what: &str, text: &str) -> Report {
             let _ = b.category;
         }
         assert!(t.bands.len() <= 32 * 16, "{what}: {} bands", t.bands.len());
+        // The viewer's segment maps: at plotted points, in order; the bars
+        // and the rest are every segment; runs within their segment, in
+        // order, coded by the categories; the dump's frame is the dump's
+        // state and the reported instant's frame is its state.
+        if let Some(sf) = &t.segments {
+            assert!(d.segments.is_some(), "{what}: frames without segments");
+            assert!(
+                !sf.frames.is_empty() && sf.frames.len() <= 24 + 2 + 8,
+                "{what}"
+            );
+            assert!(
+                sf.frames.windows(2).all(|w| w[0].point < w[1].point),
+                "{what}"
+            );
+            for f in &sf.frames {
+                assert!(f.point < t.x.len(), "{what}");
+                assert!(f.bars.len() <= 48, "{what}");
+                let count: u64 = f.bars.iter().map(|b| b.0).sum::<u64>() + f.rest[0];
+                let bytes: u64 = f.bars.iter().map(|b| b.0 * b.1).sum::<u64>() + f.rest[1];
+                assert_eq!(count, f.segment_count, "{what}: frame {}", f.point);
+                assert_eq!(bytes, f.reserved_bytes, "{what}: frame {}", f.point);
+                let mut held = 0;
+                for (n, size, _, runs) in &f.bars {
+                    assert_eq!(runs.len() % 3, 0, "{what}");
+                    let mut end = 0;
+                    for r in runs.chunks(3) {
+                        assert!(r[0] >= end && r[0] + r[1] <= *size, "{what}: {runs:?}");
+                        assert!((r[2] / 2) < sf.categories.len() as u64, "{what}");
+                        end = r[0] + r[1];
+                        held += n * r[1];
+                    }
+                }
+                let free: u64 = f.bars.iter().map(|b| b.0 * b.1).sum::<u64>() - held + f.rest[2];
+                assert_eq!(free, f.inactive_bytes, "{what}: frame {}", f.point);
+                assert!(f.largest_free_block_bytes <= f.inactive_bytes, "{what}");
+                let state = d
+                    .segments
+                    .iter()
+                    .flat_map(|v| &v.instants)
+                    .find(|s| s.event_index == f.event_index && s.exact == f.exact);
+                if let Some(s) = state {
+                    assert_eq!(
+                        (
+                            s.allocated_bytes,
+                            s.pending_free_bytes,
+                            s.inactive_bytes,
+                            s.segment_count,
+                            s.unplaced_bytes
+                        ),
+                        (
+                            f.allocated_bytes,
+                            f.pending_free_bytes,
+                            f.inactive_bytes,
+                            f.segment_count,
+                            f.unplaced_bytes
+                        ),
+                        "{what}: frame {} against the state there",
+                        f.point
+                    );
+                }
+            }
+            let reported = d.segments.iter().flat_map(|v| &v.instants).next();
+            assert!(
+                reported.is_none_or(|s| sf.frames.iter().any(|f| f.event_index == s.event_index)),
+                "{what}: the reported instant without its frame"
+            );
+        }
         // A finding's curve with its fix: one value per x, its highest the
         // peak with the fix.
         for f in &d.findings {

@@ -46,6 +46,19 @@ try {
   const t = root.querySelector('.live .total');
   res.live_total = t ? Number(t.dataset.total) : null;
   res.live_rows = [...root.querySelectorAll('.live td[data-bytes]')].map(td => Number(td.dataset.bytes));
+  // The allocator's segments at that instant, when the file has them.
+  const sh = root.querySelector('.segmap .seg-head'), box = root.querySelector('div.segmap');
+  res.seg = !box || box.hidden ? null : {allocated: Number(sh.dataset.allocated), event: sh.dataset.event === '' ? null : Number(sh.dataset.event), text: sh.textContent};
+  if (res.seg) {
+    // Hover the middle of the first bar's first block.
+    const f = m.segFrame(), b = f.bars[0], cv = root.querySelector('canvas.segmap'), cr = cv.getBoundingClientRect();
+    if (b && b[3].length) {
+      const mid = (b[3][0] + b[3][1] / 2) / b[1], x = 118 + mid * (cv.clientWidth - 118 - 8);
+      cv.dispatchEvent(new MouseEvent('mousemove', {clientX: cr.left + x, clientY: cr.top + 3 + 5, bubbles: true}));
+      res.seg.tip = tip.hidden ? null : tip.textContent;
+      res.seg.block = [b[3][1], D.segments.cats[b[3][2] >> 1]];
+    }
+  }
   res.paint_ms = performance.now();
 } catch (e) { res.exception = String(e) + ' ' + e.stack; }
 const pre = document.createElement('pre'); pre.id = 'memcut-result'; pre.textContent = JSON.stringify(res);
@@ -138,8 +151,14 @@ fn check(input: &Path, extra: &[&str], name: &str) -> serde_json::Value {
     );
     // Hover: the band's size, site and its stack, innermost frame first.
     let device = &report["devices"][0];
-    // Each finding's waste is shaded.
-    let findings = device["findings"].as_array().map_or(0, |f| f.len());
+    // Each finding's waste is shaded (those with a curve: a fragmented
+    // OOM's fix frees no bytes over time).
+    let points = device["timeline"]["x"].as_array().map_or(0, |x| x.len());
+    let findings = device["findings"].as_array().map_or(0, |f| {
+        f.iter()
+            .filter(|f| f["series"].as_array().is_some_and(|s| s.len() == points))
+            .count()
+    });
     assert_eq!(
         at("findings").as_u64(),
         Some(findings as u64),
@@ -201,6 +220,28 @@ fn check(input: &Path, extra: &[&str], name: &str) -> serde_json::Value {
         .map(|v| v.as_u64().unwrap())
         .sum();
     assert_eq!(rows, peak, "{name}: the live set's categories");
+    // The allocator's segments there: the state the report gives for its
+    // instant (the peak), and a hovered block names its category.
+    match device["segments"]["instants"].get(0) {
+        Some(state) => {
+            let seg = at("seg");
+            let allocated = state["allocated_bytes"].as_u64().unwrap()
+                + state["pending_free_bytes"].as_u64().unwrap();
+            assert_eq!(seg["allocated"].as_u64(), Some(allocated), "{name}: {seg}");
+            assert_eq!(seg["event"], state["event_index"], "{name}: {seg}");
+            if let Some(block) = seg["block"].as_array() {
+                let tip = seg["tip"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{name}: no tooltip on the segment map"));
+                let category = block[1].as_str().unwrap();
+                assert!(tip.contains(category), "{name}: {tip}");
+            }
+        }
+        None => assert!(
+            at("seg").is_null(),
+            "{name}: a segment map without segments"
+        ),
+    }
     seen
 }
 
@@ -220,6 +261,12 @@ fn the_viewer_hovers_zooms_and_lists_the_live_set() {
         &samples.join("pairs/levers/train.tinylm.cold.waste.trace.json.gz"),
         &["--what-if", "activation_checkpointing", "--budget", "60%"],
         "what_if",
+    );
+    // A snapshot with the allocator's segments and an OOM.
+    check(
+        &manifest().join("tests/data/segments/fragmented_oom.pickle"),
+        &[],
+        "segments",
     );
     // A run with two findings, each shaded.
     let seen = check(
