@@ -527,6 +527,21 @@ pub struct TimelineSeries {
     /// record segments (see [`SegmentFrames`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub segments: Option<SegmentFrames>,
+    /// Finer series around the reported instant, for a zoom: each level
+    /// plots a sixteenth of the span of the one before it with as many
+    /// points (only where the trace has more positions than points).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub detail: Vec<DetailSeries>,
+}
+
+/// One level of [`TimelineSeries::detail`]: `x`, `series` and `reserved`
+/// as the timeline's own, over the stretch of positions it covers.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DetailSeries {
+    pub x: Vec<f64>,
+    pub series: BTreeMap<Category, Vec<u64>>,
+    pub reserved: Option<Vec<u64>>,
 }
 
 /// One allocation of [`TimelineSeries::bands`]: where it lives on the
@@ -548,6 +563,14 @@ pub struct Band {
     pub alloc: Option<EventRef>,
     #[serde(default)]
     pub free: Option<EventRef>,
+    /// The finest level of `detail` whose stretches chose it (0: the
+    /// whole run's); the viewer draws it from that zoom on.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub level: u8,
+}
+
+fn is_zero(n: &u8) -> bool {
+    *n == 0
 }
 
 /// A device's cut plan against a memory budget.

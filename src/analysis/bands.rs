@@ -61,46 +61,68 @@ pub fn life(
 }
 
 /// The bands of a device, by first position then size (largest first);
-/// their stacks are interned into `stacks`.
+/// their stacks are interned into `stacks`. `spans` are the plotted
+/// stretches (`analysis::plot_spans`: the whole run, then the detail
+/// levels): each is cut into [`WINDOWS`] stretches that keep their largest,
+/// and a band's level is the first span that chose it.
 pub fn bands(
     sites: &crate::model::Sites,
     device: &DeviceTrace,
     cd: &ClassifiedDevice,
     stacks: &mut StackTableBuilder,
     options: &Options,
+    spans: &[(usize, usize, usize)],
 ) -> Vec<Band> {
     let replay = &cd.timeline.replay;
     let positions = replay.positions() as usize;
     if positions == 0 {
         return Vec::new();
     }
-    let window = |p: u32| (p as usize * WINDOWS / positions).min(WINDOWS - 1);
-    // Per stretch, the largest allocations live in it: a min-heap of
-    // (size, index) capped at PER_WINDOW.
-    let mut heaps: Vec<Largest> = (0..WINDOWS).map(|_| BinaryHeap::new()).collect();
+    // Per level and stretch, the largest allocations live in it: a
+    // min-heap of (size, index) capped at PER_WINDOW; one pass over the
+    // intervals fills every level.
+    let mut heaps: Vec<Vec<Largest>> = spans
+        .iter()
+        .map(|_| (0..WINDOWS).map(|_| BinaryHeap::new()).collect())
+        .collect();
     for (k, iv) in replay.intervals.iter().enumerate() {
-        if iv.size == 0 || iv.end <= iv.start {
+        let (from, to) = (iv.start as usize, iv.end as usize);
+        if iv.size == 0 || to <= from {
             continue;
         }
-        for heap in &mut heaps[window(iv.start)..=window(iv.end - 1)] {
-            let entry = Reverse((iv.size, Reverse(k)));
-            if heap.len() < PER_WINDOW {
-                heap.push(entry);
-            } else if heap.peek().is_some_and(|smallest| entry < *smallest) {
-                heap.pop();
-                heap.push(entry);
+        for (level, &(start, end, _)) in spans.iter().enumerate() {
+            if to <= start || from >= end {
+                continue;
+            }
+            let len = end - start;
+            let window = |p: usize| ((p - start) * WINDOWS / len).min(WINDOWS - 1);
+            for heap in &mut heaps[level][window(from.max(start))..=window(to.min(end) - 1)] {
+                let entry = Reverse((iv.size, Reverse(k)));
+                if heap.len() < PER_WINDOW {
+                    heap.push(entry);
+                } else if heap.peek().is_some_and(|smallest| entry < *smallest) {
+                    heap.pop();
+                    heap.push(entry);
+                }
             }
         }
     }
-    let mut chosen: Vec<usize> = heaps
+    // Interval index → the first level that chose it.
+    let mut chosen: Vec<(usize, u8)> = heaps
         .into_iter()
-        .flat_map(|h| h.into_iter().map(|Reverse((_, Reverse(k)))| k))
+        .enumerate()
+        .flat_map(|(level, heaps)| {
+            heaps.into_iter().flat_map(move |h| {
+                h.into_iter()
+                    .map(move |Reverse((_, Reverse(k)))| (k, level as u8))
+            })
+        })
         .collect();
     chosen.sort_unstable();
-    chosen.dedup();
+    chosen.dedup_by_key(|c| c.0);
     let mut bands: Vec<Band> = chosen
         .into_iter()
-        .map(|k| {
+        .map(|(k, level)| {
             let iv = &replay.intervals[k];
             let class = &cd.classes[k];
             let (alloc, free) = life(device, replay, iv);
@@ -114,6 +136,7 @@ pub fn bands(
                 stack: stacks.stack_of(sites, iv.site),
                 alloc,
                 free,
+                level,
             }
         })
         .collect();

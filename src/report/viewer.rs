@@ -25,9 +25,31 @@ pub fn html(out: &mut String, d: &DeviceReport, n: usize) {
     if t.x.len() < 2 {
         return;
     }
-    let cats: Vec<&str> = t.series.keys().map(|c| c.as_str()).collect();
-    let colours: Vec<&str> = t.series.keys().map(|c| colour(*c)).collect();
-    let series: Vec<&Vec<u64>> = t.series.values().collect();
+    // The categories of every level, each level's series in their order
+    // (zeros where a level has none of one).
+    let mut present: Vec<crate::model::Category> = t
+        .series
+        .keys()
+        .chain(t.detail.iter().flat_map(|d| d.series.keys()))
+        .copied()
+        .collect();
+    present.sort();
+    present.dedup();
+    let cats: Vec<&str> = present.iter().map(|c| c.as_str()).collect();
+    let colours: Vec<&str> = present.iter().map(|c| colour(*c)).collect();
+    let aligned = |series: &std::collections::BTreeMap<crate::model::Category, Vec<u64>>,
+                   n: usize| {
+        present
+            .iter()
+            .map(|c| series.get(c).cloned().unwrap_or_else(|| vec![0; n]))
+            .collect::<Vec<Vec<u64>>>()
+    };
+    let series = aligned(&t.series, t.x.len());
+    let detail: Vec<serde_json::Value> = t
+        .detail
+        .iter()
+        .map(|d| json!({"x": d.x, "series": aligned(&d.series, d.x.len()), "reserved": d.reserved}))
+        .collect();
     let bands: Vec<serde_json::Value> = t
         .bands
         .iter()
@@ -41,7 +63,8 @@ pub fn html(out: &mut String, d: &DeviceReport, n: usize) {
                 b.site,
                 b.stack,
                 b.alloc.map(|e| e.0),
-                b.free.map(|e| e.0)
+                b.free.map(|e| e.0),
+                b.level
             ])
         })
         .collect();
@@ -99,9 +122,10 @@ pub fn html(out: &mut String, d: &DeviceReport, n: usize) {
         "internal": d.stacks.internal,
         "stacks": d.stacks.stacks,
         "segments": segments,
+        "detail": detail,
     });
     let mut legend = String::new();
-    for c in t.series.keys() {
+    for c in &present {
         let _ = write!(
             legend,
             "<span><span class=\"sw\" style=\"background:{}\"></span>{c}</span>",
@@ -196,24 +220,44 @@ function init(root) {
   const D = JSON.parse(root.querySelector('script.memcut-data').textContent);
   const area = root.querySelector('canvas.area'), lanes = root.querySelector('canvas.bands');
   const tip = root.querySelector('.tip'), live = root.querySelector('.live'), rangeText = root.querySelector('.range');
-  const n = D.x.length, C = D.series.length, time = D.unit === 'time_us';
+  const C = D.series.length, time = D.unit === 'time_us';
   const fmtX = x => !time ? 'event ' + Math.round(x) : Math.abs(x) >= 1e6 ? (x / 1e6).toFixed(3) + ' s' : Math.abs(x) >= 1e3 ? (x / 1e3).toFixed(2) + ' ms' : x.toFixed(1) + ' µs';
-  const full = [D.x[0], D.x[n - 1] > D.x[0] ? D.x[n - 1] : D.x[0] + 1];
+  const full = [D.x[0], D.x[D.x.length - 1] > D.x[0] ? D.x[D.x.length - 1] : D.x[0] + 1];
   let lo = full[0], hi = full[1];
-  const total = new Float64Array(n), cum = D.series.map(() => new Float64Array(n));
-  for (let i = 0; i < n; i++) { let s = 0; for (let c = 0; c < C; c++) { s += D.series[c][i]; cum[c][i] = s; } total[i] = s; }
+  // The whole run's points, then finer ones around the reported instant
+  // (timeline.detail): a zoom inside a finer level's stretch draws it.
+  const levels = [{x: D.x, series: D.series, reserved: D.reserved}].concat(D.detail || []).map((l, k) => {
+    const n = l.x.length, total = new Float64Array(n), cum = l.series.map(() => new Float64Array(n));
+    for (let i = 0; i < n; i++) { let s = 0; for (let c = 0; c < C; c++) { s += l.series[c][i]; cum[c][i] = s; } total[i] = s; }
+    return {k: k, x: l.x, series: l.series, reserved: l.reserved, n: n, total: total, cum: cum, span: [l.x[0], l.x[n - 1]]};
+  });
+  let V = levels[0], n = V.n, total = V.total, cum = V.cum;
+  function pickLevel() {
+    V = levels[0];
+    for (const l of levels) if (l.k > 0 && l.n > 1 && lo >= l.span[0] && hi <= l.span[1]) V = l;
+    n = V.n; total = V.total; cum = V.cum;
+  }
   let ymax = 0;
-  for (let i = 0; i < n; i++) ymax = Math.max(ymax, total[i], D.reserved ? D.reserved[i] : 0, D.what_if ? D.what_if[i] : 0, D.next_step ? D.next_step[i] : 0);
+  for (let i = 0; i < D.x.length; i++) ymax = Math.max(ymax, levels[0].total[i], D.what_if ? D.what_if[i] : 0, D.next_step ? D.next_step[i] : 0);
+  for (const l of levels) for (let i = 0; i < l.n; i++) ymax = Math.max(ymax, l.total[i], l.reserved ? l.reserved[i] : 0);
   ymax = ymax > 0 ? ymax * 1.05 : 1;
   // Bands in lanes: each takes the first lane free at its start.
-  const bands = D.bands.map(b => ({x0: b[0], x1: Math.max(b[1], b[0]), bytes: b[2], cat: b[3], rule: b[4], site: b[5], stack: b[6], alloc: b[7], free: b[8]}));
-  const laneEnd = [];
-  for (const b of bands) {
-    let k = laneEnd.findIndex(e => e < b.x0);
-    if (k < 0) { k = laneEnd.length; laneEnd.push(0); }
-    laneEnd[k] = b.x1; b.lane = k;
+  const allBands = D.bands.map(b => ({x0: b[0], x1: Math.max(b[1], b[0]), bytes: b[2], cat: b[3], rule: b[4], site: b[5], stack: b[6], alloc: b[7], free: b[8], level: b[9] || 0}));
+  // The bands a level draws (those chosen for it or a coarser one), in
+  // lanes: each takes the first lane free at its start.
+  let bands = [], laneCount = 1, lanesOf = -1;
+  function layBands() {
+    if (lanesOf === V.k) return;
+    lanesOf = V.k; bands = allBands.filter(b => b.level <= V.k);
+    const laneEnd = [];
+    for (const b of bands) {
+      let k = laneEnd.findIndex(e => e < b.x0);
+      if (k < 0) { k = laneEnd.length; laneEnd.push(0); }
+      laneEnd[k] = b.x1; b.lane = k;
+    }
+    laneCount = Math.max(1, laneEnd.length);
   }
-  const laneCount = Math.max(1, laneEnd.length), colourOf = {};
+  const colourOf = {};
   D.cats.forEach((c, i) => colourOf[c] = D.colours[i]);
   const L = 72, R = 14, T = 10, B = 26;
   function fit(cv) {
@@ -226,15 +270,15 @@ function init(root) {
   const invX = (px, w) => lo + (px - L) / (w - L - R) * (hi - lo);
   const laneH = h => Math.max(2, Math.min(14, (h - T - B) / laneCount));
   // The plotted point an x falls on: the last at or before it.
-  function pointAt(x) { let a = 0, b = n - 1; while (a < b) { const m = (a + b + 1) >> 1; if (D.x[m] <= x) a = m; else b = m - 1; } return a; }
+  function pointAt(x, L) { const xs = (L || V).x; let a = 0, b = xs.length - 1; while (a < b) { const m = (a + b + 1) >> 1; if (xs[m] <= x) a = m; else b = m - 1; } return a; }
   // The plotted point nearest an x (a click lands between two).
-  function nearest(x) { const a = pointAt(x); return a + 1 < n && D.x[a + 1] - x < x - D.x[a] ? a + 1 : a; }
+  function nearest(x, L) { const xs = (L || V).x, a = pointAt(x, L); return a + 1 < xs.length && xs[a + 1] - x < x - xs[a] ? a + 1 : a; }
   // The point with the most memory within 3 pixels of a click (a pixel
   // may hold many points; a click near the peak means the peak).
   function highestNear(px, w) {
     let best = nearest(invX(px, w));
-    for (let i = pointAt(invX(px - 3, w)); i < n && D.x[i] <= invX(px + 3, w); i++)
-      if (D.x[i] >= invX(px - 3, w) && total[i] > total[best]) best = i;
+    for (let i = pointAt(invX(px - 3, w)); i < n && V.x[i] <= invX(px + 3, w); i++)
+      if (V.x[i] >= invX(px - 3, w) && total[i] > total[best]) best = i;
     return best;
   }
   function xTicks(g, w, h) {
@@ -251,39 +295,39 @@ function init(root) {
     g.save(); g.beginPath(); g.rect(L, 0, w - L - R, h); g.clip();
     const i0 = Math.max(0, pointAt(lo)), i1 = Math.min(n - 1, pointAt(hi) + 1);
     for (let c = C - 1; c >= 0; c--) {
-      g.beginPath(); g.moveTo(X(D.x[i0], w), Y(0));
+      g.beginPath(); g.moveTo(X(V.x[i0], w), Y(0));
       for (let i = i0; i <= i1; i++) {
-        const xa = X(D.x[i], w), xb = i < n - 1 ? X(D.x[i + 1], w) : xa;
+        const xa = X(V.x[i], w), xb = i < n - 1 ? X(V.x[i + 1], w) : xa;
         g.lineTo(xa, Y(cum[c][i])); g.lineTo(xb, Y(cum[c][i]));
       }
-      g.lineTo(X(D.x[i1], w), Y(0)); g.closePath(); g.fillStyle = D.colours[c]; g.fill();
+      g.lineTo(X(V.x[i1], w), Y(0)); g.closePath(); g.fillStyle = D.colours[c]; g.fill();
     }
     const line = (vals, style, dash, width) => {
       g.beginPath(); g.setLineDash(dash); g.strokeStyle = style; g.lineWidth = width;
       for (let i = i0; i <= i1; i++) {
-        const xa = X(D.x[i], w), xb = i < n - 1 ? X(D.x[i + 1], w) : xa;
+        const xa = X(V.x[i], w), xb = i < n - 1 ? X(V.x[i + 1], w) : xa;
         if (i === i0) g.moveTo(xa, Y(vals[i])); else g.lineTo(xa, Y(vals[i]));
         g.lineTo(xb, Y(vals[i]));
       }
       g.stroke(); g.setLineDash([]); g.lineWidth = 1;
     };
-    D.findings.forEach((f, k) => {
+    if (V.k === 0) D.findings.forEach((f, k) => {
       // The waste: from the curve with the fix up to the recorded total.
       g.beginPath();
       for (let i = i0; i <= i1; i++) {
-        const xa = X(D.x[i], w), xb = i < n - 1 ? X(D.x[i + 1], w) : xa, y = Y(Math.min(f.series[i], total[i]));
+        const xa = X(V.x[i], w), xb = i < n - 1 ? X(V.x[i + 1], w) : xa, y = Y(Math.min(f.series[i], total[i]));
         if (i === i0) g.moveTo(xa, y); else g.lineTo(xa, y);
         g.lineTo(xb, y);
       }
       for (let i = i1; i >= i0; i--) {
-        const xa = X(D.x[i], w), xb = i < n - 1 ? X(D.x[i + 1], w) : xa;
+        const xa = X(V.x[i], w), xb = i < n - 1 ? X(V.x[i + 1], w) : xa;
         g.lineTo(xb, Y(total[i])); g.lineTo(xa, Y(total[i]));
       }
       g.closePath(); g.fillStyle = D.finding_colours[k % D.finding_colours.length]; g.fill();
     });
-    if (D.reserved) line(D.reserved, '#222', [5, 3], 1.3);
-    if (D.what_if) line(D.what_if, '#0a7d2c', [], 2);
-    if (D.next_step) line(D.next_step, '#c25400', [6, 3], 2);
+    if (V.reserved) line(V.reserved, '#222', [5, 3], 1.3);
+    if (D.what_if && V.k === 0) line(D.what_if, '#0a7d2c', [], 2);
+    if (D.next_step && V.k === 0) line(D.next_step, '#c25400', [6, 3], 2);
     const mark = (x, style, label) => {
       if (x < lo || x > hi) return;
       const px = X(x, w); g.strokeStyle = style; g.lineWidth = 1.3;
@@ -313,7 +357,10 @@ function init(root) {
     g.fillText(bands.length + ' largest', L - 6, T + 10);
     xTicks(g, w, h);
   }
-  function draw() { drawArea(); drawBands(); rangeText.textContent = fmtX(lo) + ' – ' + fmtX(hi) + (lo > full[0] || hi < full[1] ? ' (zoomed)' : ''); }
+  function draw() {
+    pickLevel(); layBands(); drawArea(); drawBands();
+    rangeText.textContent = fmtX(lo) + ' – ' + fmtX(hi) + (lo > full[0] || hi < full[1] ? ' (zoomed' + (V.k ? '; finer detail, level ' + V.k + ')' : ')') : '');
+  }
   function zoom(factor, at) {
     const span = Math.min(full[1] - full[0], Math.max((hi - lo) * factor, (full[1] - full[0]) * 1e-6));
     const c = at === undefined ? (lo + hi) / 2 : at, k = (c - lo) / (hi - lo);
@@ -353,8 +400,9 @@ function init(root) {
     if (drag) { const dx = (drag - px) / (area.clientWidth - L - R) * (hi - lo); drag = px; pan(dx); return; }
     if (px < L) { tip.hidden = true; return; }
     const i = nearest(invX(px, area.clientWidth));
-    const waste = D.findings.map(f => '<br>' + esc(f.kind) + ': ' + esc(fmtB(Math.max(0, total[i] - f.series[i]))) + ' that ' + esc(f.fix) + ' frees').join('');
-    showTip(esc(fmtX(D.x[i])) + ': <b>' + esc(fmtB(total[i])) + '</b> allocated' + (D.what_if ? '; with ' + esc(D.what_if_levers) + ': ' + esc(fmtB(D.what_if[i])) : '') + (D.next_step ? '; next step (predicted): ' + esc(fmtB(D.next_step[i])) : '') + waste, px, py, area);
+    const waste = V.k ? '' : D.findings.map(f => '<br>' + esc(f.kind) + ': ' + esc(fmtB(Math.max(0, total[i] - f.series[i]))) + ' that ' + esc(f.fix) + ' frees').join('');
+    const base = V.k === 0;
+    showTip(esc(fmtX(V.x[i])) + ': <b>' + esc(fmtB(total[i])) + '</b> allocated' + (D.what_if && base ? '; with ' + esc(D.what_if_levers) + ': ' + esc(fmtB(D.what_if[i])) : '') + (D.next_step && base ? '; next step (predicted): ' + esc(fmtB(D.next_step[i])) : '') + waste, px, py, area);
   });
   for (const cv of [area, lanes]) cv.addEventListener('mouseleave', () => { tip.hidden = true; drag = null; });
   let drag = null, moved = false, downAt = 0;
@@ -378,8 +426,8 @@ function init(root) {
   // What was live at plotted point i: its categories' bytes (the chart's
   // own values), the bands live there by site, and the rest per category.
   function showLive(i) {
-    const x = D.x[i], rows = [];
-    for (let c = 0; c < C; c++) if (D.series[c][i] > 0) rows.push([D.cats[c], D.series[c][i]]);
+    const x = V.x[i], rows = [];
+    for (let c = 0; c < C; c++) if (V.series[c][i] > 0) rows.push([D.cats[c], V.series[c][i]]);
     const inBands = {}, bySite = new Map();
     for (const b of bands) if (b.x0 <= x && x < b.x1 || (b.free === null && b.x0 <= x && x <= b.x1)) {
       inBands[b.cat] = (inBands[b.cat] || 0) + b.bytes;
@@ -395,7 +443,7 @@ function init(root) {
       h += '</tbody></table>';
     }
     live.innerHTML = h;
-    if (S) showSegments(i);
+    if (S) showSegments(V.k ? nearest(x, levels[0]) : i, x);
   }
   // The allocator's segments at the kept state nearest plotted point i:
   // one bar per group of segments alike, blocks coloured by category,
@@ -403,13 +451,13 @@ function init(root) {
   const S = D.segments, segBox = root.querySelector('div.segmap'), segCanvas = S && segBox.querySelector('canvas');
   const SL = 118, SR = 8, SRow = 16, SBar = 11;
   let segFrame = null;
-  function showSegments(i) {
+  function showSegments(i, clicked) {
     let f = S.frames[0];
     for (const g of S.frames) if (Math.abs(g.point - i) < Math.abs(f.point - i)) f = g;
     segFrame = f;
     const free = f.inactive_bytes ? '; largest free block ' + fmtB(f.largest_free_block_bytes) : '';
     const head = 'Segments at ' + fmtX(D.x[f.point]) + (f.event_index === null ? '' : ' (event ' + f.event_index + ')') + ', ' + (f.exact ? 'as dumped' : 'an estimate rebuilt from the history') +
-      (f.point !== i ? ', the nearest of ' + S.frames.length + ' kept states to ' + fmtX(D.x[i]) : '') + ': ' + f.segment_count + ' segment' + (f.segment_count === 1 ? '' : 's') + ', ' +
+      (D.x[f.point] !== clicked ? ', the nearest of ' + S.frames.length + ' kept states to ' + fmtX(clicked) : '') + ': ' + f.segment_count + ' segment' + (f.segment_count === 1 ? '' : 's') + ', ' +
       fmtB(f.reserved_bytes) + ' reserved = ' + fmtB(f.allocated_bytes) + ' allocated' + (f.pending_free_bytes ? ' + ' + fmtB(f.pending_free_bytes) + ' pending free' : '') + ' + ' + fmtB(f.inactive_bytes) + ' free' + free +
       (f.unplaced_bytes ? '; ' + fmtB(f.unplaced_bytes) + ' of allocations in no known segment' : '') + '.';
     const p = segBox.querySelector('.seg-head');
@@ -461,7 +509,7 @@ function init(root) {
   });
   if (S) segCanvas.addEventListener('mouseleave', () => { tip.hidden = true; });
   root.hidden = false;
-  root.memcut = {findings: D.findings.length, range: () => [lo, hi], full: full, bands: bands, segFrame: () => segFrame, X: x => X(x, lanes.clientWidth), laneH: () => laneH(lanes.clientHeight), top: T, left: L, nearest: nearest, showLive: showLive};
+  root.memcut = {findings: D.findings.length, range: () => [lo, hi], full: full, get bands() { return bands; }, segFrame: () => segFrame, level: () => V.k, visible: () => V.x.filter(x => x >= lo && x <= hi).length, bandsDrawn: () => bands.filter(b => b.x1 >= lo && b.x0 <= hi).length, X: x => X(x, lanes.clientWidth), laneH: () => laneH(lanes.clientHeight), top: T, left: L, nearest: nearest, showLive: showLive};
   draw();
   window.addEventListener('resize', () => { draw(); drawSegments(); });
 }

@@ -411,6 +411,16 @@ struct Timeline {
     #[serde(default)]
     bands: Vec<Band>,
     segments: Option<SegmentFrames>,
+    #[serde(default)]
+    detail: Vec<Detail>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Detail {
+    x: Vec<f64>,
+    series: BTreeMap<Category, Vec<u64>>,
+    reserved: Option<Vec<u64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -451,6 +461,9 @@ struct Band {
     stack: Option<u32>,
     alloc: Option<(u64, Option<f64>)>,
     free: Option<(u64, Option<f64>)>,
+    /// Absent for 0.
+    #[serde(default)]
+    level: u8,
 }
 
 #[derive(Debug, Deserialize, PartialEq)]
@@ -651,7 +664,38 @@ fn check(what: &str, text: &str) -> Report {
             );
             let _ = b.category;
         }
-        assert!(t.bands.len() <= 32 * 16, "{what}: {} bands", t.bands.len());
+        assert!(
+            t.bands.len() <= 32 * 16 * (1 + t.detail.len()),
+            "{what}: {} bands",
+            t.bands.len()
+        );
+        // Detail levels: each within the one before it, no more points
+        // than the whole run's, its series as long as its x; bands name a
+        // level there is.
+        assert!(t.detail.len() <= 2, "{what}");
+        let mut outer = (lo, hi, t.x.len());
+        for l in &t.detail {
+            assert!(
+                l.x.len() >= 2 && l.x.len() <= t.x.len().max(outer.2),
+                "{what}"
+            );
+            assert!(l.series.values().all(|s| s.len() == l.x.len()), "{what}");
+            assert!(
+                l.reserved.as_ref().is_none_or(|r| r.len() == l.x.len()),
+                "{what}"
+            );
+            let (a, b) = (l.x[0], l.x[l.x.len() - 1]);
+            assert!(a <= b, "{what}: detail {a} > {b}");
+            assert!(
+                b - a <= outer.1 - outer.0 || outer.1 <= outer.0,
+                "{what}: detail wider than its level"
+            );
+            outer = (a, b, l.x.len());
+        }
+        assert!(
+            t.bands.iter().all(|b| (b.level as usize) <= t.detail.len()),
+            "{what}: a band of a level there is not"
+        );
         // The viewer's segment maps: at plotted points, in order; the bars
         // and the rest are every segment; runs within their segment, in
         // order, coded by the categories; the dump's frame is the dump's

@@ -46,6 +46,22 @@ try {
   const t = root.querySelector('.live .total');
   res.live_total = t ? Number(t.dataset.total) : null;
   res.live_rows = [...root.querySelectorAll('.live td[data-bytes]')].map(td => Number(td.dataset.bytes));
+  // Zoom deep at the peak (the wheel, 25 times): a finer level is drawn
+  // where the report has one, and a click at the peak still gives it.
+  for (let k = 0; k < 25; k++) {
+    const px = ar.left + m.X(D.peak_x);
+    area.dispatchEvent(new WheelEvent('wheel', {clientX: px, clientY: ar.top + 50, deltaY: -100, bubbles: true, cancelable: true}));
+  }
+  res.deep = {level: m.level(), visible: m.visible(), range: m.range(), bands: m.bandsDrawn()};
+  const dpx = m.X(D.peak_x);
+  for (const type of ['mousedown', 'mouseup', 'click'])
+    area.dispatchEvent(new MouseEvent(type, {clientX: ar.left + dpx, clientY: ar.top + 100, bubbles: true}));
+  const dt = root.querySelector('.live .total');
+  res.deep.live_total = dt ? Number(dt.dataset.total) : null;
+  root.querySelector('button[data-zoom=reset]').click();
+  // Back at the peak's click for what follows.
+  for (const type of ['mousedown', 'mouseup', 'click'])
+    area.dispatchEvent(new MouseEvent(type, {clientX: ar.left + pxp, clientY: ar.top + 100, bubbles: true}));
   // The allocator's segments at that instant, when the file has them.
   const sh = root.querySelector('.segmap .seg-head'), box = root.querySelector('div.segmap');
   res.seg = !box || box.hidden ? null : {allocated: Number(sh.dataset.allocated), event: sh.dataset.event === '' ? null : Number(sh.dataset.event), text: sh.textContent};
@@ -220,6 +236,36 @@ fn check(input: &Path, extra: &[&str], name: &str) -> serde_json::Value {
         .map(|v| v.as_u64().unwrap())
         .sum();
     assert_eq!(rows, peak, "{name}: the live set's categories");
+    // Deep zoom at the peak: the finest level covering the view is drawn
+    // (more points than the whole run's there), the peak still clicks.
+    let deep = at("deep");
+    let detail = device["timeline"]["detail"]
+        .as_array()
+        .map_or(0, |d| d.len());
+    let (dlo, dhi) = (
+        deep["range"][0].as_f64().unwrap(),
+        deep["range"][1].as_f64().unwrap(),
+    );
+    let base_points = device["timeline"]["x"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| (dlo..=dhi).contains(&x.as_f64().unwrap()))
+        .count() as u64;
+    if detail > 0 {
+        assert!(deep["level"].as_u64().unwrap() > 0, "{name}: {deep}");
+        assert!(
+            deep["visible"].as_u64().unwrap() > base_points,
+            "{name}: {deep} against {base_points} points of the whole run"
+        );
+    } else {
+        assert_eq!(deep["level"], 0, "{name}: {deep}");
+    }
+    assert_eq!(
+        deep["live_total"].as_u64(),
+        Some(peak),
+        "{name}: the peak zoomed in: {deep}"
+    );
     // The allocator's segments there: the state the report gives for its
     // instant (the peak), and a hovered block names its category.
     match device["segments"]["instants"].get(0) {
