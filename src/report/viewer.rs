@@ -237,10 +237,16 @@ function init(root) {
     for (const l of levels) if (l.k > 0 && l.n > 1 && lo >= l.span[0] && hi <= l.span[1]) V = l;
     n = V.n; total = V.total; cum = V.cum;
   }
-  let ymax = 0;
-  for (let i = 0; i < D.x.length; i++) ymax = Math.max(ymax, levels[0].total[i], D.what_if ? D.what_if[i] : 0, D.next_step ? D.next_step[i] : 0);
-  for (const l of levels) for (let i = 0; i < l.n; i++) ymax = Math.max(ymax, l.total[i], l.reserved ? l.reserved[i] : 0);
-  ymax = ymax > 0 ? ymax * 1.05 : 1;
+  // The byte axis fits what is in view (the whole run's highest at first).
+  let ymax = 1;
+  function fitY(i0, i1) {
+    let m = 0;
+    for (let i = i0; i <= i1; i++) {
+      m = Math.max(m, total[i], V.reserved ? V.reserved[i] : 0);
+      if (V.k === 0) m = Math.max(m, D.what_if ? D.what_if[i] : 0, D.next_step ? D.next_step[i] : 0);
+    }
+    ymax = m > 0 ? m * 1.05 : 1;
+  }
   // Bands in lanes: each takes the first lane free at its start.
   const allBands = D.bands.map(b => ({x0: b[0], x1: Math.max(b[1], b[0]), bytes: b[2], cat: b[3], rule: b[4], site: b[5], stack: b[6], alloc: b[7], free: b[8], level: b[9] || 0}));
   // The bands a level draws (those chosen for it or a coarser one), in
@@ -290,10 +296,11 @@ function init(root) {
     }
   }
   function drawArea() {
+    const i0 = Math.max(0, pointAt(lo)), i1 = Math.min(n - 1, pointAt(hi) + 1);
+    fitY(i0, i1);
     const [g, w, h] = fit(area), ph = h - T - B, Y = y => T + ph - y / ymax * ph;
     g.clearRect(0, 0, w, h);
     g.save(); g.beginPath(); g.rect(L, 0, w - L - R, h); g.clip();
-    const i0 = Math.max(0, pointAt(lo)), i1 = Math.min(n - 1, pointAt(hi) + 1);
     for (let c = C - 1; c >= 0; c--) {
       g.beginPath(); g.moveTo(X(V.x[i0], w), Y(0));
       for (let i = i0; i <= i1; i++) {
