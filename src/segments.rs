@@ -670,12 +670,13 @@ fn frames(
             laid.push(frame);
         } else if let Some(s) = known_at(position) {
             laid.push(grouped(s, point, position, end, max_bars));
-        } else {
+        } else if position >= end {
             // The dump, which no instant names (callers name it).
             let (maps, unplaced) = dump_layout(device, replay, category);
             let state = summarise(maps, request, unplaced);
             laid.push(grouped(&state, point, position, end, max_bars));
         }
+        // (A second point at a position already drawn has no frame.)
     }
     encode(laid)
 }

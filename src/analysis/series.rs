@@ -158,3 +158,33 @@ pub(super) fn timeline_series(
         .collect();
     (out, base.at)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detail_levels_nest_around_the_instant_and_stay_in_the_run() {
+        // A million positions, 2000 points: two levels of 62,500 and 3,906.
+        let spans = plot_spans(1_000_000, 2000, 500_000);
+        assert_eq!(
+            spans,
+            [
+                (0, 1_000_000, 500),
+                (468_750, 531_250, 32),
+                (498_047, 501_953, 2)
+            ]
+        );
+        // At the start of the run the stretches start at 0; at its end
+        // they end there.
+        assert_eq!(plot_spans(1_000_000, 2000, 10)[1], (0, 62_500, 32));
+        assert_eq!(plot_spans(1_000_000, 2000, 999_999)[2].1, 1_000_000);
+        // No finer level where the whole run's points are its positions,
+        // nor without plots.
+        assert_eq!(plot_spans(1500, 2000, 700).len(), 1);
+        assert_eq!(plot_spans(1_000_000, 0, 700).len(), 1);
+        // A level stops once one before it has a position per point.
+        assert_eq!(plot_spans(30_000, 2000, 20_000).len(), 2);
+        assert_eq!(plot_spans(40_000, 2000, 20_000).len(), 3);
+    }
+}
