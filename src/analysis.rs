@@ -506,7 +506,17 @@ fn segments_view(
         left_out,
         &points,
     ) {
-        Some((view, frames)) => (Some(view), frames),
+        Some((view, mut frames)) => {
+            // Each state's x on the timeline's clock.
+            for f in frames.iter_mut().flat_map(|f| &mut f.frames) {
+                let position = match (f.exact, f.event_index) {
+                    (true, _) => replay.events,
+                    (false, e) => e.map_or(0, |e| e as u32 + 1),
+                };
+                f.x = bands::x_of(device, replay, position as usize);
+            }
+            (Some(view), frames)
+        }
         None => (None, None),
     }
 }

@@ -563,8 +563,8 @@ pub struct Band {
     pub alloc: Option<EventRef>,
     #[serde(default)]
     pub free: Option<EventRef>,
-    /// The finest level of `detail` whose stretches chose it (0: the
-    /// whole run's); the viewer draws it from that zoom on.
+    /// The coarsest level whose stretches chose it (0: the whole run's,
+    /// then `detail`'s); the viewer draws it from that level's zoom on.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub level: u8,
 }

@@ -135,6 +135,8 @@ pub fn view(
         state.event_index = (instant.position > 0).then(|| u64::from(instant.position) - 1);
         states.push((instant.position, request, state));
     }
+    // Each state's position (an instant at position 0 has no event).
+    let at: Vec<u32> = states.iter().map(|(p, _, _)| *p).collect();
     let view = SegmentsView {
         instants: states.into_iter().map(|(_, _, s)| s).collect(),
         ooms_left_out,
@@ -145,7 +147,7 @@ pub fn view(
             replay,
             category,
             frame_points,
-            &view.instants,
+            &at.iter().copied().zip(&view.instants).collect::<Vec<_>>(),
             made,
             largest_request,
         )
@@ -653,7 +655,7 @@ fn frames(
     replay: &Replay,
     category: &(dyn Fn(usize) -> Category + Sync),
     points: &[(usize, u32)],
-    known: &[SegmentState],
+    known: &[(u32, &SegmentState)],
     mut made: HashMap<u32, Made>,
     request: u64,
 ) -> SegmentFrames {
@@ -662,12 +664,17 @@ fn frames(
     let mut points: Vec<(usize, u32)> = points.iter().map(|&(i, p)| (i, p.min(end))).collect();
     points.sort_by_key(|x| x.0);
     points.dedup_by_key(|x| x.0);
-    let position_of = |s: &SegmentState| s.event_index.map_or(end, |e| e as u32 + 1);
-    let known_at = |p: u32| known.iter().find(|s| position_of(s) == p);
+    let known_at = |p: u32| {
+        known
+            .iter()
+            .find(|(at, _)| (*at).min(end) == p)
+            .map(|k| k.1)
+    };
     let mut laid: Vec<(SegmentFrame, Bars)> = Vec::with_capacity(points.len());
     for &(point, position) in &points {
-        if let Some(Made::Frame(frame)) = made.remove(&position) {
-            laid.push(frame);
+        if let Some(Made::Frame((mut frame, bars))) = made.remove(&position) {
+            frame.point = point;
+            laid.push((frame, bars));
         } else if let Some(s) = known_at(position) {
             laid.push(grouped(s, point, position, end, max_bars));
         } else if position >= end {
@@ -747,6 +754,7 @@ fn grouped(
     }
     let frame = SegmentFrame {
         point,
+        x: 0.0,
         event_index: (position > 0).then(|| u64::from(position) - 1),
         exact: position >= end,
         segment_count: state.segment_count,
@@ -918,6 +926,7 @@ impl Grouping {
         let s = self.state;
         let frame = SegmentFrame {
             point,
+            x: 0.0,
             event_index: (position > 0).then(|| u64::from(position) - 1),
             exact: false,
             segment_count: s.segment_count,
@@ -1322,6 +1331,28 @@ mod tests {
                 .collect(),
         );
         assert_eq!(frames.unwrap(), want, "{name}: frames");
+        // An instant at position 0 (no event before it) and the dump, both
+        // known: each frame is its own state.
+        let both = [
+            Instant {
+                label: "peak".into(),
+                position: 0,
+                request: None,
+            },
+            Instant {
+                label: "dump".into(),
+                position: end,
+                request: None,
+            },
+        ];
+        let ends = [(0, 0), (1, end)];
+        let (_, frames) = view(device, &replay, &cat, &both, 0, &ends).unwrap();
+        let want = encode(
+            ends.iter()
+                .map(|&(i, p)| grouped(&plain(p), i, p, end, SegmentFrames::MAX_BARS))
+                .collect(),
+        );
+        assert_eq!(frames.unwrap(), want, "{name}: frames at 0 and the dump");
         positions.len()
     }
 

@@ -463,8 +463,8 @@ function init(root) {
     for (const g of S.frames) if (Math.abs(g.point - i) < Math.abs(f.point - i)) f = g;
     segFrame = f;
     const free = f.inactive_bytes ? '; largest free block ' + fmtB(f.largest_free_block_bytes) : '';
-    const head = 'Segments at ' + fmtX(D.x[f.point]) + (f.event_index === null ? '' : ' (event ' + f.event_index + ')') + ', ' + (f.exact ? 'as dumped' : 'an estimate rebuilt from the history') +
-      (D.x[f.point] !== clicked ? ', the nearest of ' + S.frames.length + ' kept states to ' + fmtX(clicked) : '') + ': ' + f.segment_count + ' segment' + (f.segment_count === 1 ? '' : 's') + ', ' +
+    const head = 'Segments at ' + fmtX(f.x) + (f.event_index === null ? '' : ' (event ' + f.event_index + ')') + ', ' + (f.exact ? 'as dumped' : 'an estimate rebuilt from the history') +
+      (f.x !== clicked ? ', the nearest of ' + S.frames.length + ' kept states to ' + fmtX(clicked) : '') + ': ' + f.segment_count + ' segment' + (f.segment_count === 1 ? '' : 's') + ', ' +
       fmtB(f.reserved_bytes) + ' reserved = ' + fmtB(f.allocated_bytes) + ' allocated' + (f.pending_free_bytes ? ' + ' + fmtB(f.pending_free_bytes) + ' pending free' : '') + ' + ' + fmtB(f.inactive_bytes) + ' free' + free +
       (f.unplaced_bytes ? '; ' + fmtB(f.unplaced_bytes) + ' of allocations in no known segment' : '') + '.';
     const p = segBox.querySelector('.seg-head');

@@ -163,8 +163,11 @@ impl SegmentFrames {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct SegmentFrame {
-    /// Index into `timeline.x`.
+    /// Index into `timeline.x`: the plotted point it stands for.
     pub point: usize,
+    /// Where the state is on the clock of `timeline.x` (an OOM's or the
+    /// dump's state is at its own event, not at the point's).
+    pub x: f64,
     /// The event after which this state holds (as [`SegmentState`]'s).
     pub event_index: Option<u64>,
     pub exact: bool,
