@@ -192,6 +192,29 @@ fn match_by_size(
             *shown.entry((c.category, i.size)).or_default() += 1;
         }
     }
+    // An optimizer that replaces its state shows, per size, its states of
+    // every parameter of that size: more parameters of a size than the
+    // gradients counted (an embedding's gradient is not added in place by
+    // AccumulateGrad) are read from there. Only sizes the gradients name:
+    // some optimizers' states are not shaped like their parameters.
+    let mut from_optimizer = false;
+    if let Some(states) = evidence
+        .optimizer
+        .as_ref()
+        .map(|o| o.states_per_param)
+        .filter(|&s| s > 0)
+    {
+        for (size, count) in per_size.iter_mut() {
+            let seen = shown
+                .get(&(Category::OptimizerState, *size))
+                .copied()
+                .unwrap_or(0);
+            if seen / states > *count {
+                *count = seen / states;
+                from_optimizer = true;
+            }
+        }
+    }
     // Blocks of one size are interchangeable: nothing in a snapshot tells a
     // parameter from an optimizer state of the same size. They are taken in
     // order of their end, then address; only the totals by size are evidence.
@@ -216,7 +239,15 @@ fn match_by_size(
     }
     from.insert(
         Builtin::InferredParameterFromGradients.into(),
-        format!("blocks matched by size to the {}", params.from),
+        format!(
+            "blocks matched by size to the {}{}",
+            params.from,
+            if from_optimizer {
+                ", and to the optimizer's state blocks from before recording where they show more parameters of a size"
+            } else {
+                ""
+            }
+        ),
     );
     from.insert(
         Builtin::InferredGradientKept.into(),
