@@ -21,8 +21,8 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::model::{Action, BlockState, Category, DeviceTrace};
 use crate::schema::{
-    alike, BlockSpan, BlockUse, Run, SegmentBar, SegmentFrame, SegmentFrames, SegmentMap,
-    SegmentState, SegmentsView,
+    alike, runs_into, BlockSpan, BlockUse, Run, SegmentBar, SegmentFrame, SegmentFrames,
+    SegmentMap, SegmentState, SegmentsView,
 };
 use crate::timeline::Replay;
 
@@ -458,21 +458,43 @@ fn live_blocks(
 /// Places `blocks` (by address) into `segments`; the gaps are free blocks.
 /// Also returns the bytes of blocks outside every segment.
 fn lay_out(segments: &[(u64, (u64, bool))], blocks: Vec<LiveBlock>) -> (Vec<SegmentMap>, u64) {
-    let mut unplaced = 0u64;
-    let mut next = 0usize;
     let mut maps = Vec::with_capacity(segments.len());
+    let unplaced = place(
+        segments,
+        blocks.into_iter(),
+        |address, size, expandable, spans| {
+            maps.push(SegmentMap {
+                address,
+                size,
+                expandable,
+                blocks: spans.to_vec(),
+            });
+        },
+    );
+    (maps, unplaced)
+}
+
+/// Places `blocks` (by address) into `segments` as the caching allocator
+/// cuts them, calling `segment(address, size, expandable, spans)` for each
+/// segment with its blocks from start to end (the gaps are free blocks);
+/// returns the bytes of blocks outside every segment.
+fn place(
+    segments: &[(u64, (u64, bool))],
+    blocks: impl Iterator<Item = LiveBlock>,
+    mut segment: impl FnMut(u64, u64, bool, &[BlockSpan]),
+) -> u64 {
+    let mut blocks = blocks.peekable();
+    let mut unplaced = 0u64;
+    let mut spans = Vec::new();
     for &(address, (size, expandable)) in segments {
         let seg_end = address.saturating_add(size);
         // Blocks below this segment belong to no segment.
-        while next < blocks.len() && blocks[next].0 < address {
-            unplaced = unplaced.saturating_add(blocks[next].1);
-            next += 1;
+        while let Some(b) = blocks.next_if(|b| b.0 < address) {
+            unplaced = unplaced.saturating_add(b.1);
         }
-        let mut spans = Vec::new();
+        spans.clear();
         let mut cursor = address;
-        while next < blocks.len() && blocks[next].0 < seg_end {
-            let (addr, block_size, state, category) = blocks[next];
-            next += 1;
+        while let Some((addr, block_size, state, category)) = blocks.next_if(|b| b.0 < seg_end) {
             if addr < cursor {
                 // Overlaps the block before it: a damaged history.
                 unplaced = unplaced.saturating_add(block_size);
@@ -488,7 +510,7 @@ fn lay_out(segments: &[(u64, (u64, bool))], blocks: Vec<LiveBlock>) -> (Vec<Segm
             }
             let mut block_end = addr.saturating_add(block_size).min(seg_end);
             // The tail the allocator would not split off stays in the block.
-            let following = blocks.get(next).map_or(seg_end, |b| b.0.min(seg_end));
+            let following = blocks.peek().map_or(seg_end, |b| b.0.min(seg_end));
             let tail = following.saturating_sub(block_end);
             if tail > 0 && tail <= LARGE_SPLIT_REMAINDER && size != SMALL_SEGMENT {
                 block_end = following;
@@ -509,17 +531,12 @@ fn lay_out(segments: &[(u64, (u64, bool))], blocks: Vec<LiveBlock>) -> (Vec<Segm
                 None,
             ));
         }
-        maps.push(SegmentMap {
-            address,
-            size,
-            expandable,
-            blocks: spans,
-        });
+        segment(address, size, expandable, &spans);
     }
-    for b in &blocks[next..] {
+    for b in blocks {
         unplaced = unplaced.saturating_add(b.1);
     }
-    (maps, unplaced)
+    unplaced
 }
 
 #[cfg(test)]
@@ -600,6 +617,29 @@ fn map(ranges: &mut BTreeMap<u64, (u64, bool)>, addr: u64, size: u64) {
     ranges.insert(start, (end - start, true));
 }
 
+/// Adds one segment of `size` cut into `spans` to `state`'s totals;
+/// returns its free bytes.
+fn tally(state: &mut SegmentState, size: u64, spans: &[BlockSpan]) -> u64 {
+    state.reserved_bytes = state.reserved_bytes.saturating_add(size);
+    let mut free = 0;
+    for b in spans {
+        let bytes = b.size();
+        match b.state() {
+            BlockUse::Allocated => state.allocated_bytes += bytes,
+            BlockUse::PendingFree => state.pending_free_bytes += bytes,
+            BlockUse::Inactive => {
+                free += bytes;
+                state.inactive_bytes += bytes;
+                state.largest_free_block_bytes = state.largest_free_block_bytes.max(bytes);
+                if bytes < state.request_bytes {
+                    state.fragmentation_bytes += bytes;
+                }
+            }
+        }
+    }
+    free
+}
+
 /// Totals of one state; `label`, `exact` and `event_index` are the caller's.
 fn summarise(segments: Vec<SegmentMap>, request: u64, unplaced: u64) -> SegmentState {
     let mut state = SegmentState {
@@ -618,21 +658,7 @@ fn summarise(segments: Vec<SegmentMap>, request: u64, unplaced: u64) -> SegmentS
         segments: Vec::new(),
     };
     for s in &segments {
-        state.reserved_bytes = state.reserved_bytes.saturating_add(s.size);
-        for b in &s.blocks {
-            let bytes = b.size();
-            match b.state() {
-                BlockUse::Allocated => state.allocated_bytes += bytes,
-                BlockUse::PendingFree => state.pending_free_bytes += bytes,
-                BlockUse::Inactive => {
-                    state.inactive_bytes += bytes;
-                    state.largest_free_block_bytes = state.largest_free_block_bytes.max(bytes);
-                    if bytes < request {
-                        state.fragmentation_bytes += bytes;
-                    }
-                }
-            }
-        }
+        tally(&mut state, s.size, &s.blocks);
     }
     state.segments = segments;
     state
@@ -752,7 +778,20 @@ fn grouped(
             .map(|b| b.size())
             .sum::<u64>();
     }
-    let frame = SegmentFrame {
+    let frame = frame_of(state, point, position, end, rest);
+    (frame, bars)
+}
+
+/// A frame's totals from `state` at `position` (exact at `end`, the
+/// dump), its bars left to [`encode`].
+fn frame_of(
+    state: &SegmentState,
+    point: usize,
+    position: u32,
+    end: u32,
+    rest: [u64; 3],
+) -> SegmentFrame {
+    SegmentFrame {
         point,
         x: 0.0,
         event_index: (position > 0).then(|| u64::from(position) - 1),
@@ -766,8 +805,7 @@ fn grouped(
         unplaced_bytes: state.unplaced_bytes,
         bars: Vec::new(),
         rest,
-    };
-    (frame, bars)
+    }
 }
 
 /// One group of segments alike, as [`Grouping`] gathers it.
@@ -780,9 +818,10 @@ struct Group {
     free: u64,
 }
 
-/// [`lay_out`], [`summarise`] and [`alike`] in one pass, without a
-/// segment's blocks kept: only the runs of a group's first segment are.
-/// The same totals and groups as the three (`frames_match_the_states`).
+/// [`lay_out`], [`summarise`] and [`alike`] in one pass ([`place`],
+/// [`tally`], the runs), without a segment's blocks kept: only the runs of
+/// a group's first segment are. The same totals and groups as the three
+/// (`the_sweep_rebuilds_each_instant_as_the_plain_path_does`).
 struct Grouping {
     state: SegmentState,
     groups: Vec<Group>,
@@ -799,84 +838,20 @@ impl Grouping {
         }
     }
 
-    fn free(&mut self, bytes: u64) {
-        let s = &mut self.state;
-        s.inactive_bytes += bytes;
-        s.largest_free_block_bytes = s.largest_free_block_bytes.max(bytes);
-        if bytes < s.request_bytes {
-            s.fragmentation_bytes += bytes;
-        }
-    }
-
-    /// As [`lay_out`] places blocks, run by run.
+    /// As [`lay_out`] places blocks, counting each segment as it is cut.
     fn lay_out(
         &mut self,
         segments: &[(u64, (u64, bool))],
         blocks: impl Iterator<Item = LiveBlock>,
     ) {
-        let mut blocks = blocks.peekable();
         let mut runs: Vec<Run> = Vec::new();
-        for &(address, (size, expandable)) in segments {
-            let seg_end = address.saturating_add(size);
-            while let Some(b) = blocks.next_if(|b| b.0 < address) {
-                self.state.unplaced_bytes = self.state.unplaced_bytes.saturating_add(b.1);
-            }
-            runs.clear();
-            let mut cursor = address;
-            let mut free = 0u64;
-            while let Some((addr, block_size, state, category)) = blocks.next_if(|b| b.0 < seg_end)
-            {
-                if addr < cursor {
-                    self.state.unplaced_bytes =
-                        self.state.unplaced_bytes.saturating_add(block_size);
-                    continue;
-                }
-                if addr > cursor {
-                    self.free(addr - cursor);
-                    free += addr - cursor;
-                }
-                let mut block_end = addr.saturating_add(block_size).min(seg_end);
-                let following = blocks.peek().map_or(seg_end, |b| b.0.min(seg_end));
-                let tail = following.saturating_sub(block_end);
-                if tail > 0 && tail <= LARGE_SPLIT_REMAINDER && size != SMALL_SEGMENT {
-                    block_end = following;
-                }
-                let bytes = block_end - addr;
-                match state {
-                    BlockUse::PendingFree => self.state.pending_free_bytes += bytes,
-                    _ => self.state.allocated_bytes += bytes,
-                }
-                let offset = addr - address;
-                match runs.last_mut() {
-                    Some(r)
-                        if r.state == state
-                            && r.category == Some(category)
-                            && r.offset + r.bytes == offset =>
-                    {
-                        r.bytes += bytes;
-                        r.blocks += 1;
-                    }
-                    _ => runs.push(Run {
-                        offset,
-                        bytes,
-                        blocks: 1,
-                        state,
-                        category: Some(category),
-                    }),
-                }
-                cursor = block_end;
-            }
-            if cursor < seg_end {
-                self.free(seg_end - cursor);
-                free += seg_end - cursor;
-            }
+        let unplaced = place(segments, blocks, |address, size, expandable, spans| {
             self.state.segment_count += 1;
-            self.state.reserved_bytes = self.state.reserved_bytes.saturating_add(size);
+            let free = tally(&mut self.state, size, spans);
+            runs_into(spans, &mut runs);
             self.add(address, size, expandable, &runs, free);
-        }
-        for b in blocks {
-            self.state.unplaced_bytes = self.state.unplaced_bytes.saturating_add(b.1);
-        }
+        });
+        self.state.unplaced_bytes = self.state.unplaced_bytes.saturating_add(unplaced);
     }
 
     /// Counts a segment in its group (a new one when none is alike).
@@ -923,22 +898,7 @@ impl Grouping {
             rest[1] += g.count * g.size;
             rest[2] += g.count * g.free;
         }
-        let s = self.state;
-        let frame = SegmentFrame {
-            point,
-            x: 0.0,
-            event_index: (position > 0).then(|| u64::from(position) - 1),
-            exact: false,
-            segment_count: s.segment_count,
-            reserved_bytes: s.reserved_bytes,
-            allocated_bytes: s.allocated_bytes,
-            pending_free_bytes: s.pending_free_bytes,
-            inactive_bytes: s.inactive_bytes,
-            largest_free_block_bytes: s.largest_free_block_bytes,
-            unplaced_bytes: s.unplaced_bytes,
-            bars: Vec::new(),
-            rest,
-        };
+        let frame = frame_of(&self.state, point, position, u32::MAX, rest);
         let bars = self
             .groups
             .into_iter()

@@ -205,8 +205,15 @@ pub struct Run {
 
 /// A segment's blocks as runs, in address order.
 pub fn runs(seg: &SegmentMap) -> Vec<Run> {
-    let mut out: Vec<Run> = Vec::new();
-    for b in &seg.blocks {
+    let mut out = Vec::new();
+    runs_into(&seg.blocks, &mut out);
+    out
+}
+
+/// [`runs`] of a segment's blocks, into `out` (cleared first).
+pub fn runs_into(blocks: &[BlockSpan], out: &mut Vec<Run>) {
+    out.clear();
+    for b in blocks {
         match out.last_mut() {
             Some(r)
                 if r.state == b.state()
@@ -225,7 +232,6 @@ pub fn runs(seg: &SegmentMap) -> Vec<Run> {
             }),
         }
     }
-    out
 }
 
 /// Segments alike: the same size, the same runs in the same places.
