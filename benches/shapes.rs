@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use memcut::internals::{analyze_trace, read_file};
-use memcut::{AnalyzeOptions, Limits, SourceInfo};
+use memcut::{report::SourceInfo, AnalyzeOptions, Limits};
 
 enum Keep {
     /// The file's bytes as they are (gzip stays gzip).

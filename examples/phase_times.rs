@@ -22,7 +22,7 @@ fn main() {
         eprintln!("classify: {:?} ({})", t.elapsed(), classes.len());
     }
     let t = Instant::now();
-    let source = memcut::SourceInfo::new(path.clone(), trace.format.as_str(), 0);
+    let source = memcut::report::SourceInfo::new(path.clone(), trace.format.as_str(), 0);
     let report = memcut::internals::analyze_trace(&trace, source, &memcut::AnalyzeOptions::new())
         .unwrap_or_else(|e| panic!("{path}: {e}"));
     eprintln!("analyze (replay+classify+report+plan): {:?}", t.elapsed());

@@ -463,7 +463,7 @@ pub fn rows_of_bytes(name: &str, bytes: &[u8], analyze: &AnalyzeOptions) -> Vec<
 
 /// The summary rows of an analysed input: one per device, leaving out
 /// devices with a trivial peak beside a real one (see
-/// [`report::major_devices`]; the JSON report keeps them). A file read only
+/// `report::major_devices`; the JSON report keeps them). A file read only
 /// in part has `partial` rows with the reason; its first row carries the
 /// report's warnings.
 pub fn rows_of(input: &Input, report: &Report, options: &BatchOptions) -> Vec<Row> {

@@ -7,7 +7,10 @@ use clap::{Args, Parser, Subcommand};
 pub mod run_analyze;
 pub mod run_batch;
 
-use memcut::{BudgetSpec, Headroom, Order, OutputFormat};
+use memcut::{
+    plan::{BudgetSpec, Headroom, Order},
+    OutputFormat,
+};
 
 /// A report format on the command line (the library's [`OutputFormat`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -153,21 +156,21 @@ pub struct BudgetArgs {
     /// Memory budget per device: 80GiB, 79.6GB, 512MiB or bytes (GB = 10^9, GiB = 2^30),
     /// or a share of each device's observed peak (80%)
     /// [default: the device's memory if the trace says, else free + reserved at an OOM].
-    #[arg(long, value_name = "SIZE|PCT", allow_hyphen_values = true, value_parser = memcut::parse_budget)]
+    #[arg(long, value_name = "SIZE|PCT", allow_hyphen_values = true, value_parser = memcut::plan::parse_budget)]
     pub budget: Option<BudgetSpec>,
     /// Room kept free below the budget: a percentage of the budget (10%) or a
     /// size with a unit (2GiB); smaller than the budget.
-    #[arg(long, value_name = "PCT|SIZE", default_value = "10%", allow_hyphen_values = true, value_parser = memcut::parse_headroom)]
+    #[arg(long, value_name = "PCT|SIZE", default_value = "10%", allow_hyphen_values = true, value_parser = memcut::plan::parse_headroom)]
     pub headroom: Headroom,
     /// The device's memory (80GiB), for traces that do not record it: a
     /// snapshot says what was free at an OOM, not how much the device holds.
     /// The budget when --budget is not given, and what an OOM is checked
     /// against for memory held outside PyTorch's allocator
     /// [default: the trace's deviceProperties, if any].
-    #[arg(long, value_name = "SIZE", value_parser = memcut::parse_device_memory)]
+    #[arg(long, value_name = "SIZE", value_parser = memcut::plan::parse_device_memory)]
     pub device_memory: Option<u64>,
     /// Data-parallel ranks the sharding levers may shard over (1: no sharding levers).
-    #[arg(long, value_name = "N", default_value_t = 1, allow_hyphen_values = true, value_parser = memcut::parse_dp_ranks)]
+    #[arg(long, value_name = "N", default_value_t = 1, allow_hyphen_values = true, value_parser = memcut::plan::parse_dp_ranks)]
     pub dp_ranks: u32,
     /// Levers to plan with instead of the built-in catalogue (JSON list of
     /// {name, scales: {category: factor}, cost, action}).

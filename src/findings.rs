@@ -122,7 +122,7 @@ impl FindingKind {
     }
 
     /// Whether the what-if models the fix from the finding's own
-    /// allocations ([`Found::fixed_ends`]); else its lever is the
+    /// allocations (`Found::fixed_ends`); else its lever is the
     /// catalogue's, modelled there (`zero_grad_set_to_none`,
     /// `expandable_segments`).
     pub fn modelled_by_finding(self) -> bool {

@@ -18,21 +18,33 @@
 //!
 //! # The API
 //!
+//! At the root, the entry points:
+//!
 //! - Analyse: [`analyze_path`] (a file, read on a second thread),
 //!   [`analyze_bytes`] (a buffer, e.g. handed over from Python),
-//!   [`analyze_reader`] (any reader), all with [`AnalyzeOptions`]. The
+//!   [`analyze_reader`] (any reader), all with [`AnalyzeOptions`] (its
+//!   parts: [`AnalysisOptions`], [`Limits`], [`plan::PlanOptions`]). The
 //!   options files of `--levers` and `--rules` are read by
 //!   [`read_levers_file`] and [`read_rules_file`] (the CLI's messages);
-//!   [`parse_levers`] and [`parse_rules`] take their JSON text.
-//! - The result: a [`Report`], the JSON contract (`schema_version`
-//!   [`SCHEMA_VERSION`]); [`Report::from_json`] reads a saved one back, and
-//!   [`render`] writes one as text, Markdown, JSON or HTML. A saved report
-//!   renders the same pages as the analysis did.
-//! - The seed's component-list mode: [`plan_components`] and the
-//!   [`components`] module (the seed's three functions, with its names).
+//!   [`plan::parse_levers`] and [`parse_rules`] take their JSON text.
+//! - Write: [`render`] a [`Report`] as text, Markdown, JSON or HTML
+//!   ([`OutputFormat`]); [`Report::from_json`] reads a saved one back (the
+//!   JSON contract, `schema_version` [`SCHEMA_VERSION`]), and renders the same
+//!   pages as the analysis did.
+//! - Compare two reports: [`diff`], [`render_diff`].
 //! - Many files: the [`batch`] driver (progress through a callback).
 //! - Errors are one line each and typed: [`Error`], [`SizeError`],
-//!   [`ComponentsError`], [`LeversError`], [`RulesError`], [`OptionsFileError`].
+//!   [`OptionsFileError`], [`RulesError`].
+//!
+//! Under three modules, the rest:
+//!
+//! - [`report`]: every type of the report (the JSON contract: [`Report`]
+//!   down to [`report::Peak`], [`report::Finding`], [`report::Plan`]; the
+//!   diff's types) and the renderers.
+//! - [`plan`]: the plan's options (budget, headroom, device memory, data
+//!   parallel ranks), the levers, the search order, [`plan::check_what_if`].
+//! - [`components`]: the seed's component-list mode ([`plan_components`]
+//!   and its three functions, with the seed's names).
 //!
 //! # Inside: the pipeline (DESIGN.md §1)
 //!
@@ -41,7 +53,7 @@
 //! → `timeline` (replay; bytes by category per position) → `classify`
 //! (category and rule per allocation) → `analysis` (peak, live set, OOMs,
 //! plotted series: the [`Report`]); beside the report, `plan` (demand,
-//! levers, search) makes each device's [`Plan`], which `pipeline` puts into
+//! levers, search) makes each device's [`report::Plan`], which `pipeline` puts into
 //! the report. `report` renders a [`Report`] and reads nothing else.
 //! `schema` (the report's types) and `units` are leaves. Data flows one
 //! way; `tests/suite/module_graph.rs` fails on an import cycle. The graph (`+`:
@@ -77,8 +89,8 @@ mod input;
 mod instant;
 mod model;
 mod pipeline;
-mod plan;
-mod report;
+pub mod plan;
+pub mod report;
 mod schema;
 mod segments;
 #[cfg(test)]
@@ -94,33 +106,13 @@ pub use error::{Error, Result};
 pub use formats::pickle::Limits as PickleLimits;
 pub use input::Limits;
 pub use instant::At;
-pub use model::{Category, Diagnostic, Distributed, Level};
+pub use model::Category;
 pub use pipeline::{
     analyze_bytes, analyze_path, analyze_reader, parse_top, read_levers_file, read_rules_file,
     report_or_analysis, AnalyzeOptions, OptionsFileError,
 };
-pub use plan::components::{
-    self as components, parse_components, plan_components, Component, ComponentReport,
-    ComponentsError,
-};
-pub use plan::levers::{parse_levers, Condition, Cost, Lever, LeversError};
-pub use plan::pools::Target;
-pub use plan::search::Order;
-pub use plan::whatif::check_what_if;
-pub use plan::{
-    parse_budget, parse_device_memory, parse_dp_ranks, parse_headroom, BudgetSpec, Headroom,
-    PlanOptions,
-};
-pub use report::{render, render_diff, write_json, OutputFormat};
-pub use schema::{
-    Attribution, Band, BeforeRecordingPart, BlockSpan, BlockUse, CategoryChange, Change,
-    ConsideredLever, DeviceDiff, DeviceReport, DiffReport, DiffTimeline, EventRef, Finding,
-    FindingKind, Headline, LiveAllocation, NormalisedSeries, OomFinding, OomPlan, Peak,
-    PeakCategories, PeakCheck, PeakInstant, Plan, PlanFact, PlanStep, PlanSummary, Report,
-    ReportedInstant, SegmentMap, SegmentState, SegmentsView, SiteChange, SiteStatus, SourceInfo,
-    StackTable, TimelineSeries, Tool, TopSite, Verdict, WhatIf, DIFF_SCHEMA_VERSION,
-    SCHEMA_VERSION,
-};
+pub use plan::components::{self as components, plan_components};
+pub use report::{render, render_diff, write_json, OutputFormat, Report, SCHEMA_VERSION};
 pub use units::{human_bytes, parse_positive_size, parse_size, SizeError};
 
 /// Single stages, for the benches, examples and fuzz targets that time or

@@ -12,7 +12,7 @@ use clap::Parser;
 use cli::run_analyze::{analyze, diff};
 use cli::run_batch::{batch, merge_summaries};
 use cli::{BudgetArgs, Cli, Command, PlanArgs, PlanFormat, SummaryCommand};
-use memcut::{Level, Report};
+use memcut::{report::Level, Report};
 use output::WriteError;
 
 /// Exit codes (DESIGN.md §8; the output table in docs/outputs.md).
@@ -136,8 +136,8 @@ fn warn(name: &str, report: &Report) -> bool {
 }
 
 /// The planner's options from the command line (`--levers` is read here).
-fn plan_options(args: &BudgetArgs) -> Result<memcut::PlanOptions, String> {
-    let mut options = memcut::PlanOptions::default();
+fn plan_options(args: &BudgetArgs) -> Result<memcut::plan::PlanOptions, String> {
+    let mut options = memcut::plan::PlanOptions::default();
     options.set_budget_and_headroom(args.budget, args.headroom)?;
     let levers = match &args.levers {
         Some(path) => Some(memcut::read_levers_file(path).map_err(|e| e.to_string())?),
@@ -147,7 +147,7 @@ fn plan_options(args: &BudgetArgs) -> Result<memcut::PlanOptions, String> {
     options.device_memory = args.device_memory;
     options.levers = levers;
     options.order = args.order;
-    memcut::check_what_if(&args.what_if, options.levers.as_deref())?;
+    memcut::plan::check_what_if(&args.what_if, options.levers.as_deref())?;
     options.what_if = args.what_if.clone();
     Ok(options)
 }
@@ -170,7 +170,7 @@ fn plan_components(args: &PlanArgs) -> Exit {
             None => String::from_utf8(bytes)
                 .map_err(|_| "not a component list (not UTF-8 text)".to_owned()),
         })
-        .and_then(|text| memcut::parse_components(&text).map_err(|e| e.to_string()));
+        .and_then(|text| memcut::components::parse_components(&text).map_err(|e| e.to_string()));
     let components = match parsed {
         Ok(c) => c,
         Err(msg) => {

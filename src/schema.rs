@@ -524,7 +524,7 @@ pub struct TimelineSeries {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bands: Vec<Band>,
     /// The allocator's segments at some plotted points, for files that
-    /// record segments (see [`SegmentFrames`]).
+    /// record segments (see `SegmentFrames`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub segments: Option<SegmentFrames>,
     /// Finer series around the reported instant, for a zoom: each level

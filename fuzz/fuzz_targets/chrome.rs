@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
             "reported totals must match events"
         );
     }
-    let source = memcut::SourceInfo::new("fuzz", trace.format.as_str(), data.len() as u64);
+    let source = memcut::report::SourceInfo::new("fuzz", trace.format.as_str(), data.len() as u64);
     let report = memcut::internals::analyze_trace(&trace, source, &memcut::AnalyzeOptions::new());
     memcut_fuzz::check_report(&trace, &report);
 });

@@ -23,7 +23,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
 use memcut::batch::{self, Row};
-use memcut::{components, AnalyzeOptions, Order, OutputFormat, Report};
+use memcut::{components, plan::Order, AnalyzeOptions, OutputFormat, Report};
 
 create_exception!(
     _native,
@@ -109,22 +109,22 @@ impl Options {
         };
         let budget_spec = budget
             .as_deref()
-            .map(memcut::parse_budget)
+            .map(memcut::plan::parse_budget)
             .transpose()
             .map_err(|e| error(format!("budget: {e}")))?;
         let room =
-            memcut::parse_headroom(&headroom).map_err(|e| error(format!("headroom: {e}")))?;
+            memcut::plan::parse_headroom(&headroom).map_err(|e| error(format!("headroom: {e}")))?;
         inner
             .plan
             .set_budget_and_headroom(budget_spec, room)
             .map_err(spelled)?;
         // The CLI's parsers, so that a bad value is refused with its words.
-        inner.plan.dp_ranks = memcut::parse_dp_ranks(&dp_ranks.to_string())
+        inner.plan.dp_ranks = memcut::plan::parse_dp_ranks(&dp_ranks.to_string())
             .map_err(|e| error(format!("dp_ranks: {e}")))?;
         // The CLI's --device-memory parser and message.
         inner.plan.device_memory = device_memory
             .as_deref()
-            .map(memcut::parse_device_memory)
+            .map(memcut::plan::parse_device_memory)
             .transpose()
             .map_err(|e| error(format!("device_memory: {e}")))?;
         inner.plan.order = Order::parse(&order).map_err(|e| error(format!("order: {e}")))?;
@@ -133,7 +133,7 @@ impl Options {
             levers_file,
             "levers",
             memcut::read_levers_file,
-            |t| memcut::parse_levers(t).map_err(|e| e.to_string()),
+            |t| memcut::plan::parse_levers(t).map_err(|e| e.to_string()),
         )?;
         inner.analysis.user_rules =
             json_list(rules, rules_file, "rules", memcut::read_rules_file, |t| {
@@ -141,7 +141,7 @@ impl Options {
             })?
             .unwrap_or_default();
         // The same check as the CLI's --what-if.
-        memcut::check_what_if(&what_if, inner.plan.levers.as_deref())
+        memcut::plan::check_what_if(&what_if, inner.plan.levers.as_deref())
             .map_err(|e| error(e.replace("--what-if", "what_if")))?;
         inner.plan.what_if = what_if;
         inner.analysis.device = device;
@@ -304,7 +304,7 @@ fn diff(
 #[pyfunction]
 fn render_diff(py: Python<'_>, diff_json: &str, format: &str) -> PyResult<String> {
     let format = output_format(format)?;
-    let report: memcut::DiffReport =
+    let report: memcut::report::DiffReport =
         serde_json::from_str(diff_json).map_err(|e| error(format!("not a memcut diff: {e}")))?;
     Ok(py.detach(|| memcut::render_diff(&report, format)))
 }
@@ -384,7 +384,7 @@ fn render_summary(rows_json: &str, path: PathBuf) -> PyResult<String> {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // The library's version: what reports name in `tool.version`.
-    m.add("__version__", memcut::Tool::default().version)?;
+    m.add("__version__", memcut::report::Tool::default().version)?;
     m.add("MemcutError", m.py().get_type::<MemcutError>())?;
     m.add("SUMMARY_COLUMNS", batch::COLUMNS.to_vec())?;
     m.add_class::<Options>()?;

@@ -1,31 +1,37 @@
 //! The cut planner (DESIGN.md §6): summarise peak sources → plan cuts → recommend.
 //!
+//! Public here: the plan's options ([`PlanOptions`], the budget and headroom
+//! parsers), the levers ([`Lever`], [`parse_levers`]), the search order and
+//! pools ([`Order`], [`Target`]), [`check_what_if`] and the seed's
+//! [`components`] mode. The plan itself is part of the report:
+//! [`crate::report::Plan`].
+//!
 //! Two modes share the same three steps:
 //!
 //! - **Component lists** (the seed's own input, [`components`]):
 //!   `[{name, peak_gb, cuttable}]` and a target in decimal GB; a cut removes
 //!   a whole component.
 //! - **Traces**: a device's memory demand by category at every position of
-//!   its timeline ([`demand::Demand`]) and the levers ([`levers`]), each
-//!   scaling some categories by a factor. The search ([`search`]) applies
+//!   its timeline (`demand::Demand`) and the levers ([`Lever`]), each
+//!   scaling some categories by a factor. The search (`search`) applies
 //!   one lever at a time and re-simulates the peak over the *whole* timeline
-//!   after each (the peak can move); [`plan_for`] wraps it with the budget,
+//!   after each (the peak can move); `plan_for` wraps it with the budget,
 //!   headroom, verdict and reason that reports render, and returns the plan
 //!   for the caller to put into the report.
 
-pub mod checkpointing;
+pub(crate) mod checkpointing;
 pub mod components;
-pub mod demand;
-pub mod facts;
-pub mod fp32;
-pub mod kv_limit;
-pub mod levers;
+pub(crate) mod demand;
+pub(crate) mod facts;
+pub(crate) mod fp32;
+pub(crate) mod kv_limit;
+pub(crate) mod levers;
 mod options;
-pub mod pools;
+pub(crate) mod pools;
 #[cfg(test)]
 mod properties;
-pub mod search;
-pub mod whatif;
+pub(crate) mod search;
+pub(crate) mod whatif;
 
 use crate::model::Category;
 use crate::schema::{ConsideredLever, Headline, OomFinding, OomPlan, Plan, PlanStep, Verdict};
@@ -33,20 +39,24 @@ use crate::units::human_bytes as h;
 
 use demand::{Demand, Row};
 use facts::{Check, RunFacts};
-use levers::Lever;
 use pools::{pool_category, NPOOL};
-use search::{Eligibility, Order, Search, TimelineCuts};
+use search::{Eligibility, Search, TimelineCuts};
 
+pub use levers::{parse_levers, Condition, Cost, Lever, LeversError};
+pub(crate) use options::{budget_for, capacity, may_have_budget, Budget, DeviceState};
 pub use options::{
-    budget_for, capacity, may_have_budget, parse_budget, parse_device_memory, parse_dp_ranks,
-    parse_headroom, Budget, BudgetSpec, DeviceState, Headroom, PlanOptions,
+    parse_budget, parse_device_memory, parse_dp_ranks, parse_headroom, BudgetSpec, Headroom,
+    PlanOptions,
 };
+pub use pools::Target;
+pub use search::Order;
+pub use whatif::check_what_if;
 
 const NCAT: usize = Category::ALL.len();
 
 /// What the run's evidence says about one lever.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Decision {
+pub(crate) struct Decision {
     pub eligibility: Eligibility,
     /// The evidence for its conditions (or against the one that fails).
     pub because: String,
@@ -56,7 +66,7 @@ pub struct Decision {
 
 /// Decides a lever from the run's facts: excluded if a condition fails,
 /// conditional if one is unknown, certain otherwise.
-pub fn decide(lever: &Lever, facts: &RunFacts) -> Decision {
+pub(crate) fn decide(lever: &Lever, facts: &RunFacts) -> Decision {
     let mut holds = Vec::new();
     let mut unknown = Vec::new();
     for c in &lever.when {
@@ -90,12 +100,12 @@ pub fn decide(lever: &Lever, facts: &RunFacts) -> Decision {
 }
 
 /// The smallest saving that makes a step: 1% of the peak, at least 1 B.
-pub fn min_step(peak: u64) -> u64 {
+pub(crate) fn min_step(peak: u64) -> u64 {
     peak.div_ceil(100).max(1)
 }
 
 /// What one device's plan is made from.
-pub struct PlanInput<'d> {
+pub(crate) struct PlanInput<'d> {
     pub demand: &'d Demand<'d>,
     pub facts: &'d RunFacts,
     /// Names a position (`event N (phase)`).
@@ -117,16 +127,16 @@ pub struct PlanInput<'d> {
 }
 
 /// See [`PlanInput::modelled_demand`].
-pub type ModelledDemand<'d> = dyn Fn(Option<usize>, &[&str]) -> Option<Demand<'d>> + 'd;
+pub(crate) type ModelledDemand<'d> = dyn Fn(Option<usize>, &[&str]) -> Option<Demand<'d>> + 'd;
 
 /// [`PlanInput::modelled_demand`] where the run shows no structure.
 #[cfg(test)]
-pub fn no_modelled_demand<'d>(_: Option<usize>, _: &[&str]) -> Option<Demand<'d>> {
+pub(crate) fn no_modelled_demand<'d>(_: Option<usize>, _: &[&str]) -> Option<Demand<'d>> {
     None
 }
 
 /// A finding's fix as a plan step (see [`PlanInput::fixes`]).
-pub struct Fix {
+pub(crate) struct Fix {
     pub lever: String,
     pub action: String,
     /// The finding's evidence, in one line.
@@ -137,13 +147,13 @@ pub struct Fix {
 
 /// [`PlanInput::fixed_demand`] where there are no fixes.
 #[cfg(test)]
-pub fn no_fixed_demand<'d>(_: usize) -> Demand<'d> {
+pub(crate) fn no_fixed_demand<'d>(_: usize) -> Demand<'d> {
     unreachable!("no fixes to apply")
 }
 
 /// Plans one device: runs [`search::plan_for_either_mode`] against budget − headroom
 /// and writes the verdict and reason.
-pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions) -> Plan {
+pub(crate) fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions) -> Plan {
     let catalogue = options.levers(input.facts);
     let headroom = options.headroom.bytes(budget.bytes);
     let target = budget.bytes - headroom;
@@ -315,7 +325,7 @@ pub fn plan_device(input: &PlanInput<'_>, budget: &Budget, options: &PlanOptions
 /// halving the micro-batch (the first micro-batch's gradients held beside
 /// its factor, where gradients are freed between steps); otherwise half
 /// the new tokens.
-pub fn modelled_levers(training: bool) -> &'static [(&'static str, bool)] {
+pub(crate) fn modelled_levers(training: bool) -> &'static [(&'static str, bool)] {
     if training {
         &[
             (whatif::CHECKPOINTING, false),
@@ -375,7 +385,7 @@ fn plan_estimate(
 /// Plans the failed instant of an OOM against `target`: `row` is the
 /// demand by pool just before the failure (its `allocator_cache` ignored:
 /// the cache at that instant comes from the finding).
-pub fn plan_oom(
+pub(crate) fn plan_oom(
     oom: &OomFinding,
     row: &Row,
     target: u64,
@@ -686,7 +696,7 @@ fn verdict_and_reason(
 
 /// The plan for one device of a report, or `None` when no budget is known
 /// (see [`budget_for`]). The caller puts it into the report.
-pub fn plan_for(
+pub(crate) fn plan_for(
     device: &DeviceState<'_>,
     input: &PlanInput<'_>,
     options: &PlanOptions,

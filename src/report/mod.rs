@@ -1,20 +1,32 @@
 //! Renderers: a [`Report`] → text, Markdown, JSON or HTML. They read only
 //! the report (so a saved JSON renders the same pages) and share the few
 //! cells that two of them show alike.
+//!
+//! Public here: the report's types (the JSON contract, [`Report`] down to
+//! each [`Peak`], [`Finding`] and [`Plan`]; the diff's [`DiffReport`]) and
+//! the renderers ([`render`], [`render_diff`], [`write_json`]).
 
-pub mod allocator;
+pub(crate) mod allocator;
 mod chart;
-pub mod diff;
-pub mod html;
-pub mod json;
-pub mod markdown;
+pub(crate) mod diff;
+pub(crate) mod html;
+pub(crate) mod json;
+pub(crate) mod markdown;
 mod markup;
-pub mod stacks;
-pub mod text;
+pub(crate) mod stacks;
+pub(crate) mod text;
 mod viewer;
 
-use crate::model::Category;
-use crate::schema::{BeforeRecordingPart, DeviceReport, Peak, Plan, PlanStep, Report, Verdict};
+pub use crate::model::{Category, Diagnostic, Distributed, Level};
+pub use crate::schema::{
+    Attribution, Band, BeforeRecordingPart, BlockSpan, BlockUse, CategoryChange, Change,
+    ConsideredLever, DeviceDiff, DeviceReport, DiffReport, DiffTimeline, EventRef, Finding,
+    FindingKind, Headline, LiveAllocation, NormalisedSeries, OomFinding, OomPlan, Peak,
+    PeakCategories, PeakCheck, PeakInstant, Plan, PlanFact, PlanStep, PlanSummary, Report,
+    ReportedInstant, SegmentMap, SegmentState, SegmentsView, SiteChange, SiteStatus, SourceInfo,
+    StackTable, TimelineSeries, Tool, TopSite, Verdict, WhatIf, DIFF_SCHEMA_VERSION,
+    SCHEMA_VERSION,
+};
 use crate::units::{human_bytes, human_duration_us, percent};
 
 /// Output formats of a report.
@@ -361,14 +373,14 @@ pub(crate) fn devices_by_peak(report: &Report) -> Vec<&DeviceReport> {
 }
 
 /// Devices whose peak is below this are *minor* beside a larger one.
-pub const MINOR_DEVICE_BYTES: u64 = 1 << 20;
+pub(crate) const MINOR_DEVICE_BYTES: u64 = 1 << 20;
 
 /// The devices that get a full section (and a batch row), highest peak
 /// first, and the minor ones that get one line: a device whose peak is
 /// under [`MINOR_DEVICE_BYTES`] is minor unless it has the highest peak
 /// (a profiler trace's `cpu` device with 8 B beside a GPU's gigabytes). So
 /// every report keeps at least one full device; JSON keeps them all.
-pub fn major_devices(report: &Report) -> (Vec<&DeviceReport>, Vec<&DeviceReport>) {
+pub(crate) fn major_devices(report: &Report) -> (Vec<&DeviceReport>, Vec<&DeviceReport>) {
     let devices = devices_by_peak(report);
     let mut major = Vec::new();
     let mut minor = Vec::new();

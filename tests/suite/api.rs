@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use memcut::{AnalyzeOptions, Error, OutputFormat, Report, Verdict};
+use memcut::{report::Verdict, AnalyzeOptions, Error, OutputFormat, Report};
 
 fn sample(name: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -75,12 +75,12 @@ fn errors_are_typed_and_say_what_is_wrong() {
         Err(memcut::SizeError::UnknownUnit { .. })
     ));
     assert!(matches!(
-        memcut::parse_components("[]"),
-        Err(memcut::ComponentsError::Empty)
+        memcut::components::parse_components("[]"),
+        Err(memcut::components::ComponentsError::Empty)
     ));
     let bad = r#"[{"name": "x", "scales": {"activation": 2.0}, "cost": "free", "action": "a"}]"#;
-    let err = memcut::parse_levers(bad).unwrap_err();
-    assert!(matches!(err, memcut::LeversError::BadFactor { .. }));
+    let err = memcut::plan::parse_levers(bad).unwrap_err();
+    assert!(matches!(err, memcut::plan::LeversError::BadFactor { .. }));
     assert_eq!(
         err.to_string(),
         "bad levers file: lever x: factor for activation must be in [0, 1], got 2"
@@ -129,7 +129,7 @@ fn options_files_are_read_with_the_cli_messages() {
 /// `weights` at 10.0 GB; target 15.0 → cut `activations`, peak 13.0.
 #[test]
 fn the_seed_worked_example() {
-    let components = memcut::parse_components(
+    let components = memcut::components::parse_components(
         r#"[{"name": "weights", "peak_gb": 10.0, "cuttable": false},
             {"name": "activations", "peak_gb": 8.0, "cuttable": true},
             {"name": "temporary_buffers", "peak_gb": 3.0, "cuttable": true}]"#,
@@ -148,4 +148,73 @@ fn the_seed_worked_example() {
     let report = memcut::plan_components(&components, 15.0);
     assert_eq!(report.cut_order, ["activations"]);
     assert!(report.to_json().contains("\"estimated_peak_gb\": 13.0"));
+}
+
+/// The names `lib.rs` re-exports at the crate root: the last name of each
+/// path in its `pub use` items (or the name after `as`), the hidden
+/// `internals` left out.
+fn root_names() -> Vec<String> {
+    let lib =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
+    let lib = &lib[..lib.find("pub mod internals").unwrap_or(lib.len())];
+    let mut names = Vec::new();
+    for item in lib.split("pub use ").skip(1) {
+        let item = &item[..item.find(';').unwrap()];
+        let list = item.find('{').map_or(item, |i| &item[i + 1..]);
+        for path in list.trim_end_matches('}').split(',') {
+            let path = path.trim();
+            let name = match path.split_once(" as ") {
+                Some((_, alias)) => alias.trim(),
+                None => path.rsplit("::").next().unwrap().trim(),
+            };
+            if !name.is_empty() {
+                names.push(name.to_owned());
+            }
+        }
+    }
+    names
+}
+
+/// The root holds the entry points (analyse, render, diff, options, errors);
+/// the report's types live under `memcut::report`, the plan's options and
+/// levers under `memcut::plan` (issue 30: the root had 86 names).
+#[test]
+fn the_root_holds_only_the_entry_points() {
+    let names = root_names();
+    for entry in [
+        "analyze_path",
+        "analyze_bytes",
+        "AnalyzeOptions",
+        "render",
+        "Report",
+        "Error",
+    ] {
+        assert!(
+            names.iter().any(|n| n == entry),
+            "{entry} not at the root: {names:?}"
+        );
+    }
+    for inner in [
+        "Peak",
+        "DeviceReport",
+        "Plan",
+        "Finding",
+        "Lever",
+        "PlanOptions",
+        "Order",
+    ] {
+        assert!(
+            !names.iter().any(|n| n == inner),
+            "{inner} at the root: {names:?}"
+        );
+    }
+    assert!(
+        names.len() <= 36,
+        "{} names at the root: {names:?}",
+        names.len()
+    );
+    // The same types, where they live now.
+    let _: Option<memcut::report::Peak> = None;
+    let _: Option<memcut::plan::PlanOptions> = None;
+    let _: Option<memcut::components::Component> = None;
 }

@@ -18,7 +18,7 @@ const RUNS: &[&str] = &[
     "kv_cache_decode",
 ];
 
-fn cpu_peak(path: &Path) -> memcut::Peak {
+fn cpu_peak(path: &Path) -> memcut::report::Peak {
     let report = memcut::analyze_path(path, &AnalyzeOptions::new()).unwrap();
     report
         .devices
@@ -36,7 +36,7 @@ fn chrome_trace_and_snapshot_of_one_run_agree() {
         let snapshot = cpu_peak(&dir.join(format!("{run}.snapshot.pickle.gz")));
         // Memory that existed before profiling is invisible to the CPU
         // profiler's events but is in the snapshot's blocks: compare what both saw.
-        let traced = |p: &memcut::Peak| -> BTreeMap<(u64, u64), Category> {
+        let traced = |p: &memcut::report::Peak| -> BTreeMap<(u64, u64), Category> {
             p.allocations
                 .iter()
                 .filter(|a| !Builtin::from_name(&a.rule).is_some_and(Builtin::before_recording))

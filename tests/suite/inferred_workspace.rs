@@ -46,7 +46,7 @@ const MI300: &str = r#"{"id": 0, "name": "AMD Instinct MI300X", "totalGlobalMem"
 fn inferred(json: &str) -> (u64, u64) {
     let report = analyze_bytes(json.as_bytes(), "t.json", &AnalyzeOptions::new()).unwrap();
     let d = &report.devices[0];
-    let of = |pick: &dyn Fn(&memcut::BeforeRecordingPart) -> bool| -> u64 {
+    let of = |pick: &dyn Fn(&memcut::report::BeforeRecordingPart) -> bool| -> u64 {
         d.before_recording
             .iter()
             .filter(|p| pick(p))

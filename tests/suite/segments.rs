@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use memcut::{analyze_path, render, AnalyzeOptions, BlockUse, OutputFormat, Report};
+use memcut::{analyze_path, render, report::BlockUse, AnalyzeOptions, OutputFormat, Report};
 
 const MIB: u64 = 1 << 20;
 
@@ -55,7 +55,7 @@ fn a_request_larger_than_every_free_block_but_not_the_free_total_is_fragmentatio
     // The finding the report leads with: the 32 MiB of holes, fixed by
     // expandable segments; the allocated peak does not move.
     let kinds: Vec<_> = d.findings.iter().map(|f| f.kind).collect();
-    assert_eq!(kinds, [memcut::FindingKind::FragmentationAtOom]);
+    assert_eq!(kinds, [memcut::report::FindingKind::FragmentationAtOom]);
     let f = &d.findings[0];
     assert_eq!(
         (f.fix.as_str(), f.saving_bytes),
@@ -100,7 +100,7 @@ fn an_oom_far_below_the_device_capacity_is_memory_outside_the_allocator() {
         oom.verdict
     );
     let kinds: Vec<_> = d.findings.iter().map(|f| f.kind).collect();
-    assert_eq!(kinds, [memcut::FindingKind::MemoryOutsideAllocator]);
+    assert_eq!(kinds, [memcut::report::FindingKind::MemoryOutsideAllocator]);
     let f = &d.findings[0];
     assert_eq!(
         (f.fix.as_str(), f.saving_bytes, f.bytes_at_peak),
@@ -150,8 +150,8 @@ fn device_memory_makes_a_snapshot_oom_say_what_was_outside_the_allocator() {
     assert_eq!(
         kinds,
         [
-            memcut::FindingKind::FragmentationAtOom,
-            memcut::FindingKind::MemoryOutsideAllocator
+            memcut::report::FindingKind::FragmentationAtOom,
+            memcut::report::FindingKind::MemoryOutsideAllocator
         ]
     );
     let outside = (16 << 30) - 64 * MIB - 4 * MIB;

@@ -19,7 +19,7 @@
 
 use std::path::{Path, PathBuf};
 
-use memcut::{AnalyzeOptions, FindingKind, Report};
+use memcut::{report::FindingKind, AnalyzeOptions, Report};
 
 struct Pair {
     baseline: String,
@@ -132,7 +132,7 @@ fn score(set: &str) -> Vec<(String, f64, Vec<String>)> {
                 ));
                 continue;
             }
-            let fix = |r: &memcut::DeviceReport| {
+            let fix = |r: &memcut::report::DeviceReport| {
                 r.findings
                     .iter()
                     .find(|x| x.fix == p.lever)
@@ -655,7 +655,7 @@ fn the_plan_fixes_findings_first_with_the_what_if_numbers() {
     let plan = d.plan.as_ref().unwrap();
     let levers: Vec<&str> = plan.steps.iter().map(|s| s.lever.as_str()).collect();
     assert_eq!(levers, ["free_kept_graph", "inference_mode"]);
-    assert_eq!(plan.verdict, memcut::Verdict::FitsAfterCuts);
+    assert_eq!(plan.verdict, memcut::report::Verdict::FitsAfterCuts);
     let what_if = d.what_if.as_ref().unwrap();
     assert_eq!(plan.estimated_peak_bytes, what_if.peak_allocated_bytes);
     assert_eq!(
@@ -873,7 +873,7 @@ fn plan_steps_are_the_what_if_peaks() {
         for base in baselines {
             for format in ["trace.json.gz", "snapshot.pickle.gz"] {
                 let path = dir.join(format!("{base}.{format}"));
-                for order in [memcut::Order::Cheapest, memcut::Order::Largest] {
+                for order in [memcut::plan::Order::Cheapest, memcut::plan::Order::Largest] {
                     let mut options = AnalyzeOptions::default();
                     options.plan.budget_percent_of_peak = Some(50.0);
                     options.plan.order = order;
@@ -1060,8 +1060,8 @@ fn a_plan_on_a_first_step_is_the_next_steps() {
         options
             .plan
             .set_budget_and_headroom(
-                Some(memcut::parse_budget(&budget.to_string()).unwrap()),
-                memcut::parse_headroom("0").unwrap(),
+                Some(memcut::plan::parse_budget(&budget.to_string()).unwrap()),
+                memcut::plan::parse_headroom("0").unwrap(),
             )
             .unwrap();
         let report = memcut::analyze_path(&path, &options).unwrap();
