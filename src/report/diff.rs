@@ -6,6 +6,7 @@
 use std::fmt::Write;
 
 use super::chart::{points, YAxis};
+use super::document::{signed, Cell, Column, Table};
 use super::html::STYLE;
 use super::markup::escape;
 use super::OutputFormat;
@@ -21,12 +22,6 @@ pub fn render(report: &DiffReport, format: OutputFormat) -> String {
         OutputFormat::Json => super::json::to_json(report),
         OutputFormat::Html => html(report),
     }
-}
-
-/// A signed size: `+1.2 MiB`, `−6.10 GiB` (a real minus sign), `+0 B`.
-pub fn signed(bytes: i64) -> String {
-    let sign = if bytes < 0 { '\u{2212}' } else { '+' };
-    format!("{sign}{}", h(bytes.unsigned_abs()))
 }
 
 /// `+12.3%`, `−0.7%`, or `new` when there was nothing before.
@@ -272,33 +267,11 @@ fn markdown(r: &DiffReport) -> String {
                 plan(d.after_plan.as_ref())
             );
         }
-        out.push_str("\n| Category | Before | After | Change |\n|---|---:|---:|---:|\n");
-        for c in &d.by_category {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} |",
-                c.category,
-                h(c.before),
-                h(c.after),
-                signed(c.change_bytes)
-            );
-        }
+        out.push('\n');
+        super::markdown::table(&mut out, &by_category(d), usize::MAX);
         if !d.sites.is_empty() {
-            out.push_str("\n| Site | Category | Status | Before | After | Change |\n|---|---|---|---:|---:|---:|\n");
-            for s in &d.sites {
-                let _ = writeln!(
-                    out,
-                    "| `{}` | {} | {} | {} ×{} | {} ×{} | {} |",
-                    code(&s.site),
-                    s.category,
-                    s.status.as_str(),
-                    h(s.before_bytes),
-                    s.before_count,
-                    h(s.after_bytes),
-                    s.after_count,
-                    signed(s.change_bytes)
-                );
-            }
+            out.push('\n');
+            super::markdown::table(&mut out, &sites(d), usize::MAX);
         }
         if let Some(note) = sites_note(d) {
             let _ = writeln!(out, "\n{note}");
@@ -314,6 +287,60 @@ fn markdown(r: &DiffReport) -> String {
         let _ = writeln!(out, "- warning: {}", code(&d.message));
     }
     out
+}
+
+/// Each category's bytes at the two peaks.
+fn by_category(d: &DeviceDiff) -> Table {
+    Table {
+        title: String::new(),
+        columns: vec![
+            Column::Text("Category"),
+            Column::Number("Before"),
+            Column::Number("After"),
+            Column::Number("Change"),
+        ],
+        rows: d
+            .by_category
+            .iter()
+            .map(|c| {
+                vec![
+                    Cell::Plain(c.category.to_string()),
+                    Cell::Plain(h(c.before)),
+                    Cell::Plain(h(c.after)),
+                    Cell::Change(c.change_bytes),
+                ]
+            })
+            .collect(),
+    }
+}
+
+/// The sites whose bytes at the peak changed.
+fn sites(d: &DeviceDiff) -> Table {
+    Table {
+        title: "Sites that changed".to_owned(),
+        columns: vec![
+            Column::Text("Site"),
+            Column::Text("Category"),
+            Column::Text("Status"),
+            Column::Number("Before"),
+            Column::Number("After"),
+            Column::Number("Change"),
+        ],
+        rows: d
+            .sites
+            .iter()
+            .map(|s| {
+                vec![
+                    Cell::Code(s.site.clone()),
+                    Cell::Plain(s.category.to_string()),
+                    Cell::Plain(s.status.as_str().to_owned()),
+                    Cell::Plain(format!("{} ×{}", h(s.before_bytes), s.before_count)),
+                    Cell::Plain(format!("{} ×{}", h(s.after_bytes), s.after_count)),
+                    Cell::Change(s.change_bytes),
+                ]
+            })
+            .collect(),
+    }
 }
 
 fn html(r: &DiffReport) -> String {
@@ -341,37 +368,11 @@ fn html(r: &DiffReport) -> String {
             escape(&headline(d))
         );
         chart(&mut out, d);
-        out.push_str("<table>\n<thead><tr><th>Category</th><th class=\"num\">Before</th><th class=\"num\">After</th><th class=\"num\">Change</th></tr></thead>\n<tbody>\n");
-        for c in &d.by_category {
-            let _ = writeln!(
-                out,
-                "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num {}\">{}</td></tr>",
-                c.category,
-                h(c.before),
-                h(c.after),
-                direction(c.change_bytes),
-                signed(c.change_bytes)
-            );
-        }
-        out.push_str("</tbody>\n</table>\n");
+        super::html::table(&mut out, &by_category(d));
         if !d.sites.is_empty() {
-            out.push_str("<h3>Sites that changed</h3>\n<table>\n<thead><tr><th>Site</th><th>Category</th><th>Status</th><th class=\"num\">Before</th><th class=\"num\">After</th><th class=\"num\">Change</th></tr></thead>\n<tbody>\n");
-            for s in &d.sites {
-                let _ = writeln!(
-                    out,
-                    "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td class=\"num\">{} ×{}</td><td class=\"num\">{} ×{}</td><td class=\"num {}\">{}</td></tr>",
-                    escape(&s.site),
-                    s.category,
-                    s.status.as_str(),
-                    h(s.before_bytes),
-                    s.before_count,
-                    h(s.after_bytes),
-                    s.after_count,
-                    direction(s.change_bytes),
-                    signed(s.change_bytes)
-                );
-            }
-            out.push_str("</tbody>\n</table>\n");
+            let t = sites(d);
+            let _ = writeln!(out, "<h3>{}</h3>", t.title);
+            super::html::table(&mut out, &t);
         }
         if let Some(note) = sites_note(d) {
             let _ = writeln!(out, "<p class=\"note\">{}</p>", escape(&note));
@@ -399,14 +400,6 @@ fn html(r: &DiffReport) -> String {
     }
     out.push_str("</body>\n</html>\n");
     out
-}
-
-fn direction(change: i64) -> &'static str {
-    match change.signum() {
-        1 => "grew",
-        -1 => "shrank",
-        _ => "",
-    }
 }
 
 // Geometry of the comparison chart (SVG user units).

@@ -8,15 +8,12 @@
 
 use std::fmt::Write;
 
+use super::document::{self, Cell, Column, DeviceDocument, Table};
 use super::markup::{colour, escape};
-use super::{
-    attribution_line, before_recording_row, category_lines, major_devices, minor_devices_line,
-    not_proposed, overview_row, peak_instant, phase_label, plan_step_row, share_label,
-    BEFORE_RECORDING_COLUMNS, OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
-};
-use crate::model::{Category, Level};
+use super::{major_devices, minor_devices_line, not_proposed};
+use crate::model::Level;
 use crate::schema::{DeviceReport, Plan, PlanStep, Report};
-use crate::units::{human_bytes as h, percent};
+use crate::units::human_bytes as h;
 
 pub fn render(report: &Report) -> String {
     let mut out = String::with_capacity(64 * 1024);
@@ -98,75 +95,21 @@ figcaption.title{font-weight:600;margin:0 0 .3rem}.at{background:#fff4e5;border-
 @media print{body{margin:0;max-width:none}h2{break-before:auto}figure,table{break-inside:avoid}}";
 
 fn overview(out: &mut String, devices: &[&DeviceReport]) {
-    out.push_str("<section>\n<h2>Devices</h2>\n");
-    numeric_table(
-        out,
-        &OVERVIEW_COLUMNS,
-        &[1, 2, 5],
-        Some(0),
-        devices.iter().map(|d| overview_row(d)),
-    );
+    let t = document::overview(devices);
+    let _ = writeln!(out, "<section>\n<h2>{}</h2>", t.title);
+    table(out, &t);
     out.push_str("</section>\n");
 }
 
-/// A table of plain-text cells, all escaped here; `numeric` columns are
-/// right-aligned and the `code` column is set in monospace.
-fn numeric_table<const N: usize>(
-    out: &mut String,
-    columns: &[&str; N],
-    numeric: &[usize],
-    code: Option<usize>,
-    rows: impl Iterator<Item = [String; N]>,
-) {
-    let class = |i: usize| {
-        if numeric.contains(&i) {
-            " class=\"num\""
-        } else {
-            ""
-        }
-    };
-    out.push_str("<table>\n<thead><tr>");
-    for (i, name) in columns.iter().enumerate() {
-        let _ = write!(out, "<th{}>{}</th>", class(i), escape(name));
-    }
-    out.push_str("</tr></thead>\n<tbody>\n");
-    for cells in rows {
-        out.push_str("<tr>");
-        for (i, c) in cells.iter().enumerate() {
-            if code == Some(i) {
-                let _ = write!(out, "<td{}><code>{}</code></td>", class(i), escape(c));
-            } else {
-                let _ = write!(out, "<td{}>{}</td>", class(i), escape(c));
-            }
-        }
-        out.push_str("</tr>\n");
-    }
-    out.push_str("</tbody>\n</table>\n");
-}
-
 fn device(out: &mut String, d: &DeviceReport, n: usize) {
-    let p = &d.peak;
+    let doc = DeviceDocument::new(d);
     let _ = writeln!(
         out,
         "<section class=\"device\">\n<h2>Device <code>{}</code></h2>",
         escape(&d.device)
     );
-    for f in &d.findings {
-        headed_list(
-            out,
-            "finding",
-            "Finding",
-            &super::finding_line(f),
-            &f.evidence,
-        );
-    }
-    if let Some(n) = &d.next_step {
-        let line = super::next_step_line(d, n);
-        headed_list(out, "finding", "Next step", &line, &n.evidence);
-    }
-    if let Some(w) = &d.what_if {
-        let line = super::what_if_line(d, w);
-        headed_list(out, "what-if", "What if", &line, &w.because);
+    for l in &doc.lists {
+        headed_list(out, l.kind, l.label, &l.headline, &l.items);
     }
     // What a person reads first: the findings, the what-if and the plan,
     // then the facts, the timeline and the tables behind them.
@@ -179,150 +122,92 @@ fn device(out: &mut String, d: &DeviceReport, n: usize) {
     }
     out.push_str("</div>\n");
     out.push_str("<table class=\"facts\">\n<tbody>\n");
-    fact(
-        out,
-        "Peak allocated",
-        &format!(
-            "<b>{}</b> ({} bytes)",
-            h(p.allocated_bytes),
-            p.allocated_bytes
-        ),
-    );
-    fact(
-        out,
-        "At",
-        &format!(
-            "{}, phase: {}",
-            escape(&peak_instant(d)),
-            escape(&phase_label(&p.phase))
-        ),
-    );
-    match p.reserved_bytes {
-        Some(r) => fact(out, "Reserved at peak", &format!("{} ({r} bytes)", h(r))),
-        None => fact(out, "Reserved at peak", "unknown"),
+    for f in &doc.facts {
+        let value: String = f.value.iter().map(|c| spell(c, false).1).collect();
+        let _ = writeln!(out, "<tr><th>{}</th><td>{value}</td></tr>", f.name);
     }
-    if let Some(r) = d.reserved_peak_bytes {
-        let at = d
-            .reserved_peak_event_index
-            .map_or(String::new(), |e| format!(" at event {e}"));
-        fact(out, "Reserved peak", &format!("{}{at}", h(r)));
-    }
-    fact(
-        out,
-        "Baseline (allocated before recording)",
-        &h(d.baseline_bytes),
-    );
-    fact(out, "Categories at the peak", &escape(&attribution_line(p)));
-    if let Some(c) = d.capacity_bytes {
-        fact(
-            out,
-            "Device memory",
-            &format!("{} (peak is {})", h(c), percent(p.allocated_bytes, c)),
-        );
-    }
-    fact(out, "Events", &d.events.to_string());
     out.push_str("</tbody>\n</table>\n");
-    if let Some(note) = super::at_note(d) {
-        let _ = writeln!(out, "<p class=\"at\">{}</p>", escape(&note));
+    if let Some(note) = &doc.at_note {
+        let _ = writeln!(out, "<p class=\"at\">{}</p>", escape(note));
     }
 
     super::chart::render(out, d);
     super::viewer::html(out, d, n);
 
-    let cats = category_lines(p);
-    out.push_str("<h3>Memory at the peak by category</h3>\n<table>\n<thead><tr><th>Category</th><th class=\"num\">Bytes</th><th class=\"num\">Share of peak</th><th></th></tr></thead>\n<tbody>\n");
-    for (c, b) in &cats.rows {
-        let share = p.share(*b);
-        let _ = writeln!(
-            out,
-            "<tr><td class=\"cat\"><span class=\"sw\" style=\"background:{}\"></span>{}</td><td class=\"num\" title=\"{b} bytes\">{}</td><td class=\"num\">{}</td><td class=\"bar\"><span style=\"width:{:.1}%;background:{}\"></span></td></tr>",
-            colour(*c),
-            c,
-            h(*b),
-            share_label(p, *b),
-            share.min(100.0),
-            colour(*c)
-        );
+    headed_table(out, &doc.categories);
+    if let Some(t) = &doc.before_recording {
+        headed_table(out, t);
     }
-    if let Some((small, bytes)) = &cats.other {
-        let names: Vec<&str> = small.iter().map(|c| c.as_str()).collect();
-        let _ = writeln!(
-            out,
-            "<tr><td class=\"cat\">other: {}</td><td class=\"num\" title=\"{bytes} bytes\">{}</td><td class=\"num\">{}</td><td></td></tr>",
-            names.join(", "),
-            h(*bytes),
-            share_label(p, *bytes)
-        );
-    }
-    let _ = writeln!(
-        out,
-        "<tr><td><b>allocated (peak)</b></td><td class=\"num\"><b>{}</b></td><td class=\"num\">100%</td><td></td></tr>",
-        h(p.allocated_bytes)
-    );
-    if let Some(cache) = cats.allocator_cache {
-        let _ = writeln!(
-            out,
-            "<tr><td><span class=\"sw\" style=\"background:{}\"></span>allocator_cache (reserved, not allocated)</td><td class=\"num\">{}</td><td></td><td></td></tr>",
-            colour(Category::AllocatorCache),
-            h(cache)
-        );
-    }
-    out.push_str("</tbody>\n</table>\n");
-
-    if !d.before_recording.is_empty() {
-        out.push_str("<h3>Memory that existed before recording</h3>\n");
-        numeric_table(
-            out,
-            &BEFORE_RECORDING_COLUMNS,
-            &[1],
-            None,
-            d.before_recording.iter().map(before_recording_row),
-        );
-    }
-
-    if !p.top_sites.is_empty() {
-        out.push_str("<h3>Top sites at the peak</h3>\n<table>\n<thead><tr><th>Site (operator < nearest program line)</th><th>Category</th><th class=\"num\">Bytes</th><th class=\"num\">Share</th><th class=\"num\">Count</th></tr></thead>\n<tbody>\n");
-        for s in &p.top_sites {
-            let _ = writeln!(
-                out,
-                "<tr><td><code>{}</code></td><td class=\"cat\"><span class=\"sw\" style=\"background:{}\"></span>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
-                escape(&s.site),
-                colour(s.category),
-                s.category,
-                h(s.bytes),
-                share_label(p, s.bytes),
-                s.count
-            );
-        }
-        out.push_str("</tbody>\n</table>\n");
+    if let Some(t) = &doc.top_sites {
+        headed_table(out, t);
         super::stacks::html(out, d);
     }
-
-    if !d.ooms.is_empty() {
-        let _ = writeln!(
-            out,
-            "<h3>Out-of-memory events ({})</h3>\n<table>\n<thead><tr><th class=\"num\">Event</th><th class=\"num\">Requested</th><th class=\"num\">Free on device</th><th class=\"num\">Allocated</th><th class=\"num\">Reserved</th><th class=\"num\">Largest free block</th><th>Finding</th></tr></thead>\n<tbody>",
-            d.ooms.len()
-        );
-        let opt = |v: Option<u64>| v.map_or("?".to_owned(), h);
-        for o in &d.ooms {
-            let _ = writeln!(
-                out,
-                "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
-                o.event_index,
-                h(o.requested_bytes),
-                opt(o.device_free_bytes),
-                h(o.allocated_bytes),
-                opt(o.reserved_bytes),
-                opt(o.largest_free_block_bytes),
-                escape(&o.verdict)
-            );
-        }
-        out.push_str("</tbody>\n</table>\n");
+    if let Some(t) = &doc.ooms {
+        headed_table(out, t);
     }
-
     super::allocator::html(out, d);
     out.push_str("</section>\n");
+}
+
+/// `<h3>TITLE</h3>` and the table.
+fn headed_table(out: &mut String, t: &Table) {
+    let _ = writeln!(out, "<h3>{}</h3>", escape(&t.title));
+    table(out, t);
+}
+
+/// A table; every text escaped here, numbers right-aligned.
+pub(super) fn table(out: &mut String, t: &Table) {
+    out.push_str("<table>\n<thead><tr>");
+    for c in &t.columns {
+        let class = if matches!(c, Column::Number(_)) {
+            " class=\"num\""
+        } else {
+            ""
+        };
+        let _ = write!(out, "<th{class}>{}</th>", escape(c.name()));
+    }
+    out.push_str("</tr></thead>\n<tbody>\n");
+    for row in &t.rows {
+        out.push_str("<tr>");
+        for (c, column) in row.iter().zip(&t.columns) {
+            let (attributes, content) = spell(c, matches!(column, Column::Number(_)));
+            let _ = write!(out, "<td{attributes}>{content}</td>");
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</tbody>\n</table>\n");
+}
+
+/// A cell as HTML: its `<td>` attributes (in a column of numbers or not)
+/// and its content, every text escaped.
+fn spell(c: &Cell, number: bool) -> (String, String) {
+    let num = if number { " class=\"num\"" } else { "" };
+    match c {
+        Cell::Plain(s) | Cell::Text(s) => (num.to_owned(), escape(s)),
+        Cell::Code(s) => (num.to_owned(), format!("<code>{}</code>", escape(s))),
+        Cell::Strong(s) => (num.to_owned(), format!("<b>{}</b>", escape(s))),
+        Cell::Swatch(category, s) => (
+            " class=\"cat\"".to_owned(),
+            format!(
+                "<span class=\"sw\" style=\"background:{}\"></span>{}",
+                colour(*category),
+                escape(s)
+            ),
+        ),
+        Cell::Bytes(b) => (format!(" class=\"num\" title=\"{b} bytes\""), h(*b)),
+        Cell::Change(b) => (
+            format!(" class=\"num {}\"", document::direction(*b)),
+            document::signed(*b),
+        ),
+        Cell::Bar(share, category) => (
+            " class=\"bar\"".to_owned(),
+            format!(
+                "<span style=\"width:{share:.1}%;background:{}\"></span>",
+                colour(*category)
+            ),
+        ),
+        Cell::Empty => (String::new(), String::new()),
+    }
 }
 
 /// The cut plan: the failed allocation's first when there is one, then the
@@ -340,16 +225,7 @@ fn write_plan(out: &mut String, plan: &Plan) {
     );
     let steps = |out: &mut String, steps: &[PlanStep]| {
         if !steps.is_empty() {
-            numeric_table(
-                out,
-                &PLAN_STEP_COLUMNS,
-                &[0, 4, 5],
-                None,
-                steps
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| plan_step_row(i, s, plan.target_bytes)),
-            );
+            table(out, &document::plan_steps(steps, plan.target_bytes));
         }
     };
     let verdict = |out: &mut String, v: &str, reason: &str| {
@@ -396,11 +272,6 @@ fn write_plan(out: &mut String, plan: &Plan) {
         }
         out.push_str("</ul>\n");
     }
-}
-
-/// One row of the facts table; `value` is HTML already.
-fn fact(out: &mut String, name: &str, value: &str) {
-    let _ = writeln!(out, "<tr><th>{name}</th><td>{value}</td></tr>");
 }
 
 /// A headed list: `<div class="CLASS"><p><b>LABEL</b> HEADLINE</p>` and

@@ -5,14 +5,11 @@
 
 use std::fmt::Write;
 
-use super::{
-    attribution_line, before_recording_row, category_lines, major_devices, minor_devices_line,
-    not_proposed, overview_row, peak_instant, phase_label, plan_step_row, share_label,
-    BEFORE_RECORDING_COLUMNS, OVERVIEW_COLUMNS, PLAN_STEP_COLUMNS,
-};
+use super::document::{self, Cell, Column, DeviceDocument, Table};
+use super::{major_devices, minor_devices_line, not_proposed};
 use crate::model::Level;
 use crate::schema::{DeviceReport, Plan, PlanStep, Report};
-use crate::units::{human_bytes as h, percent};
+use crate::units::human_bytes as h;
 
 /// Devices with a full section; the rest are rows of the overview table.
 pub const MAX_FULL_DEVICES: usize = 2;
@@ -79,171 +76,40 @@ pub fn render(report: &Report) -> String {
 
 /// One row per device, highest peak first.
 fn overview(out: &mut String, devices: &[&DeviceReport]) {
-    let _ = writeln!(out, "## Devices\n");
-    let _ = writeln!(
-        out,
-        "| {} |\n|---|---:|---:|---|---|---:|---|",
-        OVERVIEW_COLUMNS.join(" | ")
-    );
-    for d in devices.iter().take(MAX_DEVICE_ROWS) {
-        let [device, rest @ ..] = overview_row(d);
-        let rest: Vec<String> = rest.iter().map(|c| cell(c)).collect();
-        let _ = writeln!(out, "| `{}` | {} |", code(&device), rest.join(" | "));
-    }
-    if devices.len() > MAX_DEVICE_ROWS {
-        let _ = writeln!(
-            out,
-            "| … {} more | | | | | | |",
-            devices.len() - MAX_DEVICE_ROWS
-        );
+    let t = document::overview(devices);
+    let _ = writeln!(out, "## {}\n", t.title);
+    let more = table(out, &t, MAX_DEVICE_ROWS);
+    if more > 0 {
+        let _ = writeln!(out, "| … {more} more | | | | | | |");
     }
     let _ = writeln!(out);
 }
 
 fn device(out: &mut String, d: &DeviceReport) {
-    let p = &d.peak;
+    let doc = DeviceDocument::new(d);
     let _ = writeln!(out, "## Device `{}`\n", code(&d.device));
-    for f in &d.findings {
-        headed_list(out, "Finding", &super::finding_line(f), &f.evidence);
-    }
-    if let Some(n) = &d.next_step {
-        headed_list(out, "Next step", &super::next_step_line(d, n), &n.evidence);
-    }
-    if let Some(w) = &d.what_if {
-        let _ = writeln!(out, "**What if** {}\n", cell(&super::what_if_line(d, w)));
-        for b in &w.because {
-            let _ = writeln!(out, "- {}", cell(b));
-        }
-        let _ = writeln!(out);
+    for l in &doc.lists {
+        headed_list(out, l.label, &l.headline, &l.items);
     }
     let _ = writeln!(out, "| | |\n|---|---|");
-    let _ = writeln!(
-        out,
-        "| Peak allocated | **{}** ({} bytes) |",
-        h(p.allocated_bytes),
-        p.allocated_bytes
-    );
-    let _ = writeln!(
-        out,
-        "| At | {}, phase: {} |",
-        peak_instant(d),
-        cell(&phase_label(&p.phase))
-    );
-    match p.reserved_bytes {
-        Some(r) => {
-            let _ = writeln!(out, "| Reserved at peak | {} ({} bytes) |", h(r), r);
-        }
-        None => {
-            let _ = writeln!(out, "| Reserved at peak | unknown |");
-        }
-    }
-    if let Some(r) = d.reserved_peak_bytes {
-        let at = d
-            .reserved_peak_event_index
-            .map_or(String::new(), |e| format!(" at event {e}"));
-        let _ = writeln!(out, "| Reserved peak | {}{at} |", h(r));
-    }
-    let _ = writeln!(
-        out,
-        "| Baseline (allocated before recording) | {} |",
-        h(d.baseline_bytes)
-    );
-    let _ = writeln!(out, "| Categories at the peak | {} |", attribution_line(p));
-    if let Some(c) = d.capacity_bytes {
-        let _ = writeln!(
-            out,
-            "| Device memory | {} (peak is {}) |",
-            h(c),
-            percent(p.allocated_bytes, c)
-        );
-    }
-    let _ = writeln!(out, "| Events | {} |\n", d.events);
-    if let Some(note) = super::at_note(d) {
-        let _ = writeln!(out, "> **{}**\n", cell(&note));
-    }
-
-    let cats = category_lines(p);
-    let _ = writeln!(out, "### Memory at the peak by category\n");
-    let _ = writeln!(out, "| Category | Bytes | Share of peak |\n|---|---:|---:|");
-    for (c, b) in &cats.rows {
-        let _ = writeln!(out, "| {} | {} | {} |", c, h(*b), share_label(p, *b));
-    }
-    if let Some((small, bytes)) = &cats.other {
-        let names: Vec<&str> = small.iter().map(|c| c.as_str()).collect();
-        let _ = writeln!(
-            out,
-            "| other: {} | {} | {} |",
-            names.join(", "),
-            h(*bytes),
-            share_label(p, *bytes)
-        );
-    }
-    let _ = writeln!(
-        out,
-        "| **allocated (peak)** | **{}** | 100% |",
-        h(p.allocated_bytes)
-    );
-    if let Some(cache) = cats.allocator_cache {
-        let _ = writeln!(
-            out,
-            "| allocator_cache (reserved, not allocated) | {} | |",
-            h(cache)
-        );
+    for f in &doc.facts {
+        let value: String = f.value.iter().map(spell).collect();
+        let _ = writeln!(out, "| {} | {value} |", f.name);
     }
     let _ = writeln!(out);
-
-    if !d.before_recording.is_empty() {
-        let _ = writeln!(out, "### Memory that existed before recording\n");
-        let _ = writeln!(
-            out,
-            "| {} |\n|---|---:|---|---|",
-            BEFORE_RECORDING_COLUMNS.join(" | ")
-        );
-        for part in d.before_recording.iter().take(MAX_BEFORE_RECORDING) {
-            let cells: Vec<String> = before_recording_row(part).iter().map(|c| cell(c)).collect();
-            let _ = writeln!(out, "| {} |", cells.join(" | "));
-        }
-        let _ = writeln!(out);
+    if let Some(note) = &doc.at_note {
+        let _ = writeln!(out, "> **{}**\n", cell(note));
     }
-
-    if !p.top_sites.is_empty() {
-        let _ = writeln!(out, "### Top sites at the peak\n");
-        let _ = writeln!(
-            out,
-            "| Site (operator < nearest program line) | Category | Bytes | Share | Count |\n|---|---|---:|---:|---:|"
-        );
-        for s in &p.top_sites {
-            let _ = writeln!(
-                out,
-                "| `{}` | {} | {} | {} | {} |",
-                code(&s.site),
-                s.category,
-                h(s.bytes),
-                share_label(p, s.bytes),
-                s.count
-            );
-        }
-        let _ = writeln!(out);
+    headed_table(out, &doc.categories, usize::MAX);
+    if let Some(t) = &doc.before_recording {
+        headed_table(out, t, MAX_BEFORE_RECORDING);
+    }
+    if let Some(t) = &doc.top_sites {
+        headed_table(out, t, usize::MAX);
         super::stacks::markdown(out, d);
     }
-
-    if !d.ooms.is_empty() {
-        let _ = writeln!(out, "### Out-of-memory events ({})\n", d.ooms.len());
-        let _ = writeln!(out, "| Event | Requested | Free on device | Allocated | Reserved | Largest free block |\n|---:|---:|---:|---:|---:|---:|");
-        let opt = |v: Option<u64>| v.map_or("?".to_owned(), h);
-        for o in d.ooms.iter().take(MAX_OOMS) {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} | {} |",
-                o.event_index,
-                h(o.requested_bytes),
-                opt(o.device_free_bytes),
-                h(o.allocated_bytes),
-                opt(o.reserved_bytes),
-                opt(o.largest_free_block_bytes)
-            );
-        }
-        let _ = writeln!(out);
+    if let Some(t) = &doc.ooms {
+        headed_table(out, t, MAX_OOMS);
         for o in d.ooms.iter().take(MAX_OOMS) {
             let _ = writeln!(out, "- event {}: {}", o.event_index, cell(&o.verdict));
         }
@@ -256,7 +122,6 @@ fn device(out: &mut String, d: &DeviceReport) {
         }
         let _ = writeln!(out);
     }
-
     super::allocator::markdown(out, d);
     let _ = writeln!(out, "### Cut plan\n");
     match &d.plan {
@@ -267,6 +132,56 @@ fn device(out: &mut String, d: &DeviceReport) {
                 "No budget known: run with `--budget SIZE` (e.g. `--budget 80GiB`, or `--budget 80%` of the peak) for a plan.\n"
             );
         }
+    }
+}
+
+/// `### TITLE`, the table (at most `max` rows) and a blank line.
+fn headed_table(out: &mut String, t: &Table, max: usize) {
+    let _ = writeln!(out, "### {}\n", t.title);
+    table(out, t, max);
+    let _ = writeln!(out);
+}
+
+/// A table's header and its first `max` rows; the columns Markdown cannot
+/// show well (bars, sentences) are left out. Returns how many rows were.
+pub(super) fn table(out: &mut String, t: &Table, max: usize) -> usize {
+    let shown: Vec<usize> = (0..t.columns.len())
+        .filter(|&i| matches!(t.columns[i], Column::Text(_) | Column::Number(_)))
+        .collect();
+    let names: Vec<&str> = shown.iter().map(|&i| t.columns[i].name()).collect();
+    let _ = write!(out, "| {} |\n|", names.join(" | "));
+    for &i in &shown {
+        out.push_str(match t.columns[i] {
+            Column::Number(_) => "---:|",
+            _ => "---|",
+        });
+    }
+    out.push('\n');
+    for row in t.rows.iter().take(max) {
+        out.push('|');
+        for &i in &shown {
+            let s = spell(&row[i]);
+            if !s.is_empty() {
+                out.push(' ');
+                out.push_str(&s);
+            }
+            out.push_str(" |");
+        }
+        out.push('\n');
+    }
+    t.rows.len().saturating_sub(max)
+}
+
+/// A cell as Markdown: trace text escaped, memcut's own words as they are.
+fn spell(c: &Cell) -> String {
+    match c {
+        Cell::Plain(s) | Cell::Swatch(_, s) => s.clone(),
+        Cell::Text(s) => cell(s),
+        Cell::Code(s) => format!("`{}`", code(s)),
+        Cell::Strong(s) => format!("**{s}**"),
+        Cell::Bytes(b) => h(*b),
+        Cell::Change(b) => document::signed(*b),
+        Cell::Bar(..) | Cell::Empty => String::new(),
     }
 }
 
@@ -345,23 +260,11 @@ fn steps_table(out: &mut String, steps: &[PlanStep], max: usize, target: u64) {
     if steps.is_empty() {
         return;
     }
-    let _ = writeln!(
-        out,
-        "| {} |\n|---:|---|---|---|---:|---:|---|",
-        PLAN_STEP_COLUMNS.join(" | ")
-    );
-    for (i, s) in steps.iter().enumerate().take(max) {
-        let cells: Vec<String> = plan_step_row(i, s, target)
-            .iter()
-            .map(|c| cell(c))
-            .collect();
-        let _ = writeln!(out, "| {} |", cells.join(" | "));
-    }
-    if steps.len() > max {
+    let more = table(out, &document::plan_steps(steps, target), max);
+    if more > 0 {
         let _ = writeln!(
             out,
-            "| … | {} more steps in the JSON report | | | | | |",
-            steps.len() - max
+            "| … | {more} more steps in the JSON report | | | | | |"
         );
     }
     let _ = writeln!(out);

@@ -9,6 +9,7 @@
 pub(crate) mod allocator;
 mod chart;
 pub(crate) mod diff;
+mod document;
 pub(crate) mod html;
 pub(crate) mod json;
 pub(crate) mod markdown;
@@ -74,74 +75,6 @@ pub fn render(report: &Report, format: OutputFormat) -> String {
         OutputFormat::Json => json::render(report),
         OutputFormat::Html => html::render(report),
     }
-}
-
-/// Column names and one device's cells (plain text) of the multi-device
-/// overview table that both Markdown and HTML show.
-pub(crate) const OVERVIEW_COLUMNS: [&str; 7] = [
-    "Device",
-    "Peak allocated",
-    "Reserved at peak",
-    "Top category",
-    "Phase",
-    "OOMs",
-    "Verdict",
-];
-
-pub(crate) fn overview_row(d: &DeviceReport) -> [String; 7] {
-    [
-        d.device.clone(),
-        human_bytes(d.peak.allocated_bytes),
-        d.peak.reserved_bytes.map_or("unknown".into(), human_bytes),
-        d.top_category().map_or("-", |c| c.as_str()).to_owned(),
-        phase_label(&d.peak.phase),
-        d.ooms.len().to_string(),
-        d.plan
-            .as_ref()
-            .map_or("-", |p| headline(p).0.as_str())
-            .to_owned(),
-    ]
-}
-
-/// Column names and one step's cells (plain text) of the cut-plan table
-/// that both Markdown and HTML show; columns 0, 4 and 5 are numbers.
-pub(crate) const PLAN_STEP_COLUMNS: [&str; 7] = [
-    "#",
-    "Lever",
-    "Action",
-    "Cost",
-    "Saves",
-    "Peak after",
-    "Peak moves to",
-];
-
-pub(crate) fn plan_step_row(index: usize, step: &PlanStep, target: u64) -> [String; 7] {
-    let action = match &step.condition {
-        Some(c) => format!("{}: {}", condition_words(c), step.action),
-        None => step.action.clone(),
-    };
-    let cost = match &step.tradeoff {
-        Some(t) => format!("{}: {t}", step.cost),
-        None => step.cost.clone(),
-    };
-    let saves = if step.estimate {
-        format!("≈ {} (estimate)", human_bytes(step.saved_bytes))
-    } else {
-        human_bytes(step.saved_bytes)
-    };
-    [
-        (index + 1).to_string(),
-        step.lever.clone(),
-        action,
-        cost,
-        saves,
-        peak_against(step.peak_after_bytes, target),
-        if step.peak_moved {
-            phase_label(&step.peak_moved_to)
-        } else {
-            "—".into()
-        },
-    ]
 }
 
 /// The "if …" of a conditional step, without the evidence after its colon.
@@ -465,38 +398,21 @@ pub(crate) fn attribution_line(p: &Peak) -> String {
     .join(" · ")
 }
 
-/// Column names and one part's cells (plain text) of the table of memory
-/// that existed before recording, as Markdown and HTML show it.
-pub(crate) const BEFORE_RECORDING_COLUMNS: [&str; 4] = ["Category", "Bytes", "How", "From"];
-
-pub(crate) fn before_recording_row(part: &BeforeRecordingPart) -> [String; 4] {
-    let how = if part.inferred() {
-        "inferred"
-    } else if part.category == crate::model::Category::Unknown {
-        "unknown"
-    } else {
-        "observed"
-    };
-    [
-        part.category.to_string(),
-        human_bytes(part.bytes),
-        format!("{how} ({})", part.rule),
-        part.evidence.clone(),
-    ]
-}
-
 /// Memory that existed before recording, in one line:
 /// `parameter 535.0 KiB (inferred: …), unknown 116 B`.
 pub(crate) fn before_recording_line(d: &DeviceReport) -> String {
     d.before_recording
         .iter()
         .map(|part| {
-            let [category, bytes, how, from] = before_recording_row(part);
-            if part.category == crate::model::Category::Unknown {
+            let (category, bytes) = (part.category, human_bytes(part.bytes));
+            if part.category == Category::Unknown {
                 format!("{category} {bytes}")
             } else {
-                let how = how.split(' ').next().unwrap_or_default();
-                format!("{category} {bytes} ({how}: {from})")
+                format!(
+                    "{category} {bytes} ({}: {})",
+                    document::how(part),
+                    part.evidence
+                )
             }
         })
         .collect::<Vec<_>>()
