@@ -20,22 +20,20 @@
 pub mod merge;
 pub mod ranks;
 pub mod shard;
-mod summary;
 
-pub use summary::{render_csv, render_jsonl, render_markdown};
+pub use crate::schema::batch::{Row, Status, Tally, COLUMNS};
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rayon::prelude::*;
-use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 use crate::model::Level;
 use crate::pipeline::{analyze_bytes, analyze_path, AnalyzeOptions};
 use crate::report::{self, OutputFormat};
-use crate::schema::{DeviceReport, Report, Verdict};
+use crate::schema::{DeviceReport, Report};
 
 /// What `memcut batch` was asked to do.
 #[derive(Debug, Clone, Default)]
@@ -62,100 +60,6 @@ pub struct Input {
     pub size_bytes: u64,
 }
 
-/// How one row of the summary ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    /// Analysed (and within budget, when one is given).
-    Ok,
-    /// Analysed; the peak does not fit the budget.
-    OverBudget,
-    /// Analysed, but the input was read only in part (reason in `error`):
-    /// the numbers describe what could be read.
-    Partial,
-    /// Could not be analysed: damaged, unreadable, or a report could not be written.
-    Failed,
-    /// Not a memory trace this version reads (reason in `error`).
-    Skipped,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Ok => "ok",
-            Status::OverBudget => "over_budget",
-            Status::Partial => "partial",
-            Status::Failed => "failed",
-            Status::Skipped => "skipped",
-        }
-    }
-}
-
-/// One summary row: a device of an analysed file, or a file that was
-/// skipped or failed. Field order is the CSV column order. An empty string
-/// is a missing value: an empty CSV field, `null` in JSON Lines (as the
-/// missing numbers are).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Row {
-    pub file: String,
-    pub status: Status,
-    /// Input format (`torch_snapshot`, …); empty when not analysed.
-    #[serde(with = "empty_as_null")]
-    pub format: String,
-    #[serde(with = "empty_as_null")]
-    pub device: String,
-    pub peak_bytes: Option<u64>,
-    /// Highest reserved memory over the trace (reserved at the peak when the
-    /// trace has no reserved curve).
-    pub reserved_bytes: Option<u64>,
-    #[serde(with = "empty_as_null")]
-    pub top_category: String,
-    /// The plan's verdict, or `fits`/`does_not_fit` against `--budget`; empty without a budget.
-    #[serde(with = "empty_as_null")]
-    pub verdict: String,
-    /// Stem of this input's report files in the output folder.
-    #[serde(with = "empty_as_null")]
-    pub report: String,
-    /// One-line reason for `skipped`, `failed` and `partial` rows.
-    #[serde(with = "empty_as_null")]
-    pub error: String,
-    /// The device's findings as `kind=saving_bytes`, `;`-separated
-    /// (`graph_kept_alive=13680640;autograd_in_inference=23396352`); empty
-    /// for a clean run.
-    #[serde(default, with = "empty_as_null")]
-    pub findings: String,
-    /// The next training step's predicted peak, on a recording of a first
-    /// step (`devices[].next_step`); null otherwise.
-    #[serde(default)]
-    pub next_step_bytes: Option<u64>,
-    /// The rank of a distributed job this device's trace is, when known
-    /// ([`ranks`]): in JSON Lines only (not a CSV column), absent otherwise.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub distributed: Option<ranks::RankOf>,
-    /// The report's warnings (damaged content, …), on the file's first row
-    /// only: the binary prints them to stderr. Not a summary column.
-    #[serde(skip)]
-    pub warnings: Vec<String>,
-}
-
-/// `""` written as `null` and read back from it, so that JSON Lines has one
-/// spelling of "missing" for strings and numbers alike.
-mod empty_as_null {
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(s: &str, ser: S) -> Result<S::Ok, S::Error> {
-        if s.is_empty() {
-            ser.serialize_none()
-        } else {
-            ser.serialize_str(s)
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<String, D::Error> {
-        Ok(Option::<String>::deserialize(de)?.unwrap_or_default())
-    }
-}
-
 impl Row {
     fn for_input(input: &Input, status: Status, error: String) -> Row {
         Row {
@@ -175,29 +79,7 @@ impl Row {
             warnings: Vec::new(),
         }
     }
-
-    /// Whether the row's device does not fit the budget (its verdict says
-    /// cuts are needed, or that even they are not enough).
-    pub fn is_over_budget(&self) -> bool {
-        Verdict::from_name(&self.verdict).is_some_and(Verdict::over_budget)
-    }
 }
-
-/// The column names of [`render_csv`], in order.
-pub const COLUMNS: [&str; 12] = [
-    "file",
-    "status",
-    "format",
-    "device",
-    "peak_bytes",
-    "reserved_bytes",
-    "top_category",
-    "verdict",
-    "report",
-    "error",
-    "findings",
-    "next_step_bytes",
-];
 
 /// Expands paths, folders (recursed, hidden entries skipped) and globs into
 /// inputs, each file once, sorted by path. Paths that name nothing come back
@@ -541,7 +423,7 @@ fn device_row(input: &Input, report: &Report, d: &DeviceReport, report_name: &st
     }
 }
 
-/// Whether a device is over budget ([`Verdict::over_budget`], the same
+/// Whether a device is over budget ([`crate::report::Verdict::over_budget`], the same
 /// test a summary row's verdict gets). `None`: no budget known, no plan.
 pub fn over_budget(device: &DeviceReport) -> Option<bool> {
     device.plan.as_ref().map(|plan| plan.verdict.over_budget())
@@ -587,18 +469,21 @@ pub fn sort_rows(rows: &mut [Row]) {
     });
 }
 
-/// Counts of files by outcome, for the exit code and the summary's last line.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Tally {
-    pub files: usize,
-    /// Analysed, partial ones included.
-    pub analysed: usize,
-    /// Analysed files with a device over budget (partial ones included).
-    pub over_budget: usize,
-    /// Analysed from an input read only in part.
-    pub partial: usize,
-    pub failed: usize,
-    pub skipped: usize,
+/// The summary as a Markdown table (human units), then the tally and the
+/// rank tables.
+pub fn render_markdown(rows: &[Row]) -> String {
+    report::summary::markdown(rows, &tally(rows), &ranks::jobs(rows))
+}
+
+/// The summary as CSV (RFC 4180: header first, quoted where needed, bytes as
+/// integers; the columns are [`COLUMNS`]).
+pub fn render_csv(rows: &[Row]) -> String {
+    report::summary::csv(rows)
+}
+
+/// The summary as JSON Lines: one [`Row`] object per line.
+pub fn render_jsonl(rows: &[Row]) -> String {
+    report::summary::jsonl(rows)
 }
 
 pub fn tally(rows: &[Row]) -> Tally {

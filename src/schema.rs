@@ -757,6 +757,7 @@ pub struct OomPlan {
     pub estimate_reason: Option<String>,
 }
 
+pub mod batch;
 mod diff;
 mod segments;
 

@@ -14,44 +14,11 @@
 //! shows the same table as a single run.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 use std::path::Path;
-
-use serde::{Deserialize, Serialize};
 
 use super::Row;
 use crate::model::Category;
 use crate::schema::{DeviceReport, Report};
-use crate::units::human_bytes;
-
-/// A rank whose peak is further than this share from the median is an outlier.
-pub const OUTLIER_SHARE: f64 = 0.10;
-
-/// Jobs with more ranks than this list only their outliers and extremes.
-const LIST_ALL_UP_TO: usize = 32;
-
-/// Where a row's rank number comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RankSource {
-    /// Kineto's `distributedInfo` in the trace.
-    DistributedInfo,
-    /// A rank number in the file name (`rank3`, `rank-3`, `rank_3`).
-    FileName,
-}
-
-/// The rank a summary row belongs to, and what it held at its peak.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct RankOf {
-    pub rank: u32,
-    /// `None` when the rank comes from the file name.
-    pub world_size: Option<u32>,
-    pub from: RankSource,
-    /// Allocated bytes by category at the device's peak (no
-    /// `allocator_cache`, no zeros): what the rank table compares.
-    pub peak_by_category: BTreeMap<Category, u64>,
-}
 
 /// The rank of an analysed device's row, if the trace or its file name says.
 pub(super) fn rank_of(file: &str, report: &Report, device: &DeviceReport) -> Option<RankOf> {
@@ -101,71 +68,12 @@ pub fn rank_in_name(path: &str) -> Option<u32> {
     found
 }
 
-/// One rank of a [`Job`]: its highest peak and the file it is from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RankPeak {
-    pub rank: u32,
-    pub peak_bytes: u64,
-    pub file: String,
-    /// How many files of this rank the job holds (steps, …).
-    pub files: usize,
-    pub peak_by_category: BTreeMap<Category, u64>,
-}
+pub use crate::schema::batch::{Job, Outlier, RankOf, RankPeak, RankSource, OUTLIER_SHARE};
 
-/// A rank whose peak is more than [`OUTLIER_SHARE`] from the median.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct Outlier {
-    pub rank: u32,
-    /// Peak − median, in bytes.
-    pub delta_bytes: i128,
-    /// The category whose bytes at the peak differ most from the median
-    /// rank's in the same direction, and by how much.
-    pub category: Option<(Category, i128)>,
-}
-
-/// The ranks of one job on one kind of device.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct Job {
-    /// The folder of the job's files (`.` for none).
-    pub folder: String,
-    pub world_size: Option<u32>,
-    /// `cuda`, `cpu`, … (the device name before `:`).
-    pub device_kind: String,
-    pub from: RankSource,
-    /// By rank.
-    pub ranks: Vec<RankPeak>,
-    pub median_bytes: u64,
-    /// Per category, the median over the ranks of its bytes at their peaks.
-    pub median_by_category: BTreeMap<Category, u64>,
-    /// Highest peak / median peak; `None` when the median is 0.
-    pub imbalance: Option<f64>,
-    /// By rank.
-    pub outliers: Vec<Outlier>,
-}
-
-impl Job {
-    /// The rank with the highest peak (the lowest rank on ties).
-    pub fn max(&self) -> &RankPeak {
-        let mut best = &self.ranks[0];
-        for r in &self.ranks[1..] {
-            if r.peak_bytes > best.peak_bytes {
-                best = r;
-            }
-        }
-        best
-    }
-
-    /// Ranks below the world size that have no analysed file here.
-    pub fn missing_ranks(&self) -> Vec<u32> {
-        let Some(n) = self.world_size else {
-            return Vec::new();
-        };
-        let have: Vec<u32> = self.ranks.iter().map(|r| r.rank).collect();
-        (0..n).filter(|r| have.binary_search(r).is_err()).collect()
-    }
+/// The rank tables of the Markdown summary; empty when the rows hold no
+/// job of several ranks.
+pub fn render_markdown(rows: &[Row]) -> String {
+    crate::report::summary::ranks_markdown(&jobs(rows))
 }
 
 /// The jobs of several ranks among `rows` (a job needs two ranks or more),
@@ -296,157 +204,6 @@ fn job(
         outliers,
         ranks,
     }
-}
-
-/// `+1.0 MiB`, `-680.6 KiB`.
-fn signed_bytes(delta: i128) -> String {
-    let sign = if delta < 0 { "-" } else { "+" };
-    format!(
-        "{sign}{}",
-        human_bytes(delta.unsigned_abs().min(u64::MAX as u128) as u64)
-    )
-}
-
-/// `+72.4%` of the median (`n/a` when the median is 0).
-fn signed_share(delta: i128, median: u64) -> String {
-    if median == 0 {
-        return "n/a".into();
-    }
-    let pct = delta as f64 * 100.0 / median as f64;
-    if pct.abs() < 0.05 {
-        "0.0%".into() // never `-0.0%`
-    } else {
-        format!("{pct:+.1}%")
-    }
-}
-
-/// `0, 2–5, 7`.
-fn ranges(ranks: &[u32]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < ranks.len() {
-        let mut j = i;
-        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
-            j += 1;
-        }
-        out.push(if j > i + 1 {
-            format!("{}–{}", ranks[i], ranks[j])
-        } else if j == i + 1 {
-            format!("{}, {}", ranks[i], ranks[j])
-        } else {
-            ranks[i].to_string()
-        });
-        i = j + 1;
-    }
-    out.join(", ")
-}
-
-/// The rank tables of the Markdown summary; empty when the rows hold no
-/// job of several ranks.
-pub fn render_markdown(rows: &[Row]) -> String {
-    let jobs = jobs(rows);
-    if jobs.is_empty() {
-        return String::new();
-    }
-    let mut out = String::from("\n## Ranks\n");
-    let code = |s: &str| s.replace('`', "'").replace('|', "\\|");
-    for job in &jobs {
-        let max = job.max();
-        let of = match job.world_size {
-            Some(n) => format!("{} of {n} ranks (distributedInfo)", job.ranks.len()),
-            None => format!(
-                "{} ranks (numbers from the file names; world size unknown)",
-                job.ranks.len()
-            ),
-        };
-        let _ = writeln!(
-            out,
-            "\n### `{}` · {} · {of}\n",
-            code(&job.folder),
-            job.device_kind
-        );
-        let imbalance = job
-            .imbalance
-            .map_or("unknown (median 0)".into(), |x| format!("{x:.2}×"));
-        let _ = writeln!(
-            out,
-            "Peak per rank: median {}, max {} (rank {}); max/median {imbalance}.",
-            human_bytes(job.median_bytes),
-            human_bytes(max.peak_bytes),
-            max.rank,
-        );
-        let outlier_ranks: Vec<u32> = job.outliers.iter().map(|o| o.rank).collect();
-        let pct = OUTLIER_SHARE * 100.0;
-        if outlier_ranks.is_empty() {
-            let _ = writeln!(
-                out,
-                "No outlier: every peak is within {pct:.0}% of the median."
-            );
-        } else {
-            let _ = writeln!(
-                out,
-                "Outliers (peak more than {pct:.0}% from the median): rank {}.",
-                ranges(&outlier_ranks)
-            );
-        }
-        let missing = job.missing_ranks();
-        if !missing.is_empty() {
-            let _ = writeln!(
-                out,
-                "No analysed trace for rank {} (skipped, failed or not in the batch).",
-                ranges(&missing)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "\n| Rank | Peak | vs median | Differs most from the median rank | File |\n|---:|---:|---:|---|---|"
-        );
-        let min = job
-            .ranks
-            .iter()
-            .min_by_key(|r| r.peak_bytes)
-            .map(|r| r.rank);
-        let listed: Vec<&RankPeak> = job
-            .ranks
-            .iter()
-            .filter(|r| {
-                job.ranks.len() <= LIST_ALL_UP_TO
-                    || outlier_ranks.contains(&r.rank)
-                    || r.rank == max.rank
-                    || Some(r.rank) == min
-            })
-            .collect();
-        for r in &listed {
-            let delta = r.peak_bytes as i128 - job.median_bytes as i128;
-            let differs = job
-                .outliers
-                .iter()
-                .find(|o| o.rank == r.rank)
-                .and_then(|o| o.category)
-                .map_or(String::new(), |(c, d)| format!("{c} {}", signed_bytes(d)));
-            let files = if r.files > 1 {
-                format!(" (highest of {} files)", r.files)
-            } else {
-                String::new()
-            };
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {differs} | `{}`{files} |",
-                r.rank,
-                human_bytes(r.peak_bytes),
-                signed_share(delta, job.median_bytes),
-                code(&r.file),
-            );
-        }
-        if listed.len() < job.ranks.len() {
-            let _ = writeln!(
-                out,
-                "\n{} more ranks within {pct:.0}% of the median are not listed (the .jsonl summary has every rank).",
-                job.ranks.len() - listed.len()
-            );
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -707,11 +464,5 @@ mod tests {
             .map(|r| ranked(&format!("z/{r}.json"), "cpu", r, Some(2), &[]))
             .collect();
         assert!(render_markdown(&zero).contains("max/median unknown (median 0)"));
-    }
-
-    #[test]
-    fn ranges_are_compact() {
-        assert_eq!(ranges(&[0, 2, 3, 4, 5, 7, 8]), "0, 2–5, 7, 8");
-        assert_eq!(ranges(&[]), "");
     }
 }

@@ -15,6 +15,7 @@ pub(crate) mod json;
 pub(crate) mod markdown;
 mod markup;
 pub(crate) mod stacks;
+pub(crate) mod summary;
 pub(crate) mod text;
 mod viewer;
 
