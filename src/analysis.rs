@@ -395,11 +395,11 @@ fn live_allocations(
                 addr: i.addr,
                 size: i.size,
                 category: c.category,
-                site: if i.origin == timeline::Origin::Untracked {
+                site: if i.origin == timeline::Origin::BeforeRecordingUnnamed {
                     // No event names it: the allocator's total says it is there.
                     untracked.clone()
-                } else if let Some(Some(freed)) = (i.origin == timeline::Origin::BeforeTraceFreed)
-                    .then(|| {
+                } else if let Some(Some(freed)) =
+                    (i.origin == timeline::Origin::BeforeRecordingFreed).then(|| {
                         // Made before recording: its only frames may be its
                         // free's (a snapshot recorded with context="all").
                         freed_at

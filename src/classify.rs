@@ -44,10 +44,10 @@ pub(crate) use chains::{version_bumps, Chains};
 mod buffers;
 mod evidence;
 pub use evidence::weight_sizes;
-mod prerecorded;
+mod before_recording;
 mod user_rules;
 
-pub use prerecorded::Inference;
+pub use before_recording::Inference;
 pub use user_rules::{parse_rules, user_rule_counts, RulesError, UserRule};
 
 /// The category of one interval and the rule that chose it.
@@ -141,7 +141,7 @@ pub fn classify_in(
     buffers::per_parameter_buffers(replay, &mut classes);
     let chains = Chains::new(&replay.intervals, &ctx.version_bumps);
     let evidence = evidence::Evidence::gather(ctx, replay, &classes, chains.as_ref());
-    prerecorded::match_blocks(
+    before_recording::match_blocks(
         ctx,
         &evidence,
         chains.as_ref(),
@@ -163,7 +163,7 @@ pub fn classify_device(
 ) -> (Replay, Vec<Classification>, Vec<Inference>) {
     let mut classes = classify_each(ctx, &replay, user_rules);
     buffers::per_parameter_buffers(&replay, &mut classes);
-    let before = prerecorded::infer(ctx, &mut replay, &mut classes);
+    let before = before_recording::infer(ctx, &mut replay, &mut classes);
     (replay, classes, before)
 }
 
@@ -450,14 +450,14 @@ fn classify_one(
         return c;
     }
     let facts = ctx.facts[interval.site as usize];
-    if interval.origin == Origin::Untracked {
+    if interval.origin == Origin::BeforeRecordingUnnamed {
         return Builtin::AllocatedBeforeProfilingUnattributed.class();
     }
-    if interval.origin.is_baseline() {
+    if interval.origin.before_recording() {
         // A tensor from before recording that the optimizer step updates in
         // place may be a parameter as well as its state: its frames decide,
-        // else the evidence of `prerecorded`.
-        return classify_baseline(&facts, alive_at_end);
+        // else the evidence of `before_recording`.
+        return classify_before_recording(&facts, alive_at_end);
     }
 
     let alloc_phase = ctx.phase(interval.start);
@@ -563,7 +563,7 @@ fn classify_one(
     }
 }
 
-fn classify_baseline(facts: &SiteFacts, alive_at_end: bool) -> Classification {
+fn classify_before_recording(facts: &SiteFacts, alive_at_end: bool) -> Classification {
     if facts.zero_grad {
         Builtin::ExistedBeforeTraceFreedByZeroGrad.class()
     } else if facts.optimizer {
@@ -579,7 +579,7 @@ fn classify_baseline(facts: &SiteFacts, alive_at_end: bool) -> Classification {
     } else if facts.forward {
         Builtin::ExistedBeforeTraceForwardSite.class()
     } else {
-        // Decided by evidence elsewhere in the trace, if any: see `prerecorded`.
+        // Decided by evidence elsewhere in the trace, if any: see `before_recording`.
         Builtin::ExistedBeforeTraceNoEvidence.class()
     }
 }

@@ -222,7 +222,7 @@ pub fn find(
         !matches!(
             cd.classes[i].category,
             Category::Parameter | Category::KvCache | Category::Input
-        ) && (iv.origin.is_baseline() || phase(iv.site) == Phase::Forward)
+        ) && (iv.origin.before_recording() || phase(iv.site) == Phase::Forward)
     };
     let mut releases = Vec::new();
     let mut run: Option<Release> = None;
@@ -341,7 +341,7 @@ fn is_graph_release(
     let baseline = r
         .freed
         .iter()
-        .filter(|&&i| intervals[i].origin.is_baseline())
+        .filter(|&&i| intervals[i].origin.before_recording())
         .count();
     let count = traced.len() + baseline;
     if count < MIN_GRAPH_RELEASED {
@@ -378,7 +378,7 @@ fn traced<'i>(
     r.freed
         .iter()
         .map(|&i| &intervals[i])
-        .filter(|iv| !iv.origin.is_baseline() && !casts.explicit(iv.site))
+        .filter(|iv| !iv.origin.before_recording() && !casts.explicit(iv.site))
         .collect()
 }
 
@@ -625,7 +625,7 @@ fn autocast_cache<'r>(
         let cleared = params.is_empty() && cast_release(r);
         for &i in &r.freed {
             let iv = &intervals[i];
-            if iv.origin.is_baseline() {
+            if iv.origin.before_recording() {
                 continue;
             }
             let Some(h) = cast_sites.how(iv.site) else {

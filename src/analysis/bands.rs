@@ -55,7 +55,7 @@ pub fn life(
         )
     };
     (
-        (!iv.origin.is_baseline() && iv.start > 0).then(|| event(iv.start)),
+        (!iv.origin.before_recording() && iv.start > 0).then(|| event(iv.start)),
         (iv.end < replay.positions()).then(|| event(iv.end)),
     )
 }

@@ -113,7 +113,9 @@ pub(super) fn per_parameter_buffers(replay: &Replay, classes: &mut [Classificati
         .zip(classes.iter())
         .enumerate()
         .filter(|(_, (i, c))| {
-            c.category == Category::Parameter && !c.rule.infers() && i.origin != Origin::Untracked
+            c.category == Category::Parameter
+                && !c.rule.infers()
+                && i.origin != Origin::BeforeRecordingUnnamed
         })
         .map(|(k, _)| k)
         .collect();

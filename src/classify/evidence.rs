@@ -7,7 +7,7 @@
 //!
 //! Every amount is arithmetic the reader can check, and each carries the
 //! sentence that says where it comes from ([`Amount::from`]). Nothing here
-//! decides a category: `prerecorded.rs` does, with these amounts.
+//! decides a category: `before_recording.rs` does, with these amounts.
 
 use std::collections::BTreeMap;
 
@@ -23,8 +23,8 @@ use super::{Classification, Context};
 
 mod gradients;
 use gradients::{
-    accumulated_in_place, accumulated_into_existing, added_into_prerecorded, freed_by_zero_grad,
-    live_gradients, sorted, zero_grad_runs,
+    accumulated_in_place, accumulated_into_existing, added_into_before_recording,
+    freed_by_zero_grad, live_gradients, sorted, zero_grad_runs,
 };
 
 /// A number of bytes and the sentence that says where it comes from.
@@ -44,7 +44,7 @@ pub(super) struct WeightsRead {
     /// Bytes of those heads: a shape alone cannot tell a tied head (GPT-2,
     /// BERT) from an untied one of the same shape (Llama, a `[vocab, d]`
     /// output projection beside its embedding). The lump from before
-    /// recording decides (`prerecorded::split_lump`).
+    /// recording decides (`before_recording::split_lump`).
     pub(super) heads_like_tables: u64,
 }
 
@@ -94,7 +94,7 @@ pub(super) struct Evidence {
     /// to step, so they existed before recording.
     pub(super) gradients_kept: bool,
     /// The first versions of the tensors from before recording that
-    /// backward added a new gradient into ([`added_into_prerecorded`]).
+    /// backward added a new gradient into ([`added_into_before_recording`]).
     pub(super) added_into: Vec<usize>,
     pub(super) kv_pool: Option<KvPool>,
     /// PyTorch's cuBLAS workspace, which a trace recorded after warm-up
@@ -119,7 +119,8 @@ impl Evidence {
     ) -> Evidence {
         let optimizer = optimizer(ctx);
         let zero_grad = zero_grad_runs(ctx);
-        let added_into = chains.map_or_else(Vec::new, |c| added_into_prerecorded(ctx, replay, c));
+        let added_into =
+            chains.map_or_else(Vec::new, |c| added_into_before_recording(ctx, replay, c));
         let gradients_kept = zero_grad
             .as_ref()
             .is_some_and(|runs| runs.iter().all(Vec::is_empty))

@@ -226,7 +226,7 @@ builtin_rules! {
     /// Buffers of one site sized exactly like the parameters.
     InferredStateSizedLikeParameters = "inferred_optimizer_state_sized_like_parameters", Some(Category::OptimizerState), None, Provenance::Inferred;
     /// Existed before recording: parameter bytes from the gradients' sizes
-    /// (`classify/prerecorded.rs`, like every `inferred_…` rule).
+    /// (`classify/before_recording.rs`, like every `inferred_…` rule).
     InferredParameterFromGradients = "inferred_parameter_from_gradient_sizes", Some(Category::Parameter), None, Provenance::InferredBeforeRecording;
     /// Existed before recording: parameter bytes from the weights operators read.
     InferredParameterFromShapes = "inferred_parameter_from_operator_shapes", Some(Category::Parameter), None, Provenance::InferredBeforeRecording;
@@ -252,7 +252,7 @@ builtin_rules! {
     /// before its parameter.
     InferredOptimizerStateUpdatedFirst = "inferred_optimizer_state_updated_before_its_parameter", Some(Category::OptimizerState), None, Provenance::InferredBeforeRecording;
     /// Existed before recording, and backward added a new gradient into it
-    /// in place (`classify/evidence.rs`, `added_into_prerecorded`): a
+    /// in place (`classify/evidence.rs`, `added_into_before_recording`): a
     /// gradient kept between steps.
     InferredGradientAddedInto = "inferred_gradient_added_into_in_backward", Some(Category::Gradient), None, Provenance::InferredBeforeRecording;
 }

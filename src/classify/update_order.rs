@@ -3,7 +3,7 @@
 //!
 //! A tensor that existed before recording has no frames, and a parameter is
 //! the size of its own optimizer state, so sizes alone cannot tell which
-//! block is which (`prerecorded.rs` can only count them). A profile-derived
+//! block is which (`before_recording.rs` can only count them). A profile-derived
 //! snapshot shows each in-place update as a version of the tensor
 //! (`chains.rs`), and every optimizer writes a parameter *after* the state
 //! it is computed from: `buf.mul_(m).add_(g)` then `p.add_(buf)` (SGD),
@@ -137,7 +137,7 @@ fn ddp_buckets(
     }
     let open = Builtin::ExistedBeforeTraceNoEvidence.class();
     let blocks: Vec<(usize, u64)> = (0..replay.intervals.len())
-        .filter(|&k| classes[k] == open && replay.intervals[k].origin.is_baseline())
+        .filter(|&k| classes[k] == open && replay.intervals[k].origin.before_recording())
         .map(|k| (k, replay.intervals[k].size))
         .collect();
     let Some(taken) = tile(param_sizes, blocks) else {
@@ -210,7 +210,7 @@ pub(super) fn tile(param_sizes: &[u64], mut blocks: Vec<(usize, u64)>) -> Option
 pub(super) const MAX_SCALAR_BYTES: u64 = 8;
 
 /// Whether `c` was decided from the tensor's in-place updates, here or by
-/// backward's adds (`prerecorded` counts such blocks as shown).
+/// backward's adds (`before_recording` counts such blocks as shown).
 pub(super) fn decided(c: &Classification) -> bool {
     c.rule == Builtin::InferredParameterUpdatedLast.into()
         || c.rule == Builtin::InferredOptimizerStateUpdatedFirst.into()
@@ -235,7 +235,7 @@ fn last_updated_order(ctx: &Context<'_>, replay: &Replay, chains: &Chains) -> Ve
     for (i, interval) in replay.intervals.iter().enumerate() {
         if bumped.binary_search(&interval.start).is_ok() {
             let root = chains.root(i);
-            if root == i || !replay.intervals[root].origin.is_baseline() {
+            if root == i || !replay.intervals[root].origin.before_recording() {
                 continue;
             }
             let at = last.entry(root).or_default();

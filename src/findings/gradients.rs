@@ -50,7 +50,7 @@ pub(super) fn kept_through_forward(
         // (a profile's snapshot starts a gradient again at its `zero_()`).
         let started_after_a_step = last_before(optimizer, iv.start)
             .is_some_and(|o| last_before(backward, iv.start).is_none_or(|b| o > b));
-        let held_from = if started_after_a_step || iv.origin.is_baseline() {
+        let held_from = if started_after_a_step || iv.origin.before_recording() {
             Some(iv.start)
         } else {
             first_after(optimizer, iv.start.saturating_sub(1)).filter(|&o| o < iv.end)

@@ -118,7 +118,7 @@ pub fn predict(
     let mut carried_state: Vec<u64> = Vec::new();
     let mut state_site = None;
     for (i, (iv, c)) in intervals.iter().zip(&cd.classes).enumerate() {
-        if iv.end < positions || iv.origin.is_baseline() {
+        if iv.end < positions || iv.origin.before_recording() {
             continue;
         }
         let tally = match c.category {
@@ -148,7 +148,7 @@ pub fn predict(
     // allocation, only its free).
     let state_sizes: std::collections::HashSet<u64> = carried_state.iter().copied().collect();
     if intervals.iter().any(|iv| {
-        iv.origin.is_baseline()
+        iv.origin.before_recording()
             && iv.end >= first_step
             && iv.end < positions
             && state_sizes.contains(&iv.size)

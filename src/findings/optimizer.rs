@@ -59,8 +59,9 @@ pub(super) fn replaced_out_of_place(
             .take(4)
             .any(|f| trace.sites.str(f.name).contains("zeros_like"))
     };
-    let unknown_before =
-        |i: usize| intervals[i].origin.is_baseline() && cd.classes[i].category == Category::Unknown;
+    let unknown_before = |i: usize| {
+        intervals[i].origin.before_recording() && cd.classes[i].category == Category::Unknown
+    };
     // Old tensors and operands, freed while recording, by size, in order of
     // their end.
     let mut old: HashMap<u64, Vec<usize>> = HashMap::new();

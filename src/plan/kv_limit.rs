@@ -29,7 +29,7 @@ pub fn model(timeline: &DeviceTimeline, classes: &[Classification]) -> Option<Kv
     let cache: Vec<&crate::timeline::Interval> = intervals
         .iter()
         .zip(classes)
-        .filter(|(iv, c)| c.category == Category::KvCache && !iv.origin.is_baseline())
+        .filter(|(iv, c)| c.category == Category::KvCache && !iv.origin.before_recording())
         .map(|(iv, _)| iv)
         .collect();
     // A forward's cache tensors live until the next forward replaces them;

@@ -406,7 +406,7 @@ impl Overlay {
                     // Carried from the recorded step into a predicted next
                     // one: held from that step, as from before a recording.
                     let carried = input.carried.binary_search(&i).is_ok();
-                    let mut pending = interval.origin.is_baseline() || after_step || carried;
+                    let mut pending = interval.origin.before_recording() || after_step || carried;
                     loop {
                         let held_from = if pending {
                             Some(from)

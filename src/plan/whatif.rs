@@ -244,7 +244,7 @@ fn accumulated_gradients(name: &str, input: &Input<'_>) -> Option<(Vec<Window>, 
     let mut held = Vec::new();
     for (i, iv) in intervals.iter().enumerate() {
         if input.classes[i].category != Category::Gradient
-            || iv.origin.is_baseline()
+            || iv.origin.before_recording()
             || !first_version(i)
         {
             continue;

@@ -8,7 +8,8 @@
 //! Memory that existed before recording began — frees of addresses never
 //! allocated in the trace, blocks live at dump time that were never allocated,
 //! and what a Chrome trace's `Total Allocated` says beyond the replayed sum —
-//! is the *baseline*: live from position 0, as pytorch.org/memory_viz shows it.
+//! is memory *before recording* (`Origin::before_recording`; the report's
+//! `baseline_bytes`): live from position 0, as pytorch.org/memory_viz shows it.
 
 use rustc_hash::FxHashMap as HashMap;
 
@@ -29,16 +30,16 @@ pub enum Origin {
     /// Allocated by an event in the trace.
     Traced,
     /// Freed in the trace but allocated before recording began.
-    BeforeTraceFreed,
+    BeforeRecordingFreed,
     /// Live at dump time (a block in `segments`) but never allocated in the trace.
-    BeforeTraceLive,
+    BeforeRecordingLive,
     /// Allocator total beyond the replayed sum (Chrome traces): memory from
     /// before profiling that no event names.
-    Untracked,
+    BeforeRecordingUnnamed,
 }
 
 impl Origin {
-    pub fn is_baseline(self) -> bool {
+    pub fn before_recording(self) -> bool {
         self != Origin::Traced
     }
 }
@@ -290,7 +291,7 @@ fn replay_allocations(device: &DeviceTrace) -> Replay {
                         site: block.site,
                         start: 0,
                         end,
-                        origin: Origin::BeforeTraceLive,
+                        origin: Origin::BeforeRecordingLive,
                         given: None,
                     });
                 }
@@ -382,13 +383,13 @@ fn replay_allocations(device: &DeviceTrace) -> Replay {
             site: 0,
             start: 0,
             end,
-            origin: Origin::Untracked,
+            origin: Origin::BeforeRecordingUnnamed,
             given: None,
         });
     }
     let baseline_bytes = intervals
         .iter()
-        .filter(|i| i.origin.is_baseline())
+        .filter(|i| i.origin.before_recording())
         .fold(0u64, |sum, i| sum.saturating_add(i.size));
     Replay {
         events: n,
@@ -409,7 +410,7 @@ fn before_trace(addr: u64, size: u64, site: SiteId, end: u32, given: Option<Cate
         site,
         start: 0,
         end,
-        origin: Origin::BeforeTraceFreed,
+        origin: Origin::BeforeRecordingFreed,
         given,
     }
 }
@@ -624,7 +625,7 @@ mod tests {
         let r = replay(&d);
         assert_eq!(r.allocated, vec![70, 0, 10]);
         assert_eq!(r.baseline_bytes, 70);
-        assert_eq!(r.intervals[0].origin, Origin::BeforeTraceFreed);
+        assert_eq!(r.intervals[0].origin, Origin::BeforeRecordingFreed);
         assert!(r
             .diagnostics
             .iter()

@@ -333,7 +333,7 @@ const KNOWN_MISSES: &[(&str, &str)] = &[
     // snapshots, whose model state predates the recording without frames,
     // were listed here for set_to_none and bf16 until the state was read
     // from its in-place updates: `classify/evidence.rs`,
-    // `added_into_prerecorded`, and `classify/update_order.rs`.)
+    // `added_into_before_recording`, and `classify/update_order.rs`.)
     (
         "levers_fresh/train.mlp.warm.waste zero_grad_set_to_none (trace.json.gz)",
         "the truth is not comparable",

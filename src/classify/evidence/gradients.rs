@@ -107,7 +107,9 @@ pub(super) fn live_gradients(replay: &Replay, classes: &[Classification]) -> Opt
         .zip(classes)
         .enumerate()
         .filter(|(_, (i, c))| {
-            i.origin != Origin::Untracked && c.category == Category::Gradient && !c.rule.infers()
+            i.origin != Origin::BeforeRecordingUnnamed
+                && c.category == Category::Gradient
+                && !c.rule.infers()
         })
         .map(|(k, _)| k)
         .collect();
@@ -178,7 +180,7 @@ pub(super) fn accumulated_in_place(ctx: &Context<'_>) -> Option<ParamSizes> {
 /// recording, followed straight away by the free of a tensor of its size
 /// that backward made, is a gradient. Returns those tensors' first versions
 /// (interval indices), each once, in the order of their first such add.
-pub(super) fn added_into_prerecorded(
+pub(super) fn added_into_before_recording(
     ctx: &Context<'_>,
     replay: &Replay,
     chains: &Chains,
@@ -196,7 +198,7 @@ pub(super) fn added_into_prerecorded(
             continue;
         }
         let root = chains.root(i);
-        if root == i || !replay.intervals[root].origin.is_baseline() {
+        if root == i || !replay.intervals[root].origin.before_recording() {
             continue;
         }
         // The next free (its request first, when the format has one).

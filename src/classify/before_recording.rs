@@ -1,8 +1,9 @@
-//! Memory that existed before recording began (the *baseline*: intervals
-//! whose [`Origin`] is not `Traced`), categorised by evidence.
+//! Memory that existed before recording began (intervals whose [`Origin`]
+//! is not `Traced`; the report's `baseline_bytes` and `before_recording`),
+//! categorised by evidence. One name for it in the code: *before recording*.
 //!
-//! What the baseline's own frames show was decided by the rules already
-//! (`classify_baseline`); this module decides what they do not show, from
+//! What its own frames show was decided by the rules already
+//! (`classify_before_recording`); this module decides what they do not show, from
 //! the [`Evidence`] the rest of the trace gives, and every byte it decides
 //! carries an `inferred_…` rule:
 //!
@@ -67,7 +68,7 @@ pub(super) fn infer(
     if let Some(k) = replay
         .intervals
         .iter()
-        .position(|i| i.origin == Origin::Untracked)
+        .position(|i| i.origin == Origin::BeforeRecordingUnnamed)
     {
         let parts = split_lump(&evidence, replay, classes, k);
         let lump = replay.intervals[k];
@@ -143,8 +144,10 @@ fn match_by_size(
         .zip(classes.iter())
         .enumerate()
         .filter(|(_, (i, c))| {
-            matches!(i.origin, Origin::BeforeTraceFreed | Origin::BeforeTraceLive)
-                && c.rule == Builtin::ExistedBeforeTraceNoEvidence.into()
+            matches!(
+                i.origin,
+                Origin::BeforeRecordingFreed | Origin::BeforeRecordingLive
+            ) && c.rule == Builtin::ExistedBeforeTraceNoEvidence.into()
         })
         .map(|(k, _)| k)
         .collect();
@@ -188,7 +191,7 @@ fn match_by_size(
     // tensor as a new allocation of the same size.)
     let mut shown: BTreeMap<(Category, u64), u64> = BTreeMap::new();
     for (i, c) in replay.intervals.iter().zip(classes.iter()) {
-        if i.origin.is_baseline() && (shows(replay, i, c) || update_order::decided(c)) {
+        if i.origin.before_recording() && (shows(replay, i, c) || update_order::decided(c)) {
             *shown.entry((c.category, i.size)).or_default() += 1;
         }
     }
@@ -276,8 +279,8 @@ fn optimizer_reason(o: &super::evidence::Optimizer) -> String {
 fn shows(replay: &Replay, i: &Interval, c: &Classification) -> bool {
     !c.rule.infers()
         && c.category != Category::Unknown
-        && i.origin != Origin::Untracked
-        && (i.origin.is_baseline() || i.end >= replay.positions())
+        && i.origin != Origin::BeforeRecordingUnnamed
+        && (i.origin.before_recording() || i.end >= replay.positions())
 }
 
 /// Bytes of category `c` that the trace shows as its own ([`shows`]).
@@ -477,7 +480,7 @@ fn summarize(
 ) -> Vec<Inference> {
     let mut by: BTreeMap<(Category, Rule), u64> = BTreeMap::new();
     for (i, c) in replay.intervals.iter().zip(classes) {
-        if i.origin.is_baseline() {
+        if i.origin.before_recording() {
             let b = by.entry((c.category, c.rule)).or_default();
             *b = b.saturating_add(i.size);
         }
