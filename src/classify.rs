@@ -163,7 +163,11 @@ pub fn classify_device(
 ) -> (Replay, Vec<Classification>, Vec<Inference>) {
     let mut classes = classify_each(ctx, &replay, user_rules);
     buffers::per_parameter_buffers(&replay, &mut classes);
-    let before = before_recording::infer(ctx, &mut replay, &mut classes);
+    let decided = before_recording::infer(ctx, &replay, &mut classes);
+    if let Some((k, sizes)) = &decided.lump {
+        replay.split(*k, sizes);
+    }
+    let before = before_recording::summarize(&replay, &classes, &decided);
     (replay, classes, before)
 }
 

@@ -43,19 +43,29 @@ pub struct Inference {
     pub from: String,
 }
 
-/// Categorises the baseline intervals no rule could: blocks by size, and
-/// the untracked lump split into one interval per part (in place of the
-/// lump in `replay.intervals`, with `classes` kept parallel). Returns what
-/// existed before recording, by part.
+/// What [`infer`] decided beyond each interval's class: the untracked
+/// lump's parts, which the timeline makes intervals of ([`Replay::split`]),
+/// and each inferred rule's reason.
+#[derive(Debug, Default)]
+pub(super) struct Decided {
+    /// The lump's interval and its parts' sizes, in order.
+    pub(super) lump: Option<(usize, Vec<u64>)>,
+    from: BTreeMap<Rule, String>,
+}
+
+/// Categorises the intervals from before recording that no rule could:
+/// blocks by size, and the untracked lump by part (its class in `classes`
+/// becomes one class per part, in order; the caller splits its interval
+/// alike, so that `classes` stays parallel to the intervals).
 pub(super) fn infer(
     ctx: &Context<'_>,
-    replay: &mut Replay,
+    replay: &Replay,
     classes: &mut Vec<Classification>,
-) -> Vec<Inference> {
+) -> Decided {
     // Nothing existed before recording: no evidence to gather (passes over
     // every event saved).
     if replay.intervals.iter().all(|i| i.origin == Origin::Traced) {
-        return Vec::new();
+        return Decided::default();
     }
     // The in-place updates' chains, read by the evidence and the blocks.
     let chains = Chains::new(&replay.intervals, &ctx.version_bumps);
@@ -65,27 +75,20 @@ pub(super) fn infer(
     }
     let mut from: BTreeMap<Rule, String> = BTreeMap::new();
     match_blocks(ctx, &evidence, chains.as_ref(), replay, classes, &mut from);
+    let mut lump = None;
     if let Some(k) = replay
         .intervals
         .iter()
         .position(|i| i.origin == Origin::BeforeRecordingUnnamed)
     {
         let parts = split_lump(&evidence, replay, classes, k);
-        let lump = replay.intervals[k];
-        let pieces: Vec<Interval> = parts
-            .iter()
-            .map(|(bytes, _, _)| Interval {
-                size: *bytes,
-                ..lump
-            })
-            .collect();
-        replay.intervals.splice(k..=k, pieces);
         classes.splice(k..=k, parts.iter().map(|(_, c, _)| *c));
+        lump = Some((k, parts.iter().map(|(bytes, _, _)| *bytes).collect()));
         for (_, c, why) in parts {
             from.entry(c.rule).or_insert(why);
         }
     }
-    summarize(replay, classes, &from)
+    Decided { lump, from }
 }
 
 /// Classifies the frameless baseline blocks by size (see the module doc);
@@ -471,13 +474,14 @@ fn split_lump(
 
 const FORWARD_ONLY_WEIGHTS: &str = "alive from before recording to the end of a history with no backward pass and no optimizer step: taken as weights (an assumption, not a measurement)";
 
-/// What existed before recording (every baseline interval, at the start),
-/// by (category, rule), largest first.
-fn summarize(
+/// What existed before recording (every such interval, at the start), by
+/// (category, rule), largest first; on the intervals after the lump's split.
+pub(super) fn summarize(
     replay: &Replay,
     classes: &[Classification],
-    from: &BTreeMap<Rule, String>,
+    decided: &Decided,
 ) -> Vec<Inference> {
+    let from = &decided.from;
     let mut by: BTreeMap<(Category, Rule), u64> = BTreeMap::new();
     for (i, c) in replay.intervals.iter().zip(classes) {
         if i.origin.before_recording() {

@@ -87,6 +87,15 @@ pub struct Replay {
 }
 
 impl Replay {
+    /// Splits interval `k` in its place into consecutive intervals of these
+    /// sizes (its address, lifetime and origin each): the parts classify
+    /// tells apart in the untracked lump of memory from before recording.
+    pub fn split(&mut self, k: usize, sizes: &[u64]) {
+        let whole = self.intervals[k];
+        let parts = sizes.iter().map(|&size| Interval { size, ..whole });
+        self.intervals.splice(k..=k, parts);
+    }
+
     /// Number of positions (`events + 1`); also the `end` of intervals alive at the end.
     pub fn positions(&self) -> u32 {
         self.events + 1
