@@ -167,6 +167,7 @@ pub fn classify_device(
     if let Some((k, sizes)) = &decided.lump {
         replay.split(*k, sizes);
     }
+    debug_assert_eq!(classes.len(), replay.intervals.len());
     let before = before_recording::summarize(&replay, &classes, &decided);
     (replay, classes, before)
 }

@@ -54,13 +54,14 @@
 //! (category and rule per allocation) → `analysis` (peak, live set, OOMs,
 //! plotted series: the [`Report`]); beside the report, `plan` (demand,
 //! levers, search) makes each device's [`report::Plan`], which `pipeline` puts into
-//! the report. `report` renders a [`Report`] and reads nothing else.
+//! the report. `report` renders a [`Report`] (and the batch summary's
+//! rows) and reads nothing else.
 //! `schema` (the report's types) and `units` are leaves. Data flows one
 //! way; `tests/suite/module_graph.rs` fails on an import cycle. The graph (`+`:
 //! test code only):
 //!
 //! ```text
-//! batch    -> error, pipeline, report, schema, units
+//! batch    -> error, model, pipeline, report, schema, units
 //! pipeline -> analysis, classify, error, input, model, plan, schema, +report
 //! analysis -> classify, model, schema, timeline, units
 //! plan     -> model, schema, timeline, units

@@ -69,7 +69,7 @@ pub fn parse_top(s: &str) -> std::result::Result<usize, String> {
         .map_err(|_| format!("`{s}` is not a number of sites (a whole number, 0 or more)"))
 }
 
-/// Reads and checks a levers file (`--levers`, for [`plan::PlanOptions::levers`]).
+/// Reads and checks a levers file (`--levers`, for the `levers` of [`plan::PlanOptions`]).
 /// The CLI and the Python binding both read it here, so its errors read the same.
 pub fn read_levers_file(path: &Path) -> std::result::Result<Vec<Lever>, OptionsFileError> {
     parse_levers(&read_options_file(path)?).map_err(|source| OptionsFileError::Levers {

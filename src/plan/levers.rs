@@ -146,7 +146,7 @@ pub struct Lever {
 impl Lever {
     /// The factor for every pool (1 where the lever does not scale it). A
     /// target naming a part overrides its category's factor for that part.
-    pub fn factors(&self) -> [f64; NPOOL] {
+    pub(crate) fn factors(&self) -> [f64; NPOOL] {
         let mut f = [1.0; NPOOL];
         // Whole categories first, then the narrower targets over them.
         let mut targets: Vec<(&Target, &f64)> = self.scales.iter().collect();
@@ -189,7 +189,7 @@ impl Lever {
     /// What the lever would do at an instant with `bytes` by pool (scaled by
     /// the levers applied so far): what it saves there, and the bytes of the
     /// pools it shrinks.
-    pub fn applicability(&self, bytes: &Row) -> Applicability {
+    pub(crate) fn applicability(&self, bytes: &Row) -> Applicability {
         let f = self.factors();
         let mut a = Applicability::default();
         for (p, b) in bytes.iter().enumerate() {

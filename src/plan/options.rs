@@ -175,7 +175,7 @@ pub struct PlanOptions {
 
 impl PlanOptions {
     /// The levers to plan with for a run with these facts.
-    pub fn levers(&self, facts: &RunFacts) -> Vec<Lever> {
+    pub(crate) fn levers(&self, facts: &RunFacts) -> Vec<Lever> {
         self.levers.clone().unwrap_or_else(|| {
             let fp32 = facts.weights.value == Some(facts::Dtype::Fp32);
             catalogue(facts.dp_ranks(), fp32, facts.kv_pool.value == Some(true))

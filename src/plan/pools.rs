@@ -94,7 +94,7 @@ pub fn pool_category(pool: usize) -> Category {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Target {
     pub category: Category,
-    pub part: Option<PartSel>,
+    pub(crate) part: Option<PartSel>,
 }
 
 /// A selection within a category.
@@ -113,7 +113,7 @@ impl Target {
         }
     }
 
-    pub const fn part(part: Part) -> Target {
+    pub(crate) const fn part(part: Part) -> Target {
         Target {
             category: part.category(),
             part: Some(PartSel::Part(part)),
@@ -128,7 +128,7 @@ impl Target {
     }
 
     /// The pools this target covers.
-    pub fn pools(self) -> Vec<usize> {
+    pub(crate) fn pools(self) -> Vec<usize> {
         let parts = Part::ALL.iter().filter(|p| p.category() == self.category);
         match self.part {
             None => std::iter::once(self.category.index())
@@ -474,10 +474,6 @@ impl Overlay {
             edits: Vec::new(),
             kept_after_a_step,
         }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.enter.is_empty()
     }
 }
 

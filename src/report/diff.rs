@@ -8,6 +8,7 @@ use std::fmt::Write;
 use super::chart::{points, YAxis};
 use super::document::{signed, Cell, Column, Table};
 use super::html::STYLE;
+use super::markdown::{cell, code};
 use super::markup::escape;
 use super::OutputFormat;
 use crate::model::{Category, Level};
@@ -210,13 +211,6 @@ fn level(l: Level) -> &'static str {
     }
 }
 
-/// Markdown code span content: backticks and pipes cannot break out.
-fn code(s: &str) -> String {
-    s.replace('`', "'")
-        .replace('|', "\\|")
-        .replace(['\n', '\r'], " ")
-}
-
 fn markdown(r: &DiffReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -256,15 +250,15 @@ fn markdown(r: &DiffReport) -> String {
         let _ = writeln!(
             out,
             "| Peak at | {} | {} | |",
-            instant(&d.before_peak),
-            instant(&d.after_peak)
+            cell(&instant(&d.before_peak)),
+            cell(&instant(&d.after_peak))
         );
         if d.before_plan.is_some() || d.after_plan.is_some() {
             let _ = writeln!(
                 out,
                 "| Plan | {} | {} | |",
-                plan(d.before_plan.as_ref()),
-                plan(d.after_plan.as_ref())
+                cell(&plan(d.before_plan.as_ref())),
+                cell(&plan(d.after_plan.as_ref()))
             );
         }
         out.push('\n');

@@ -61,8 +61,9 @@ impl Column {
     }
 }
 
-/// A table: its heading (none for the plan's and the overview's, which the
-/// renderers head themselves), columns and rows.
+/// A table: its heading (empty for the plan's steps and the diff's
+/// categories, which sit under their renderer's own headings), columns and
+/// rows.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Table {
     pub title: String,

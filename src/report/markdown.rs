@@ -102,7 +102,12 @@ fn device(out: &mut String, d: &DeviceReport) {
     }
     headed_table(out, &doc.categories, usize::MAX);
     if let Some(t) = &doc.before_recording {
-        headed_table(out, t, MAX_BEFORE_RECORDING);
+        let _ = writeln!(out, "### {}\n", t.title);
+        let more = table(out, t, MAX_BEFORE_RECORDING);
+        if more > 0 {
+            let _ = writeln!(out, "| … {more} more in the JSON report | | | |");
+        }
+        let _ = writeln!(out);
     }
     if let Some(t) = &doc.top_sites {
         headed_table(out, t, usize::MAX);
@@ -143,7 +148,8 @@ fn headed_table(out: &mut String, t: &Table, max: usize) {
 }
 
 /// A table's header and its first `max` rows; the columns Markdown cannot
-/// show well (bars, sentences) are left out. Returns how many rows were.
+/// show well (bars, sentences) are left out. Returns how many rows were
+/// left out.
 pub(super) fn table(out: &mut String, t: &Table, max: usize) -> usize {
     let shown: Vec<usize> = (0..t.columns.len())
         .filter(|&i| matches!(t.columns[i], Column::Text(_) | Column::Number(_)))
@@ -160,10 +166,11 @@ pub(super) fn table(out: &mut String, t: &Table, max: usize) -> usize {
     for row in t.rows.iter().take(max) {
         out.push('|');
         for &i in &shown {
-            let s = spell(&row[i]);
-            if !s.is_empty() {
+            // An empty cell as `| |`; any other, even one of empty text,
+            // as `| TEXT |`.
+            if row[i] != Cell::Empty {
                 out.push(' ');
-                out.push_str(&s);
+                out.push_str(&spell(&row[i]));
             }
             out.push_str(" |");
         }
@@ -270,18 +277,37 @@ fn steps_table(out: &mut String, steps: &[PlanStep], max: usize, target: u64) {
     let _ = writeln!(out);
 }
 
-/// Makes trace text safe in a table cell or list item: no column breaks, no
+/// Makes trace text safe in a table cell or list item: no column breaks (a
+/// backslash before a pipe is escaped too, or `\|` would break the row), no
 /// line breaks, no raw HTML (hosting sites render inline tags).
-fn cell(s: &str) -> String {
-    s.replace('|', "\\|")
-        .replace(['\n', '\r'], " ")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+pub(super) fn cell(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 8);
+    // Backslashes written just before: doubled when a pipe follows.
+    let mut run = 0;
+    for ch in s.chars() {
+        match ch {
+            '\\' => {
+                out.push('\\');
+                run += 1;
+                continue;
+            }
+            '|' => {
+                out.extend(std::iter::repeat_n('\\', run));
+                out.push_str("\\|");
+            }
+            '\n' | '\r' => out.push(' '),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            c => out.push(c),
+        }
+        run = 0;
+    }
+    out
 }
 
 /// Makes trace text safe inside inline code in a table (code spans are
 /// literal, so only the delimiters need replacing).
-fn code(s: &str) -> String {
+pub(super) fn code(s: &str) -> String {
     s.replace('`', "'")
         .replace('|', "\\|")
         .replace(['\n', '\r'], " ")
@@ -299,7 +325,36 @@ fn headed_list(out: &mut String, label: &str, headline: &str, items: &[String]) 
 
 #[cfg(test)]
 mod tests {
+    use super::cell;
     use crate::model::{Category, Diagnostic};
+
+    /// Unescaped pipes in a spelled cell: each would break the row.
+    fn column_breaks(s: &str) -> usize {
+        let b = s.as_bytes();
+        (0..b.len())
+            .filter(|&i| {
+                b[i] == b'|' && b[..i].iter().rev().take_while(|&&c| c == b'\\').count() % 2 == 0
+            })
+            .count()
+    }
+
+    #[test]
+    fn a_cell_of_trace_text_never_breaks_its_row() {
+        for text in [
+            "a|b",
+            "a\\|b",
+            "a\\\\|b",
+            "x\ny\r|",
+            "<b>|</b>",
+            "C:\\path\\file.py",
+        ] {
+            let c = cell(text);
+            assert_eq!(column_breaks(&c), 0, "{text:?} -> {c:?}");
+            assert!(!c.contains(['\n', '\r', '<', '>']), "{c:?}");
+        }
+        // Text without a pipe keeps its backslashes as they are.
+        assert_eq!(cell("C:\\path\\file.py"), "C:\\path\\file.py");
+    }
     use crate::schema::{
         ConsideredLever, OomFinding, OomPlan, Plan, PlanFact, PlanStep, Report, Verdict,
     };

@@ -4,7 +4,8 @@
 //!
 //! Public here: the report's types (the JSON contract, [`Report`] down to
 //! each [`Peak`], [`Finding`] and [`Plan`]; the diff's [`DiffReport`]) and
-//! the renderers ([`render`], [`render_diff`], [`write_json`]).
+//! the renderers ([`render`], [`render_diff`], [`write_json`]). Inside, the
+//! batch summary is written here too (`summary`), from its rows.
 
 pub(crate) mod allocator;
 mod chart;
@@ -22,12 +23,12 @@ mod viewer;
 pub use crate::model::{Category, Diagnostic, Distributed, Level};
 pub use crate::schema::{
     Attribution, Band, BeforeRecordingPart, BlockSpan, BlockUse, CategoryChange, Change,
-    ConsideredLever, DeviceDiff, DeviceReport, DiffReport, DiffTimeline, EventRef, Finding,
-    FindingKind, Headline, LiveAllocation, NormalisedSeries, OomFinding, OomPlan, Peak,
-    PeakCategories, PeakCheck, PeakInstant, Plan, PlanFact, PlanStep, PlanSummary, Report,
-    ReportedInstant, SegmentMap, SegmentState, SegmentsView, SiteChange, SiteStatus, SourceInfo,
-    StackTable, TimelineSeries, Tool, TopSite, Verdict, WhatIf, DIFF_SCHEMA_VERSION,
-    SCHEMA_VERSION,
+    ConsideredLever, DetailSeries, DeviceDiff, DeviceReport, DiffReport, DiffTimeline, EventRef,
+    Finding, FindingKind, Headline, LiveAllocation, NextStep, NormalisedSeries, OomFinding,
+    OomPlan, Peak, PeakCategories, PeakCheck, PeakInstant, Plan, PlanFact, PlanStep, PlanSummary,
+    Report, ReportedInstant, SegmentBar, SegmentFrame, SegmentFrames, SegmentMap, SegmentState,
+    SegmentsView, SiteChange, SiteStatus, SourceInfo, StackTable, TimelineSeries, Tool, TopSite,
+    Verdict, WhatIf, DIFF_SCHEMA_VERSION, SCHEMA_VERSION,
 };
 use crate::units::{human_bytes, human_duration_us, percent};
 
@@ -157,8 +158,6 @@ pub(crate) struct CategoryLines {
     pub allocator_cache: Option<u64>,
 }
 
-/// Whether `bytes` are under 0.05% of a non-empty peak: a share that would
-/// read `0.0%`.
 /// A finding's headline: what, how much of the peak, and what its fix does
 /// (`graph_kept_alive: 12.3 MiB at the peak; fix free_kept_graph: peak 30.0 MiB -> 16.4 MiB (saves 13.6 MiB)`).
 pub(crate) fn finding_line(f: &crate::schema::Finding) -> String {
@@ -240,6 +239,8 @@ pub(crate) fn what_if_line(d: &DeviceReport, w: &crate::schema::WhatIf) -> Strin
     )
 }
 
+/// Whether `bytes` are under 0.05% of a non-empty peak: a share that would
+/// read `0.0%`.
 pub(crate) fn is_tiny(peak: &Peak, bytes: u64) -> bool {
     peak.allocated_bytes > 0 && bytes.saturating_mul(2000) < peak.allocated_bytes
 }

@@ -4,6 +4,7 @@
 
 use std::fmt::Write;
 
+use super::markdown::{cell, code};
 use crate::schema::batch::{Job, RankPeak, Row, Tally, COLUMNS, OUTLIER_SHARE};
 use crate::units::human_bytes;
 
@@ -51,15 +52,10 @@ pub(crate) fn markdown(rows: &[Row], t: &Tally, jobs: &[Job]) -> String {
         }
     }
     let _ = writeln!(out, "| {} |\n|{}|", head.join(" | "), rule.join("|"));
-    let cell = |s: &str| {
-        s.replace('|', "\\|")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-    };
     let bytes = |b: Option<u64>| b.map_or(String::new(), human_bytes);
     for r in rows {
         let mut cells = vec![
-            format!("`{}`", r.file.replace('`', "'").replace('|', "\\|")),
+            format!("`{}`", code(&r.file)),
             r.status.as_str().to_owned(),
             r.format.clone(),
             cell(&r.device),
@@ -200,7 +196,6 @@ pub(crate) fn ranks_markdown(jobs: &[Job]) -> String {
         return String::new();
     }
     let mut out = String::from("\n## Ranks\n");
-    let code = |s: &str| s.replace('`', "'").replace('|', "\\|");
     for job in jobs {
         let max = job.max();
         let of = match job.world_size {
@@ -302,7 +297,34 @@ pub(crate) fn ranks_markdown(jobs: &[Job]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::ranges;
+    use super::{markdown, ranges};
+    use crate::schema::batch::{Row, Status, Tally};
+
+    /// A device name or reason with a pipe or a line break stays in its row.
+    #[test]
+    fn summary_rows_stay_rows() {
+        let row = Row {
+            file: "runs/a|b\nc.json".into(),
+            status: Status::Failed,
+            format: String::new(),
+            device: "cu|da\n0".into(),
+            peak_bytes: None,
+            reserved_bytes: None,
+            top_category: String::new(),
+            verdict: String::new(),
+            report: String::new(),
+            error: "bad <x> | y\nz".into(),
+            findings: String::new(),
+            next_step_bytes: None,
+            distributed: None,
+            warnings: Vec::new(),
+        };
+        let md = markdown(&[row], &Tally::default(), &[]);
+        let lines: Vec<&str> = md.lines().filter(|l| l.starts_with("| `runs")).collect();
+        assert_eq!(lines.len(), 1, "{md}");
+        let unescaped = lines[0].matches('|').count() - lines[0].matches("\\|").count();
+        assert_eq!(unescaped, 9, "{}", lines[0]);
+    }
 
     #[test]
     fn ranges_are_compact() {

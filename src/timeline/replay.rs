@@ -92,6 +92,11 @@ impl Replay {
     /// tells apart in the untracked lump of memory from before recording.
     pub fn split(&mut self, k: usize, sizes: &[u64]) {
         let whole = self.intervals[k];
+        debug_assert_eq!(
+            sizes.iter().sum::<u64>(),
+            whole.size,
+            "parts of interval {k}"
+        );
         let parts = sizes.iter().map(|&size| Interval { size, ..whole });
         self.intervals.splice(k..=k, parts);
     }
