@@ -395,6 +395,21 @@ fn split_lump(
             &mut rest,
         );
     }
+    // The model's input, once the weights are known: what the forward reads
+    // besides them. Only whole (what is left smaller than the input says it
+    // was not there), and before the heads below, whose test is what is left.
+    if let Some(input) = evidence
+        .model_input
+        .as_ref()
+        .filter(|i| params.is_some() && i.bytes <= rest)
+    {
+        take(
+            input.bytes,
+            Builtin::InferredModelInput.class(),
+            input.from.clone(),
+            &mut rest,
+        );
+    }
     // Heads shaped like embedding tables were counted once, as if tied to
     // them. What existed before recording decides: with room left for them
     // (and, when an optimizer keeps state, for theirs), they are weights of

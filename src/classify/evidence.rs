@@ -100,6 +100,8 @@ pub(super) struct Evidence {
     /// PyTorch's cuBLAS workspace, which a trace recorded after warm-up
     /// holds from its first matrix multiply on (see [`cublas_workspace`]).
     pub(super) cublas_workspace: Option<Amount>,
+    /// The model's input, made before recording (see [`model_input`]).
+    pub(super) model_input: Option<Amount>,
     /// The history has a backward pass or an optimizer step.
     pub(super) training: bool,
     /// An operator that reads weights (a linear layer, a convolution, an
@@ -142,10 +144,10 @@ impl Evidence {
         let training = ctx.training || optimizer.is_some() || has_optimizer_step(ctx);
         // Shapes are not tied to a device: they speak for the one device
         // with memory from before recording.
-        let (weights, kv_pool) = if ctx.shapes_apply {
-            (weights_read(ctx), kv_pool(ctx))
+        let (weights, kv_pool, model_input) = if ctx.shapes_apply {
+            (weights_read(ctx), kv_pool(ctx), model_input(ctx, replay))
         } else {
-            (None, None)
+            (None, None, None)
         };
         Evidence {
             params,
@@ -155,6 +157,7 @@ impl Evidence {
             added_into,
             kv_pool,
             cublas_workspace: cublas_workspace(ctx, replay),
+            model_input,
             training,
             reads_weights: ctx
                 .trace
@@ -383,6 +386,64 @@ fn weight_inputs(op: EvidenceOp) -> &'static [usize] {
         EvidenceOp::NativeMultiHeadAttention => &[5, 6, 7, 8],
         _ => &[],
     }
+}
+
+/// Which inputs of a weight-reading operator are its data (what the layer
+/// transforms), by position (`record_shapes`' `Input Dims`).
+fn data_inputs(op: EvidenceOp) -> &'static [usize] {
+    match op {
+        EvidenceOp::Linear
+        | EvidenceOp::Convolution
+        | EvidenceOp::LibraryGemm
+        | EvidenceOp::LayerNorm
+        | EvidenceOp::GroupNorm
+        | EvidenceOp::BatchNorm
+        | EvidenceOp::RmsNorm
+        | EvidenceOp::NativeMultiHeadAttention => &[0],
+        EvidenceOp::Addmm | EvidenceOp::Embedding | EvidenceOp::EmbeddingBag => &[1],
+        _ => &[],
+    }
+}
+
+/// The model's input, when it existed before recording: the tensor the
+/// first weight-reading operator of the recording reads as its data
+/// (`record_shapes`), when no allocation made while recording and live at
+/// that call could hold it (one at least as large: the input may be a view
+/// of a bigger batch, as `x, y = torch.randint(…, (2, b, t))` makes).
+/// `None` without timestamps or shapes.
+fn model_input(ctx: &Context<'_>, replay: &Replay) -> Option<Amount> {
+    let steps = calls_by_step(ctx, |op| !data_inputs(op).is_empty());
+    let first = steps
+        .first()?
+        .iter()
+        .filter(|c| c.start_us.is_finite())
+        .min_by(|a, b| a.start_us.total_cmp(&b.start_us))?;
+    let shape = first.inputs.get(data_inputs(first.op)[0])?.as_ref()?;
+    let bytes = shape.bytes();
+    if bytes == 0 || ctx.events.iter().any(|e| !e.ts_us.is_finite()) {
+        return None;
+    }
+    let t = first.start_us;
+    let ts = |position: u32| ctx.events[position as usize - 1].ts_us;
+    let made_while_recording = replay.intervals.iter().any(|i| {
+        i.origin == Origin::Traced
+            && i.size >= bytes
+            && i.start > 0
+            && ts(i.start) <= t
+            && (i.end >= replay.positions() || ts(i.end) > t)
+    });
+    if made_while_recording {
+        return None;
+    }
+    Some(Amount {
+        bytes,
+        from: format!(
+            "the model's input: the data {} reads first in the recording (record_shapes: {:?} {:?}), made by no allocation while recording",
+            op_name(first.op),
+            shape.dims,
+            shape.dtype
+        ),
+    })
 }
 
 fn op_name(op: EvidenceOp) -> &'static str {

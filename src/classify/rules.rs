@@ -239,6 +239,10 @@ builtin_rules! {
     /// Existed before recording: PyTorch's cuBLAS workspace for the device's
     /// compute capability, in a trace that runs matrix multiplies.
     InferredCublasWorkspace = "inferred_cublas_workspace_default_size", Some(Category::Temporary), None, Provenance::InferredBeforeRecording;
+    /// Existed before recording: the model's input, the data the first
+    /// weight-reading operator reads (`record_shapes`), made by no
+    /// allocation while recording (`classify/evidence.rs`, `model_input`).
+    InferredModelInput = "inferred_model_input_read_by_first_operator", Some(Category::Input), None, Provenance::InferredBeforeRecording;
     /// Existed before recording and alive to the end of a forward-only history.
     InferredWeightsForwardOnly = "inferred_weights_alive_through_forward_only_history", Some(Category::Parameter), None, Provenance::InferredBeforeRecording;
     /// Existed before recording, updated in place by the optimizer step

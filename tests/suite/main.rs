@@ -23,6 +23,7 @@ mod fleet;
 mod html_chart;
 mod inferred_workspace;
 mod json_contract;
+mod model_input;
 mod module_graph;
 mod plan_cli;
 mod plan_corpus;
