@@ -326,7 +326,7 @@ fn top_sites(p: &Peak) -> Table {
 
 /// The OOMs, their verdict last (Markdown lists the verdicts under the table).
 fn ooms(d: &DeviceReport) -> Table {
-    let opt = |v: Option<u64>| Cell::Plain(v.map_or("?".to_owned(), h));
+    let opt = |v: Option<u64>| v.map_or(Cell::Plain("?".to_owned()), Cell::Bytes);
     Table {
         title: format!("Out-of-memory events ({})", d.ooms.len()),
         columns: vec![
@@ -344,9 +344,9 @@ fn ooms(d: &DeviceReport) -> Table {
             .map(|o| {
                 vec![
                     Cell::Plain(o.event_index.to_string()),
-                    Cell::Plain(h(o.requested_bytes)),
+                    Cell::Bytes(o.requested_bytes),
                     opt(o.device_free_bytes),
-                    Cell::Plain(h(o.allocated_bytes)),
+                    Cell::Bytes(o.allocated_bytes),
                     opt(o.reserved_bytes),
                     opt(o.largest_free_block_bytes),
                     Cell::Text(o.verdict.clone()),
@@ -375,8 +375,10 @@ pub(crate) fn overview(devices: &[&DeviceReport]) -> Table {
             .map(|d| {
                 vec![
                     Cell::Code(d.device.clone()),
-                    Cell::Text(h(d.peak.allocated_bytes)),
-                    Cell::Text(d.peak.reserved_bytes.map_or("unknown".into(), h)),
+                    Cell::Bytes(d.peak.allocated_bytes),
+                    d.peak
+                        .reserved_bytes
+                        .map_or(Cell::Plain("unknown".into()), Cell::Bytes),
                     Cell::Text(d.top_category().map_or("-", |c| c.as_str()).to_owned()),
                     Cell::Text(phase_label(&d.peak.phase)),
                     Cell::Text(d.ooms.len().to_string()),
