@@ -164,10 +164,11 @@ pub fn classify_device(
     let mut classes = classify_each(ctx, &replay, user_rules);
     buffers::per_parameter_buffers(&replay, &mut classes);
     let decided = before_recording::infer(ctx, &replay, &mut classes);
-    if let Some((k, sizes)) = &decided.lump {
-        replay.split(*k, sizes);
+    if let Some((k, parts)) = &decided.lump {
+        let sizes: Vec<u64> = parts.iter().map(|&(bytes, _)| bytes).collect();
+        replay.split(*k, &sizes);
+        classes.splice(*k..=*k, parts.iter().map(|&(_, c)| c));
     }
-    debug_assert_eq!(classes.len(), replay.intervals.len());
     let before = before_recording::summarize(&replay, &classes, &decided);
     (replay, classes, before)
 }

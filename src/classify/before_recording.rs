@@ -43,25 +43,19 @@ pub struct Inference {
     pub from: String,
 }
 
-/// What [`infer`] decided beyond each interval's class: the untracked
-/// lump's parts, which the timeline makes intervals of ([`Replay::split`]),
-/// and each inferred rule's reason.
+/// What [`infer`] decided beyond the classes it changed in place: the
+/// untracked lump's parts (the caller makes an interval and a class of each:
+/// [`Replay::split`]), and each inferred rule's reason.
 #[derive(Debug, Default)]
 pub(super) struct Decided {
-    /// The lump's interval and its parts' sizes, in order.
-    pub(super) lump: Option<(usize, Vec<u64>)>,
+    /// The lump's interval and its parts, in order.
+    pub(super) lump: Option<(usize, Vec<(u64, Classification)>)>,
     from: BTreeMap<Rule, String>,
 }
 
 /// Categorises the intervals from before recording that no rule could:
-/// blocks by size, and the untracked lump by part (its class in `classes`
-/// becomes one class per part, in order; the caller splits its interval
-/// alike, so that `classes` stays parallel to the intervals).
-pub(super) fn infer(
-    ctx: &Context<'_>,
-    replay: &Replay,
-    classes: &mut Vec<Classification>,
-) -> Decided {
+/// blocks by size (in `classes`), and the untracked lump by part (returned).
+pub(super) fn infer(ctx: &Context<'_>, replay: &Replay, classes: &mut [Classification]) -> Decided {
     // Nothing existed before recording: no evidence to gather (passes over
     // every event saved).
     if replay.intervals.iter().all(|i| i.origin == Origin::Traced) {
@@ -82,8 +76,7 @@ pub(super) fn infer(
         .position(|i| i.origin == Origin::BeforeRecordingUnnamed)
     {
         let parts = split_lump(&evidence, replay, classes, k);
-        classes.splice(k..=k, parts.iter().map(|(_, c, _)| *c));
-        lump = Some((k, parts.iter().map(|(bytes, _, _)| *bytes).collect()));
+        lump = Some((k, parts.iter().map(|&(bytes, c, _)| (bytes, c)).collect()));
         for (_, c, why) in parts {
             from.entry(c.rule).or_insert(why);
         }

@@ -80,7 +80,7 @@ fn overview(out: &mut String, devices: &[&DeviceReport]) {
     let _ = writeln!(out, "## {}\n", t.title);
     let more = table(out, &t, MAX_DEVICE_ROWS);
     if more > 0 {
-        let _ = writeln!(out, "| … {more} more | | | | | | |");
+        more_row(out, &t, &[&format!("… {more} more")]);
     }
     let _ = writeln!(out);
 }
@@ -105,7 +105,7 @@ fn device(out: &mut String, d: &DeviceReport) {
         let _ = writeln!(out, "### {}\n", t.title);
         let more = table(out, t, MAX_BEFORE_RECORDING);
         if more > 0 {
-            let _ = writeln!(out, "| … {more} more in the JSON report | | | |");
+            more_row(out, t, &[&format!("… {more} more in the JSON report")]);
         }
         let _ = writeln!(out);
     }
@@ -151,9 +151,7 @@ fn headed_table(out: &mut String, t: &Table, max: usize) {
 /// show well (bars, sentences) are left out. Returns how many rows were
 /// left out.
 pub(super) fn table(out: &mut String, t: &Table, max: usize) -> usize {
-    let shown: Vec<usize> = (0..t.columns.len())
-        .filter(|&i| matches!(t.columns[i], Column::Text(_) | Column::Number(_)))
-        .collect();
+    let shown = shown(t);
     let names: Vec<&str> = shown.iter().map(|&i| t.columns[i].name()).collect();
     let _ = write!(out, "| {} |\n|", names.join(" | "));
     for &i in &shown {
@@ -177,6 +175,28 @@ pub(super) fn table(out: &mut String, t: &Table, max: usize) -> usize {
         out.push('\n');
     }
     t.rows.len().saturating_sub(max)
+}
+
+/// The columns Markdown shows (not bars, not sentences).
+fn shown(t: &Table) -> Vec<usize> {
+    (0..t.columns.len())
+        .filter(|&i| matches!(t.columns[i], Column::Text(_) | Column::Number(_)))
+        .collect()
+}
+
+/// The row under a table that says what [`table`] left out: these cells
+/// first, the table's other shown columns empty.
+fn more_row(out: &mut String, t: &Table, cells: &[&str]) {
+    out.push('|');
+    for c in cells {
+        out.push(' ');
+        out.push_str(c);
+        out.push_str(" |");
+    }
+    for _ in cells.len()..shown(t).len() {
+        out.push_str(" |");
+    }
+    out.push('\n');
 }
 
 /// A cell as Markdown: trace text escaped, memcut's own words as they are.
@@ -267,11 +287,13 @@ fn steps_table(out: &mut String, steps: &[PlanStep], max: usize, target: u64) {
     if steps.is_empty() {
         return;
     }
-    let more = table(out, &document::plan_steps(steps, target), max);
+    let t = document::plan_steps(steps, target);
+    let more = table(out, &t, max);
     if more > 0 {
-        let _ = writeln!(
+        more_row(
             out,
-            "| … | {more} more steps in the JSON report | | | | | |"
+            &t,
+            &["…", &format!("{more} more steps in the JSON report")],
         );
     }
     let _ = writeln!(out);
@@ -325,7 +347,26 @@ fn headed_list(out: &mut String, label: &str, headline: &str, items: &[String]) 
 
 #[cfg(test)]
 mod tests {
-    use super::cell;
+    use super::{cell, more_row};
+    use crate::report::document::{Column, Table};
+
+    /// The "more" row fills the shown columns (a bar column is not shown).
+    #[test]
+    fn the_more_row_spans_the_shown_columns() {
+        let t = Table {
+            title: String::new(),
+            columns: vec![
+                Column::Text("a"),
+                Column::Number("b"),
+                Column::Bar,
+                Column::Text("c"),
+            ],
+            rows: Vec::new(),
+        };
+        let mut out = String::new();
+        more_row(&mut out, &t, &["…", "2 more"]);
+        assert_eq!(out, "| … | 2 more | |\n");
+    }
     use crate::model::{Category, Diagnostic};
 
     /// Unescaped pipes in a spelled cell: each would break the row.

@@ -4,7 +4,8 @@
 
 use std::fmt::Write;
 
-use super::markdown::{cell, code};
+use super::document::{Cell, Column, Table};
+use super::markdown::code;
 use crate::schema::batch::{Job, RankPeak, Row, Tally, COLUMNS, OUTLIER_SHARE};
 use crate::units::human_bytes;
 
@@ -26,57 +27,59 @@ pub(crate) fn markdown(rows: &[Row], t: &Tally, jobs: &[Job]) -> String {
     let findings = rows.iter().any(|r| !r.findings.is_empty());
     let next_steps = rows.iter().any(|r| r.next_step_bytes.is_some());
     let reasons = rows.iter().any(|r| !r.error.is_empty());
-    let mut head = vec![
-        "File",
-        "Status",
-        "Format",
-        "Device",
-        "Peak",
-        "Reserved",
-        "Top category",
+    let mut columns = vec![
+        Column::Text("File"),
+        Column::Text("Status"),
+        Column::Text("Format"),
+        Column::Text("Device"),
+        Column::Number("Peak"),
+        Column::Number("Reserved"),
+        Column::Text("Top category"),
     ];
-    let mut rule = vec!["---", "---", "---", "---", "---:", "---:", "---"];
-    for (on, name) in [
-        (verdicts, "Verdict"),
-        (findings, "Findings"),
-        (next_steps, "Next step (predicted)"),
-        (reasons, "Reason"),
+    for (on, column) in [
+        (verdicts, Column::Text("Verdict")),
+        (findings, Column::Text("Findings")),
+        (next_steps, Column::Number("Next step (predicted)")),
+        (reasons, Column::Text("Reason")),
     ] {
         if on {
-            head.push(name);
-            rule.push(if name.starts_with("Next step") {
-                "---:"
-            } else {
-                "---"
-            });
+            columns.push(column);
         }
     }
-    let _ = writeln!(out, "| {} |\n|{}|", head.join(" | "), rule.join("|"));
-    let bytes = |b: Option<u64>| b.map_or(String::new(), human_bytes);
-    for r in rows {
-        let mut cells = vec![
-            format!("`{}`", code(&r.file)),
-            r.status.as_str().to_owned(),
-            r.format.clone(),
-            cell(&r.device),
-            bytes(r.peak_bytes),
-            bytes(r.reserved_bytes),
-            r.top_category.clone(),
-        ];
-        if verdicts {
-            cells.push(r.verdict.clone());
-        }
-        if findings {
-            cells.push(findings_cell(&r.findings));
-        }
-        if next_steps {
-            cells.push(bytes(r.next_step_bytes));
-        }
-        if reasons {
-            cells.push(cell(&r.error));
-        }
-        let _ = writeln!(out, "| {} |", cells.join(" | "));
-    }
+    let bytes = |b: Option<u64>| Cell::Plain(b.map_or(String::new(), human_bytes));
+    let rows = rows
+        .iter()
+        .map(|r| {
+            let mut cells = vec![
+                Cell::Code(r.file.clone()),
+                Cell::Plain(r.status.as_str().to_owned()),
+                Cell::Plain(r.format.clone()),
+                Cell::Text(r.device.clone()),
+                bytes(r.peak_bytes),
+                bytes(r.reserved_bytes),
+                Cell::Plain(r.top_category.clone()),
+            ];
+            if verdicts {
+                cells.push(Cell::Plain(r.verdict.clone()));
+            }
+            if findings {
+                cells.push(Cell::Plain(findings_cell(&r.findings)));
+            }
+            if next_steps {
+                cells.push(bytes(r.next_step_bytes));
+            }
+            if reasons {
+                cells.push(Cell::Text(r.error.clone()));
+            }
+            cells
+        })
+        .collect();
+    let table = Table {
+        title: String::new(),
+        columns,
+        rows,
+    };
+    super::markdown::table(&mut out, &table, usize::MAX);
     let _ = writeln!(
         out,
         "\n{} analysed ({} over budget, {} partial), {} skipped, {} failed.",
