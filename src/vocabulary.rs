@@ -448,6 +448,29 @@ pub fn is_compiled_region_frame(name: &str) -> bool {
         || name.contains("/torchinductor_")
 }
 
+/// The innermost frame of a Python traceback as text (`File "model.py",
+/// line 14, in forward` lines, outermost first, each followed by its code:
+/// an FX graph node's `stack_trace`, which a snapshot's
+/// `fx_original_trace` carries): its file, line and function.
+pub fn innermost_traceback_frame(text: &str) -> Option<(&str, u32, &str)> {
+    text.lines().rev().find_map(|line| {
+        let rest = line.trim_start().strip_prefix("File \"")?;
+        let (file, rest) = rest.split_once("\", line ")?;
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let number = rest[..digits].parse().ok()?;
+        let function = rest[digits..].strip_prefix(", in ")?.trim_end();
+        (!file.is_empty() && !function.is_empty()).then_some((file, number, function))
+    })
+}
+
+/// Whether a path (a frame's file, or a profiler frame's name) is code FX
+/// generated for a graph module (`fx_generated__<hash>.py`: `torch.compile`
+/// with a backend that runs FX graphs, such as `aot_eager`, when
+/// `torch.fx.experimental._config.enrich_profiler_metadata` is on).
+pub fn is_fx_generated(path: &str) -> bool {
+    path.contains("fx_generated_")
+}
+
 /// PyTorch's DistributedDataParallel module file.
 pub const DDP_FILE: &str = "torch/nn/parallel/distributed.py";
 
@@ -597,6 +620,30 @@ const OPTIMIZERS: &[(&str, &str)] = &[
 mod tests {
     use super::*;
     use crate::model::Frame;
+
+    /// An FX node's `stack_trace` as dynamo writes it (outermost first, each
+    /// frame's code and carets after it): the innermost frame.
+    #[test]
+    fn the_innermost_frame_of_a_traceback_text() {
+        let trace = "  File \"/work/train.py\", line 52, in forward\n    x = self.block(x)\n        ^^^^^^^^^^^^^\n  File \"/work/model/block.py\", line 14, in forward\n    h = self.a(x)\n        ^^^^^^^^^\n";
+        assert_eq!(
+            innermost_traceback_frame(trace),
+            Some(("/work/model/block.py", 14, "forward"))
+        );
+        assert_eq!(
+            innermost_traceback_frame("  File \"m.py\", line 3, in <lambda>"),
+            Some(("m.py", 3, "<lambda>"))
+        );
+        for not_one in [
+            "",
+            "No model stack trace available",
+            "  File \"m.py\", line x, in f",
+        ] {
+            assert_eq!(innermost_traceback_frame(not_one), None, "{not_one:?}");
+        }
+        assert!(is_fx_generated("fx_generated__4rxqe3wj.py"));
+        assert!(!is_fx_generated("/tmp/torchinductor_root/x3/cx3ak.py"));
+    }
 
     #[test]
     fn attention_kernels_by_name() {

@@ -103,8 +103,9 @@ fn is_source_line(f: &Frame<'_>) -> bool {
     crate::vocabulary::is_source_line(f.file, f.name)
 }
 
-/// Frames whose path is PyTorch's own code, or code Inductor generated
-/// for a compiled graph (`/tmp/torchinductor_<user>/…py`).
+/// Frames whose path is PyTorch's own code, or code generated for a
+/// compiled graph: Inductor's (`/tmp/torchinductor_<user>/…py`) or FX's
+/// (`fx_generated__<hash>.py`, named by a hash).
 fn in_torch(f: &Frame<'_>) -> bool {
     let path = if f.file.ends_with(".py") {
         f.file
@@ -112,7 +113,15 @@ fn in_torch(f: &Frame<'_>) -> bool {
         f.name
     };
     let path = path.replace('\\', "/");
-    path.starts_with("torch/") || path.contains("/torch/") || path.contains("/torchinductor_")
+    path.starts_with("torch/")
+        || path.contains("/torch/")
+        || path.contains("/torchinductor_")
+        || crate::vocabulary::is_fx_generated(&path)
+}
+
+/// A frame of code FX generated for a graph, named by a hash.
+fn is_generated(f: &Frame<'_>) -> bool {
+    crate::vocabulary::is_fx_generated(f.file) || crate::vocabulary::is_fx_generated(f.name)
 }
 
 fn in_installed_package(f: &Frame<'_>) -> bool {
@@ -188,7 +197,7 @@ pub(super) fn describe(sites: &Sites, site: SiteId) -> String {
         Some((i, op)) => (op.to_string(), *i),
         None => match frames
             .iter()
-            .position(|f| is_source_line(f) && !is_noise(f.file, f.name))
+            .position(|f| is_source_line(f) && !is_noise(f.file, f.name) && !is_generated(f))
             .or_else(|| frames.iter().position(|f| !is_noise(f.file, f.name)))
         {
             Some(i) => (frames[i].show(), i),
@@ -383,6 +392,31 @@ mod tests {
             ("user_annotation", 0, "Torch-Compiled Region: 1/0"),
         ]);
         assert_eq!(snapshot, "train.py:7 step [compiled region 1/0]");
+        // A graph FX generated (`aot_eager`) is named by a hash: skipped too.
+        let fx = name(&[
+            ("cpu_op", 0, "aten::mm"),
+            (
+                "python_function",
+                0,
+                "fx_generated__xqfgrv3smzk2rq3i4i7h2byasrt4u.py(4): forward",
+            ),
+            (
+                "python_function",
+                0,
+                "torch/_dynamo/backends/debugging.py(340): run",
+            ),
+            ("python_function", 0, "train.py(25): <module>"),
+        ]);
+        assert_eq!(fx, "aten::mm < train.py(25): <module>");
+        let no_operator = name(&[
+            (
+                "fx_generated__xqfgrv3smzk2rq3i4i7h2byasrt4u.py",
+                5,
+                "forward",
+            ),
+            ("train.py", 25, "<module>"),
+        ]);
+        assert_eq!(no_operator, "train.py:25 <module>");
         assert_eq!(name(&[("train.py", 7, "step")]), "train.py:7 step");
     }
 }

@@ -20,6 +20,7 @@ mod corpus;
 mod cross_format;
 mod diff;
 mod fleet;
+mod fx_graphs;
 mod html_chart;
 mod inferred_workspace;
 mod json_contract;

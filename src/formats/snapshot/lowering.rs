@@ -616,7 +616,12 @@ fn first_value<'a>(
 }
 
 /// `{"filename", "line", "name"}` → frame, from a dict's pairs (the last
-/// of a repeated key wins). FX fields and other keys are ignored.
+/// of a repeated key wins). A frame of code FX generated for a graph
+/// (`fx_generated_….py`) that a snapshot taken with
+/// `augment_with_fx_traces=True` maps back to the model's source
+/// (`fx_original_trace`, the graph node's Python traceback) is that source
+/// line instead: its innermost frame's file, line and function. Other keys
+/// (`fx_node_op`, `fx_node_name`, `fx_node_target`, …) are ignored.
 fn frame_of<'a, F: Field + 'a>(
     sites: &mut Sites,
     pairs: impl Iterator<Item = (&'a F, &'a F)>,
@@ -626,13 +631,24 @@ fn frame_of<'a, F: Field + 'a>(
         line: 0,
         name: 0,
     };
+    let mut original = None;
     for (key, value) in pairs {
         match key.str() {
             Some("filename") => frame.filename = sites.intern_str(value.str().unwrap_or("")),
             Some("name") => frame.name = sites.intern_str(value.str().unwrap_or("")),
             Some("line") => frame.line = value.u64().unwrap_or(0).min(u32::MAX as u64) as u32,
+            Some("fx_original_trace") => original = value.str(),
             _ => {}
         }
+    }
+    if let Some((file, line, name)) =
+        original.and_then(crate::vocabulary::innermost_traceback_frame)
+    {
+        frame = Frame {
+            filename: sites.intern_str(file),
+            line,
+            name: sites.intern_str(name),
+        };
     }
     frame
 }

@@ -771,6 +771,75 @@ mod allocator_state_shapes {
         }
     }
 
+    /// A snapshot taken with `augment_with_fx_traces=True` (the frame
+    /// fields `torch._utils._augment_frames` adds to frames of FX-generated
+    /// code): a frame whose node has a traceback is the model's source line
+    /// it maps to; one without (a placeholder's) stays as it is. Frames
+    /// shared by entries, as PyTorch's symbolizer shares them, and inline.
+    #[test]
+    fn fx_frames_name_the_model_source_line() {
+        let fx_frame = |line: i128, node: &str, trace: Option<&str>| {
+            let mut pairs = vec![
+                ("filename", Py::str("fx_generated__l2vzycas3nocobx4dlld.py")),
+                ("line", Py::Int(line)),
+                ("name", Py::str("forward")),
+                ("fx_node_op", Py::str("call_function")),
+                ("fx_node_name", Py::str(node)),
+                ("fx_node_target", Py::str("aten.addmm.default")),
+            ];
+            if let Some(trace) = trace {
+                pairs.push(("fx_original_trace", Py::str(trace)));
+            }
+            Py::dict(pairs)
+        };
+        let traced = fx_frame(
+            9,
+            "addmm",
+            Some("  File \"/work/model.py\", line 52, in forward\n    x = self.block(x)\n  File \"/work/block.py\", line 14, in forward\n    h = self.a(x)\n        ^^^^^^^^^\n"),
+        )
+        .shared();
+        let untraced = fx_frame(5, "primals_1", None).shared();
+        let entry = |addr: i128, fx: Py| {
+            Py::dict([
+                ("action", Py::str("alloc")),
+                ("addr", Py::Int(addr)),
+                ("size", Py::Int(4096)),
+                ("stream", Py::Int(0)),
+                ("frames", Py::List(vec![fx, frame(7)])),
+            ])
+        };
+        let mut entries = Vec::new();
+        for k in 0..40 {
+            entries.push(entry(4096 * (2 * k + 1), traced.clone()));
+            entries.push(entry(4096 * (2 * k + 2), untraced.clone()));
+        }
+        entries.push(entry(
+            1 << 30,
+            fx_frame(
+                9,
+                "addmm",
+                Some("  File \"/work/block.py\", line 14, in forward\n"),
+            ),
+        ));
+        for protocol in [2, 4] {
+            let bytes = dumps(&snapshot(vec![], entries.clone()), protocol);
+            generate::all_ways(&bytes).unwrap();
+            let trace = parse_pickle(&bytes[..], &Limits::default()).unwrap();
+            let events = &trace.devices[0].events;
+            let innermost = |k: usize| {
+                let f = trace.sites.frames(events[k].site)[0];
+                (trace.sites.str(f.filename), f.line, trace.sites.str(f.name))
+            };
+            assert_eq!(innermost(0), ("/work/block.py", 14, "forward"));
+            assert_eq!(
+                innermost(1),
+                ("fx_generated__l2vzycas3nocobx4dlld.py", 5, "forward")
+            );
+            assert_eq!(innermost(80), ("/work/block.py", 14, "forward"));
+            assert_eq!(events[80].site, events[0].site);
+        }
+    }
+
     /// A segment fetched from the memo twice is two segments, as it was
     /// read from its dict; blocks without an address are laid out one
     /// after the other from the segment's start.
