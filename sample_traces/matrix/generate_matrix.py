@@ -62,9 +62,12 @@ WORKLOADS = {
     "ddp": "MLP in two-rank gloo DistributedDataParallel (rank 0 recorded, rank 1 a peer process), AdamW",
     "ddp_bucket_view": "the same with DistributedDataParallel(gradient_as_bucket_view=True): gradients are views of the buckets",
     "compiled": "TinyLM compiled with torch.compile (CPU Inductor), AdamW; warm only (compiled in the unrecorded steps)",
+    # Added in the thirteenth session, last, so that every workload before it keeps its seed.
+    "compiled_aot": "TinyLM compiled with torch.compile(backend='aot_eager') and FX's enrich_profiler_metadata "
+                    "(graphs run as FX modules, code in fx_generated__<hash>.py), AdamW; warm only",
 }
 # Workloads recorded from some starts only (a cold torch.compile would record the compiler).
-ONLY_STARTS = {"compiled": ("warm",)}
+ONLY_STARTS = {"compiled": ("warm",), "compiled_aot": ("warm",)}
 DDP = ("ddp", "ddp_bucket_view")
 STARTS = ("cold", "warm")
 # Bare runs (no stacks, no shapes) recorded besides stack/nostack: the profiler's defaults + memory.
@@ -304,6 +307,11 @@ def record(spec, peer=False):
     def compiled_lm():
         return torch.compile(TinyLM(**cfg["lm"]))
 
+    def compiled_aot_lm():
+        import torch.fx.experimental._config as fx_config
+        fx_config.enrich_profiler_metadata = True
+        return torch.compile(TinyLM(**cfg["lm"]), backend="aot_eager")
+
     adamw = lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3, foreach=False)  # noqa: E731
     train = {  # workload: (model, optimizer, loss, micro-batches)
         "adamw": (lambda: TinyLM(**cfg["lm"]), adamw, lm_loss, 1),
@@ -317,6 +325,7 @@ def record(spec, peer=False):
         "ddp": (lambda: ddp_mlp(), adamw, mlp_loss, 1),
         "ddp_bucket_view": (lambda: ddp_mlp(), adamw, mlp_loss, 1),
         "compiled": (compiled_lm, adamw, lm_loss, 1),
+        "compiled_aot": (compiled_aot_lm, adamw, lm_loss, 1),
     }
     state = {}
 
