@@ -177,6 +177,10 @@ COMPILED_GRAPH = ("CompiledFunction", "## Call CompiledFxGraph")  # CompiledFunc
 GRAPH_REASON = ("allocated inside a compiled graph's call, which makes neither parameters nor inputs (those exist "
                 "before the graph runs): PyTorch's profiler does not see the data flow inside the graph and labels "
                 "the forward graph's saved buffers 'parameter' or 'input'; the truth does not know (issue 32)")
+SAVED_REASON = ("allocated by a compiled graph's forward (inside CompiledFunction) and freed by its backward "
+                "(inside CompiledFunctionBackward): saved for backward, PyTorch's own definition of an activation; "
+                "PyTorch's profiler does not see the data flow inside the graph and labels it 'parameter' or "
+                "'input', or leaves it unlabelled (issue 32)")
 PARAM_REASON = ("its storage is one of the model's parameters (model.parameters() at the end of the run), which "
                 "PyTorch labels otherwise: the MHA fast path's out_proj is an 'input' to it (issue 32)")
 
@@ -455,14 +459,20 @@ def memory_profile_facts(mp, exported):
             k = (e.start_time_ns, f.ptr, f.alloc_size)
             if k in allocs:
                 raise SystemExit(f"two allocation events at {k}")
-            cache, op, compiled, parent = None, None, False, e.parent
+            # compiled: None outside a compiled graph; inside one, which autograd function
+            # runs it, innermost ("CompiledFunction": forward, "CompiledFunctionBackward"), or
+            # "graph" (a graph called without one: inference).
+            cache, op, compiled, parent = None, None, None, e.parent
             while parent:
                 if cache is None and parent.tag in (_EventType.PyCall, _EventType.PyCCall) \
                         and CACHE_FILE in parent.name:
                     cache = parent.name
                 if op is None and parent.id in leaf_ops:
                     op = [parent.id, parent.name]
-                compiled |= parent.name.startswith(COMPILED_GRAPH)
+                if parent.name in ("CompiledFunction", "CompiledFunctionBackward"):
+                    compiled = compiled if compiled not in (None, "graph") else parent.name
+                elif compiled is None and parent.name.startswith(COMPILED_GRAPH):
+                    compiled = "graph"
                 parent = parent.parent
             allocs[k] = (TensorKey.from_allocation(f), cache, op, compiled)
     key_ids = {}  # TensorKey -> small int
@@ -548,6 +558,8 @@ def build_truth(mem, prof, param_addrs):
     by_event = {(t, addr, size): k for t, addr, size, k, _, _, _ in prof["allocations"]}
     cache_frame = {(t, addr): c for t, addr, size, _, c, _, _ in prof["allocations"] if size > 0}
     op_of = {(t, addr, size): op for t, addr, size, _, _, op, _ in prof["allocations"]}
+    # Which compiled graph each allocation event happened in (see record()); older
+    # recordings stored a bool.
     in_graph = {(t, addr, size): g for t, addr, size, _, _, _, g in prof["allocations"]}
     if len(by_event) != len(mem):
         raise SystemExit(f"{len(mem)} [memory] events but {len(by_event)} profiler allocation events")
@@ -586,12 +598,21 @@ def build_truth(mem, prof, param_addrs):
             adj, reason = "kv_cache", CACHE_REASON.format(cache_frame[(mem[a][0], addr)])
         if f is None and addr in param_addrs and any(v[2] != "parameter" for v in vs):
             adj, reason = "parameter", PARAM_REASON
+        # Rule 5: made inside a compiled graph, where PyTorch's profiler does not see the data
+        # flow. Made by the compiled forward and freed by the compiled backward: saved for
+        # backward, PyTorch's own definition of an activation, whatever PyTorch called it
+        # (parameter, input, or nothing); otherwise a graph makes neither parameters nor inputs.
+        saved = adj is None and f is not None \
+            and in_graph[(mem[a][0], addr, size)] == "CompiledFunction" \
+            and in_graph.get((mem[f][0], addr, -size)) == "CompiledFunctionBackward"
+        adjusted = ("parameter", "input", "unknown") if saved else ("parameter", "input")
         graph = in_graph[(mem[a][0], addr, size)] and adj is None and \
-            any(v[2] in ("parameter", "input") for v in vs)
-        if graph:  # only those versions are unknown
-            reason = GRAPH_REASON
+            any(v[2] in adjusted and (saved or v[2] != "unknown") for v in vs)
+        graph_category = "activation" if saved else "unknown"
+        if graph:  # only those versions are adjusted
+            reason = SAVED_REASON if saved else GRAPH_REASON
         rows.append({"alloc": a, "free": f, "addr": addr, "size": size, "key": kid,
-                     "versions": [[i, v, c, ("unknown" if graph and c in ("parameter", "input") else
+                     "versions": [[i, v, c, (graph_category if graph and c in adjusted else
                                              adj or c)] for i, v, c in vs],
                      "reason": reason})
     pre = []
