@@ -478,10 +478,16 @@ pub enum EvidenceOp {
     /// `StaticCache.update` writing each forward's keys and values into
     /// its preallocated tensors (`self` is the cache).
     IndexCopyInPlace,
+    /// `gloo:all_reduce` / `nccl:all_reduce`: the range a process group's
+    /// all-reduce records around its work, with the tensor it reduces in
+    /// place (a DistributedDataParallel gradient bucket, one call per bucket
+    /// and step). Recorded as a `user_annotation` or a `cpu_op`.
+    AllReduce,
 }
 
 impl EvidenceOp {
-    /// The operator a Chrome `cpu_op` name is, if memcut keeps its calls.
+    /// The operator a Chrome `cpu_op` name is (or, for [`EvidenceOp::AllReduce`],
+    /// a `user_annotation`'s), if memcut keeps its calls.
     pub fn from_name(name: &str) -> Option<EvidenceOp> {
         use EvidenceOp::*;
         Some(match name {
@@ -510,6 +516,7 @@ impl EvidenceOp {
             "aten::maximum" | "aten::_foreach_maximum_" => Maximum,
             "aten::lerp_" | "aten::_foreach_lerp_" => LerpInPlace,
             "aten::index_copy_" => IndexCopyInPlace,
+            "gloo:all_reduce" | "nccl:all_reduce" => AllReduce,
             _ => return None,
         })
     }

@@ -388,6 +388,21 @@ fn split_lump(
             &mut rest,
         );
     }
+    // DistributedDataParallel's gradient buckets: only whole, once the
+    // weights, their state and kept gradients are taken (with bucket views
+    // the buckets are the gradients: nothing is left for them).
+    if let Some(buckets) = evidence
+        .ddp_buckets
+        .as_ref()
+        .filter(|b| params.is_some() && b.bytes <= rest)
+    {
+        take(
+            buckets.bytes,
+            Builtin::InferredDdpBucketAllReduced.class(),
+            buckets.from.clone(),
+            &mut rest,
+        );
+    }
     // The model's input, once the weights are known: what the forward reads
     // besides them. Only whole (what is left smaller than the input says it
     // was not there), and before the heads below, whose test is what is left.

@@ -16,7 +16,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use crate::model::{EvidenceOp, OperatorCall, TensorShape};
 use crate::timeline::{Origin, Replay};
 use crate::units::human_bytes;
-use crate::vocabulary::optimizer_class;
+use crate::vocabulary::{is_ddp_name, optimizer_class};
 
 use super::chains::Chains;
 use super::{Classification, Context};
@@ -102,6 +102,9 @@ pub(super) struct Evidence {
     pub(super) cublas_workspace: Option<Amount>,
     /// The model's input, made before recording (see [`model_input`]).
     pub(super) model_input: Option<Amount>,
+    /// DistributedDataParallel's gradient buckets, made before recording
+    /// (see [`all_reduced_buckets`]).
+    pub(super) ddp_buckets: Option<Amount>,
     /// The history has a backward pass or an optimizer step.
     pub(super) training: bool,
     /// An operator that reads weights (a linear layer, a convolution, an
@@ -144,10 +147,15 @@ impl Evidence {
         let training = ctx.training || optimizer.is_some() || has_optimizer_step(ctx);
         // Shapes are not tied to a device: they speak for the one device
         // with memory from before recording.
-        let (weights, kv_pool, model_input) = if ctx.shapes_apply {
-            (weights_read(ctx), kv_pool(ctx), model_input(ctx, replay))
+        let (weights, kv_pool, model_input, ddp_buckets) = if ctx.shapes_apply {
+            (
+                weights_read(ctx),
+                kv_pool(ctx),
+                model_input(ctx, replay),
+                all_reduced_buckets(ctx, replay, training),
+            )
         } else {
-            (None, None, None)
+            (None, None, None, None)
         };
         Evidence {
             params,
@@ -158,6 +166,7 @@ impl Evidence {
             kv_pool,
             cublas_workspace: cublas_workspace(ctx, replay),
             model_input,
+            ddp_buckets,
             training,
             reads_weights: ctx
                 .trace
@@ -446,6 +455,56 @@ fn model_input(ctx: &Context<'_>, replay: &Replay) -> Option<Amount> {
     })
 }
 
+/// DistributedDataParallel's gradient buckets, when they existed before
+/// recording: in a training run that shows DDP, the tensors the first
+/// recorded step's all-reduces reduce (`gloo:all_reduce` /
+/// `nccl:all_reduce`, `record_shapes`; DDP all-reduces each bucket once a
+/// step), each counted when no allocation made while recording and live at
+/// its call could hold it (a bucket made while recording is an allocation
+/// of its own). `None` without timestamps, shapes or such a call.
+fn all_reduced_buckets(ctx: &Context<'_>, replay: &Replay, training: bool) -> Option<Amount> {
+    if !training || !ctx.sites.strings().any(is_ddp_name) {
+        return None;
+    }
+    if ctx.events.iter().any(|e| !e.ts_us.is_finite()) {
+        return None;
+    }
+    let ts = |position: u32| ctx.events[position as usize - 1].ts_us;
+    let steps = calls_by_step(ctx, |op| op == EvidenceOp::AllReduce);
+    let calls = steps.into_iter().find(|calls| !calls.is_empty())?;
+    let mut shapes = Vec::new();
+    for c in calls.iter().filter(|c| c.start_us.is_finite()) {
+        let Some(shape) = c.inputs.first().and_then(Option::as_ref) else {
+            continue;
+        };
+        let bytes = shape.bytes();
+        let t = c.start_us;
+        let made_while_recording = replay.intervals.iter().any(|i| {
+            i.origin == Origin::Traced
+                && i.size >= bytes
+                && i.start > 0
+                && ts(i.start) <= t
+                && (i.end >= replay.positions() || ts(i.end) > t)
+        });
+        if bytes > 0 && !made_while_recording {
+            shapes.push(shape);
+        }
+    }
+    let bytes: u64 = shapes.iter().map(|s| s.bytes()).sum();
+    (bytes > 0).then(|| Amount {
+        bytes,
+        from: format!(
+            "DistributedDataParallel's gradient buckets: the {} tensor(s) the first recorded step all-reduces ({}), made by no allocation while recording",
+            shapes.len(),
+            shapes
+                .iter()
+                .map(|s| format!("{:?} {:?}", s.dims, s.dtype))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    })
+}
+
 fn op_name(op: EvidenceOp) -> &'static str {
     match op {
         EvidenceOp::Linear => "aten::linear",
@@ -464,6 +523,7 @@ fn op_name(op: EvidenceOp) -> &'static str {
         EvidenceOp::Maximum => "aten::maximum",
         EvidenceOp::LerpInPlace => "aten::lerp_",
         EvidenceOp::IndexCopyInPlace => "aten::index_copy_",
+        EvidenceOp::AllReduce => "all-reduces",
     }
 }
 

@@ -252,6 +252,12 @@ builtin_rules! {
     /// tile the parameters (last updated first, as DDP fills its buckets)
     /// into runs of exactly their sizes: its gradient buckets.
     InferredDdpBucket = "inferred_ddp_gradient_bucket", Some(Category::Gradient), None, Provenance::InferredBeforeRecording;
+    /// Existed before recording, in a DistributedDataParallel training run:
+    /// the tensors the first recorded step's all-reduces reduce
+    /// (`gloo:all_reduce` / `nccl:all_reduce`, `record_shapes`), made by no
+    /// allocation while recording: its gradient buckets
+    /// (`classify/evidence.rs`, `all_reduced_buckets`).
+    InferredDdpBucketAllReduced = "inferred_ddp_gradient_bucket_all_reduced", Some(Category::Gradient), None, Provenance::InferredBeforeRecording;
     /// Existed before recording, updated in place by the optimizer step
     /// before its parameter.
     InferredOptimizerStateUpdatedFirst = "inferred_optimizer_state_updated_before_its_parameter", Some(Category::OptimizerState), None, Provenance::InferredBeforeRecording;

@@ -18,6 +18,7 @@ mod cli_batch;
 mod cli_outputs;
 mod corpus;
 mod cross_format;
+mod ddp_buckets;
 mod diff;
 mod fleet;
 mod fx_graphs;

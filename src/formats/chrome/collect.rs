@@ -282,8 +282,10 @@ impl Collector {
                 let thread = self.thread(pid, tid);
                 let end = start.saturating_add(dur);
                 let name = self.name(name.0.as_deref());
-                if kind == OpKind::CpuOp {
-                    if let Some(op) = EvidenceOp::from_name(&name) {
+                if matches!(kind, OpKind::CpuOp | OpKind::UserAnnotation) {
+                    if let Some(op) = EvidenceOp::from_name(&name)
+                        .filter(|&op| kind == OpKind::CpuOp || op == EvidenceOp::AllReduce)
+                    {
                         self.out.evidence.push(OperatorCall {
                             op,
                             thread,
