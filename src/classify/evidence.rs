@@ -432,16 +432,7 @@ fn model_input(ctx: &Context<'_>, replay: &Replay) -> Option<Amount> {
     if bytes == 0 || ctx.events.iter().any(|e| !e.ts_us.is_finite()) {
         return None;
     }
-    let t = first.start_us;
-    let ts = |position: u32| ctx.events[position as usize - 1].ts_us;
-    let made_while_recording = replay.intervals.iter().any(|i| {
-        i.origin == Origin::Traced
-            && i.size >= bytes
-            && i.start > 0
-            && ts(i.start) <= t
-            && (i.end >= replay.positions() || ts(i.end) > t)
-    });
-    if made_while_recording {
+    if held_while_recording(ctx, replay, bytes, first.start_us) {
         return None;
     }
     Some(Amount {
@@ -469,7 +460,6 @@ fn all_reduced_buckets(ctx: &Context<'_>, replay: &Replay, training: bool) -> Op
     if ctx.events.iter().any(|e| !e.ts_us.is_finite()) {
         return None;
     }
-    let ts = |position: u32| ctx.events[position as usize - 1].ts_us;
     let steps = calls_by_step(ctx, |op| op == EvidenceOp::AllReduce);
     let calls = steps.into_iter().find(|calls| !calls.is_empty())?;
     let mut shapes = Vec::new();
@@ -478,15 +468,7 @@ fn all_reduced_buckets(ctx: &Context<'_>, replay: &Replay, training: bool) -> Op
             continue;
         };
         let bytes = shape.bytes();
-        let t = c.start_us;
-        let made_while_recording = replay.intervals.iter().any(|i| {
-            i.origin == Origin::Traced
-                && i.size >= bytes
-                && i.start > 0
-                && ts(i.start) <= t
-                && (i.end >= replay.positions() || ts(i.end) > t)
-        });
-        if bytes > 0 && !made_while_recording {
+        if bytes > 0 && !held_while_recording(ctx, replay, bytes, c.start_us) {
             shapes.push(shape);
         }
     }
@@ -502,6 +484,21 @@ fn all_reduced_buckets(ctx: &Context<'_>, replay: &Replay, training: bool) -> Op
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
+    })
+}
+
+/// Whether an allocation made while recording, of `bytes` or more, is live
+/// at `t` (µs; the events' clock): a tensor of that size an operator reads
+/// then may be (a view of) it, so it is no evidence of memory from before
+/// recording.
+fn held_while_recording(ctx: &Context<'_>, replay: &Replay, bytes: u64, t: f64) -> bool {
+    let ts = |position: u32| ctx.events[position as usize - 1].ts_us;
+    replay.intervals.iter().any(|i| {
+        i.origin == Origin::Traced
+            && i.size >= bytes
+            && i.start > 0
+            && ts(i.start) <= t
+            && (i.end >= replay.positions() || ts(i.end) > t)
     })
 }
 
