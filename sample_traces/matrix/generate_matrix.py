@@ -65,10 +65,11 @@ WORKLOADS = {
     # Added in the thirteenth session, last, so that every workload before it keeps its seed.
     "compiled_aot": "TinyLM compiled with torch.compile(backend='aot_eager') and FX's enrich_profiler_metadata "
                     "(graphs run as FX modules, code in fx_generated__<hash>.py), AdamW; warm only",
+    "ddp_buckets": "the DDP MLP with bucket_cap_mb=0.1: several gradient buckets, one all-reduce each",
 }
 # Workloads recorded from some starts only (a cold torch.compile would record the compiler).
 ONLY_STARTS = {"compiled": ("warm",), "compiled_aot": ("warm",)}
-DDP = ("ddp", "ddp_bucket_view")
+DDP = ("ddp", "ddp_bucket_view", "ddp_buckets")
 STARTS = ("cold", "warm")
 # Bare runs (no stacks, no shapes) recorded besides stack/nostack: the profiler's defaults + memory.
 BARE = (("adamw", "warm"), ("hf_train", "warm"), ("inference", "warm"))
@@ -290,7 +291,9 @@ def record(spec, peer=False):
                                 rank=1 if peer else 0, world_size=2)
 
         def ddp_mlp():
-            return DistributedDataParallel(mlp(), gradient_as_bucket_view=spec["workload"] == "ddp_bucket_view")
+            small = {"bucket_cap_mb": 0.1} if spec["workload"] == "ddp_buckets" else {}
+            return DistributedDataParallel(mlp(), gradient_as_bucket_view=spec["workload"] == "ddp_bucket_view",
+                                           **small)
 
     if spec["workload"] in ("hf_train", "hf_generate", "hf_static"):
         # Imported before recording, as a script does at its top: transformers' lazy import
@@ -328,6 +331,7 @@ def record(spec, peer=False):
         "hf_train": (llama, adamw, hf_loss, 1),
         "ddp": (lambda: ddp_mlp(), adamw, mlp_loss, 1),
         "ddp_bucket_view": (lambda: ddp_mlp(), adamw, mlp_loss, 1),
+        "ddp_buckets": (lambda: ddp_mlp(), adamw, mlp_loss, 1),
         "compiled": (compiled_lm, adamw, lm_loss, 1),
         "compiled_aot": (compiled_aot_lm, adamw, lm_loss, 1),
     }

@@ -432,7 +432,8 @@ fn model_input(ctx: &Context<'_>, replay: &Replay) -> Option<Amount> {
     if bytes == 0 || ctx.events.iter().any(|e| !e.ts_us.is_finite()) {
         return None;
     }
-    if held_while_recording(ctx, replay, bytes, first.start_us) {
+    // A view of a bigger batch counts: held by any allocation as large.
+    if held_while_recording(ctx, replay, first.start_us, |size| size >= bytes) {
         return None;
     }
     Some(Amount {
@@ -451,8 +452,8 @@ fn model_input(ctx: &Context<'_>, replay: &Replay) -> Option<Amount> {
 /// recorded step's all-reduces reduce (`gloo:all_reduce` /
 /// `nccl:all_reduce`, `record_shapes`; DDP all-reduces each bucket once a
 /// step), each counted when no allocation made while recording and live at
-/// its call could hold it (a bucket made while recording is an allocation
-/// of its own). `None` without timestamps, shapes or such a call.
+/// its call is it (a bucket made while recording is an allocation of its
+/// own size). `None` without timestamps, shapes or such a call.
 fn all_reduced_buckets(ctx: &Context<'_>, replay: &Replay, training: bool) -> Option<Amount> {
     if !training || !ctx.sites.strings().any(is_ddp_name) {
         return None;
@@ -468,7 +469,11 @@ fn all_reduced_buckets(ctx: &Context<'_>, replay: &Replay, training: bool) -> Op
             continue;
         };
         let bytes = shape.bytes();
-        if bytes > 0 && !held_while_recording(ctx, replay, bytes, c.start_us) {
+        // A bucket is a tensor of its own: held only by an allocation of its
+        // size (the CUDA caching allocator rounds up to 512 bytes), not by a
+        // bigger one, such as a gradient of a larger parameter made meanwhile.
+        let its_own = |size: u64| size >= bytes && size < bytes.saturating_add(512);
+        if bytes > 0 && !held_while_recording(ctx, replay, c.start_us, its_own) {
             shapes.push(shape);
         }
     }
@@ -487,15 +492,20 @@ fn all_reduced_buckets(ctx: &Context<'_>, replay: &Replay, training: bool) -> Op
     })
 }
 
-/// Whether an allocation made while recording, of `bytes` or more, is live
-/// at `t` (µs; the events' clock): a tensor of that size an operator reads
-/// then may be (a view of) it, so it is no evidence of memory from before
-/// recording.
-fn held_while_recording(ctx: &Context<'_>, replay: &Replay, bytes: u64, t: f64) -> bool {
+/// Whether an allocation made while recording whose size `could_hold`
+/// accepts is live at `t` (µs; the events' clock): a tensor an operator
+/// reads then may be (a view of) it, so it is no evidence of memory from
+/// before recording.
+fn held_while_recording(
+    ctx: &Context<'_>,
+    replay: &Replay,
+    t: f64,
+    could_hold: impl Fn(u64) -> bool,
+) -> bool {
     let ts = |position: u32| ctx.events[position as usize - 1].ts_us;
     replay.intervals.iter().any(|i| {
         i.origin == Origin::Traced
-            && i.size >= bytes
+            && could_hold(i.size)
             && i.start > 0
             && ts(i.start) <= t
             && (i.end >= replay.positions() || ts(i.end) > t)

@@ -33,12 +33,20 @@ fn bucket_bytes(run: &str) -> u64 {
 
 #[test]
 fn buckets_from_before_recording_are_the_all_reduced_tensors() {
-    // MLP 128-256-256-10 in float32: 101,386 parameters, one bucket.
-    for run in ["ddp.warm.stack", "ddp.warm.nostack"] {
+    // MLP 128-256-256-10 in float32: 101,386 parameters, in one bucket, or
+    // in two (33,024 + 68,362 elements) with `bucket_cap_mb=0.1`, each
+    // all-reduced while a gradient larger than it is alive.
+    for run in [
+        "ddp.warm.stack",
+        "ddp.warm.nostack",
+        "ddp_buckets.warm.stack",
+        "ddp_buckets.warm.nostack",
+    ] {
         assert_eq!(bucket_bytes(run), 101_386 * 4, "{run}");
     }
     for run in [
         "ddp.cold.stack",
+        "ddp_buckets.cold.stack",
         "ddp_bucket_view.warm.stack",
         "ddp_bucket_view.warm.nostack",
         "adamw.warm.stack",
