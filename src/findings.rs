@@ -31,6 +31,7 @@
 use std::collections::HashMap;
 
 mod calls;
+mod ddp;
 mod gradients;
 mod growth;
 mod next_step;
@@ -97,6 +98,7 @@ impl FindingKind {
             FindingKind::FragmentationAtOom => "expandable_segments",
             FindingKind::OptimizerStateReplacedOutOfPlace => "optimizer_state_in_place",
             FindingKind::MemoryOutsideAllocator => "free_outside_memory",
+            FindingKind::DdpBucketCopiesGradients => "gradient_as_bucket_view",
         }
     }
 
@@ -110,6 +112,7 @@ impl FindingKind {
             FindingKind::GradientsKeptThroughForward => "call `optimizer.zero_grad(set_to_none=True)` right after `optimizer.step()`, so gradients are freed until backward writes them again",
             FindingKind::FragmentationAtOom => "set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`",
             FindingKind::OptimizerStateReplacedOutOfPlace => "update the optimizer's state in place (`m.mul_(beta1).add_(g, alpha=1 - beta1)`, `v.mul_(beta2).addcmul_(g, g, value=1 - beta2)`), or use `torch.optim.AdamW`, so the step never holds two copies of a moment",
+            FindingKind::DdpBucketCopiesGradients => "construct DistributedDataParallel with `gradient_as_bucket_view=True`, so the gradients are views of its buckets instead of copies beside them",
             FindingKind::MemoryOutsideAllocator => "find what else holds the device's memory and free it: other processes on the GPU (`nvidia-smi`), NCCL's buffers (`NCCL_BUFFSIZE`, fewer channels), libraries that allocate without PyTorch's allocator (CuPy, TensorRT, JAX); the CUDA context itself stays (`CUDA_MODULE_LOADING=LAZY` loads fewer kernels)",
         }
     }
@@ -201,6 +204,7 @@ pub fn find(
         return gradients::kept_through_forward(cd, phases)
             .into_iter()
             .chain(optimizer::replaced_out_of_place(trace, cd, phases))
+            .chain(ddp::bucket_copies_gradients(cd))
             .collect();
     }
     // Which interval each event frees (an interval ends after its free).

@@ -163,10 +163,13 @@ pub enum FindingKind {
     /// (the CUDA context, NCCL, other processes): capacity − reserved −
     /// free (fix: `free_outside_memory`).
     MemoryOutsideAllocator,
+    /// DistributedDataParallel's gradient buckets held beside the gradients
+    /// they copy (fix: `gradient_as_bucket_view`).
+    DdpBucketCopiesGradients,
 }
 
 impl FindingKind {
-    pub const ALL: [FindingKind; 8] = [
+    pub const ALL: [FindingKind; 9] = [
         FindingKind::GraphKeptAlive,
         FindingKind::AutogradInInference,
         FindingKind::AutocastWeightCache,
@@ -175,6 +178,7 @@ impl FindingKind {
         FindingKind::FragmentationAtOom,
         FindingKind::OptimizerStateReplacedOutOfPlace,
         FindingKind::MemoryOutsideAllocator,
+        FindingKind::DdpBucketCopiesGradients,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -189,6 +193,7 @@ impl FindingKind {
                 "optimizer_state_replaced_out_of_place"
             }
             FindingKind::MemoryOutsideAllocator => "memory_outside_allocator",
+            FindingKind::DdpBucketCopiesGradients => "ddp_bucket_copies_gradients",
         }
     }
 }
