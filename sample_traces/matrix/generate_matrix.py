@@ -562,8 +562,7 @@ def build_truth(mem, prof, param_addrs):
     by_event = {(t, addr, size): k for t, addr, size, k, _, _, _ in prof["allocations"]}
     cache_frame = {(t, addr): c for t, addr, size, _, c, _, _ in prof["allocations"] if size > 0}
     op_of = {(t, addr, size): op for t, addr, size, _, _, op, _ in prof["allocations"]}
-    # Which compiled graph each allocation event happened in (see record()); older
-    # recordings stored a bool.
+    # Which compiled graph each allocation event happened in (see record()).
     in_graph = {(t, addr, size): g for t, addr, size, _, _, _, g in prof["allocations"]}
     if len(by_event) != len(mem):
         raise SystemExit(f"{len(mem)} [memory] events but {len(by_event)} profiler allocation events")
@@ -611,7 +610,7 @@ def build_truth(mem, prof, param_addrs):
             and in_graph.get((mem[f][0], addr, -size)) == "CompiledFunctionBackward"
         adjusted = ("parameter", "input", "unknown") if saved else ("parameter", "input")
         graph = in_graph[(mem[a][0], addr, size)] and adj is None and \
-            any(v[2] in adjusted and (saved or v[2] != "unknown") for v in vs)
+            any(v[2] in adjusted for v in vs)
         graph_category = "activation" if saved else "unknown"
         if graph:  # only those versions are adjusted
             reason = SAVED_REASON if saved else GRAPH_REASON

@@ -103,33 +103,35 @@ fn is_source_line(f: &Frame<'_>) -> bool {
     crate::vocabulary::is_source_line(f.file, f.name)
 }
 
-/// Frames whose path is PyTorch's own code, or code generated for a
-/// compiled graph: Inductor's (`/tmp/torchinductor_<user>/…py`) or FX's
-/// (`fx_generated__<hash>.py`, named by a hash).
-fn in_torch(f: &Frame<'_>) -> bool {
-    let path = if f.file.ends_with(".py") {
+/// The path a Python frame names: its file (a snapshot's), or its name
+/// (the profiler's `file.py(N): function`).
+fn path<'a>(f: &Frame<'a>) -> &'a str {
+    if f.file.ends_with(".py") {
         f.file
     } else {
         f.name
-    };
-    let path = path.replace('\\', "/");
+    }
+}
+
+/// Frames whose path is PyTorch's own code, or code generated for a
+/// compiled graph: Inductor's (`/tmp/torchinductor_<user>/…py`) or FX's
+/// ([`is_generated`]).
+fn in_torch(f: &Frame<'_>) -> bool {
+    let path = path(f).replace('\\', "/");
     path.starts_with("torch/")
         || path.contains("/torch/")
         || path.contains("/torchinductor_")
-        || crate::vocabulary::is_fx_generated(&path)
+        || is_generated(f)
 }
 
-/// A frame of code FX generated for a graph, named by a hash.
+/// A frame of code FX generated for a graph (`fx_generated__<hash>.py`),
+/// named by a hash.
 fn is_generated(f: &Frame<'_>) -> bool {
-    crate::vocabulary::is_fx_generated(f.file) || crate::vocabulary::is_fx_generated(f.name)
+    crate::vocabulary::is_fx_generated(path(f))
 }
 
 fn in_installed_package(f: &Frame<'_>) -> bool {
-    let path = if f.file.ends_with(".py") {
-        f.file
-    } else {
-        f.name
-    };
+    let path = path(f);
     path.contains("site-packages") || path.contains("dist-packages")
 }
 

@@ -375,48 +375,31 @@ fn split_lump(
         };
         take(want, Builtin::InferredKvCachePool.class(), why, &mut rest);
     }
-    // Only whole: part of a workspace is no evidence of one.
-    if let Some(ws) = evidence
-        .cublas_workspace
-        .as_ref()
-        .filter(|w| w.bytes <= rest)
-    {
-        take(
-            ws.bytes,
-            Builtin::InferredCublasWorkspace.class(),
-            ws.from.clone(),
-            &mut rest,
-        );
-    }
-    // DistributedDataParallel's gradient buckets: only whole, once the
-    // weights, their state and kept gradients are taken (with bucket views
-    // the buckets are the gradients: nothing is left for them).
-    if let Some(buckets) = evidence
-        .ddp_buckets
-        .as_ref()
-        .filter(|b| params.is_some() && b.bytes <= rest)
-    {
-        take(
-            buckets.bytes,
-            Builtin::InferredDdpBucketAllReduced.class(),
-            buckets.from.clone(),
-            &mut rest,
-        );
-    }
-    // The model's input, once the weights are known: what the forward reads
-    // besides them. Only whole (what is left smaller than the input says it
-    // was not there), and before the heads below, whose test is what is left.
-    if let Some(input) = evidence
-        .model_input
-        .as_ref()
-        .filter(|i| params.is_some() && i.bytes <= rest)
-    {
-        take(
-            input.bytes,
-            Builtin::InferredModelInput.class(),
-            input.from.clone(),
-            &mut rest,
-        );
+    // Taken only whole: part of one is no evidence of it (what is left
+    // smaller than it says it was not there). The cuBLAS workspace; then,
+    // once the weights are known, DistributedDataParallel's gradient
+    // buckets (after the weights, their state and kept gradients: with
+    // bucket views the buckets are the gradients, and nothing is left for
+    // them) and the model's input (what the forward reads besides the
+    // weights); all before the heads below, whose test is what is left.
+    let weights_known = params.is_some();
+    for (amount, rule) in [
+        (
+            evidence.cublas_workspace.as_ref(),
+            Builtin::InferredCublasWorkspace,
+        ),
+        (
+            evidence.ddp_buckets.as_ref().filter(|_| weights_known),
+            Builtin::InferredDdpBucketAllReduced,
+        ),
+        (
+            evidence.model_input.as_ref().filter(|_| weights_known),
+            Builtin::InferredModelInput,
+        ),
+    ] {
+        if let Some(a) = amount.filter(|a| a.bytes <= rest) {
+            take(a.bytes, rule.class(), a.from.clone(), &mut rest);
+        }
     }
     // Heads shaped like embedding tables were counted once, as if tied to
     // them. What existed before recording decides: with room left for them
