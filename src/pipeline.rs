@@ -581,6 +581,30 @@ pub fn report_or_analysis(
     analyze_path(path, options).map_err(|e| e.to_string())
 }
 
+/// Hands back to the system the pages of the heap that the parse freed.
+/// A parse leaves most of what it allocated free but held by malloc (the
+/// memo's strings and lists, the read window's buffers: small blocks in
+/// the middle of the heap, which `free` never returns); the analysis then
+/// allocates in fresh pages beside them, so the process's peak RSS was the
+/// two together. Measured on the cs336-nothanmin forward snapshot × 112
+/// (`/tmp/big_nothanmin.pickle`, 243.4 MiB, `memcut analyze … -f json`):
+/// after the parse 61.7 MiB in use and 63.0 MiB free in the heap; peak RSS
+/// 254–260 MiB (1.05× the file) before, 214–224 MiB (0.88–0.92×) with
+/// this call, which took 6 ms. glibc only; elsewhere it does nothing.
+fn release_freed_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn malloc_trim(pad: usize) -> i32;
+        }
+        // SAFETY: `malloc_trim` takes malloc's own lock and only returns
+        // free pages to the system; nothing the process holds moves.
+        unsafe {
+            malloc_trim(0);
+        }
+    }
+}
+
 /// Analyses a parsed trace; a `device` option that names no device of the
 /// trace is an error listing the ones it has.
 fn analyze_parsed(
@@ -589,6 +613,7 @@ fn analyze_parsed(
     size_bytes: u64,
     options: &AnalyzeOptions,
 ) -> Result<Report> {
+    release_freed_heap();
     if let Some(wanted) = &options.analysis.device {
         if !trace.devices.iter().any(|d| &d.device == wanted) {
             let have: Vec<&str> = trace.devices.iter().map(|d| d.device.as_str()).collect();
