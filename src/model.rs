@@ -254,8 +254,12 @@ pub struct Segment {
     pub addr: u64,
     pub total_size: u64,
     pub is_expandable: bool,
-    pub blocks: Vec<Block>,
+    pub blocks: Blocks,
 }
+
+/// A segment's blocks, the first kept inline: most segments of a large
+/// snapshot hold one block (see [`crate::schema::BlockSpans`]).
+pub type Blocks = smallvec::SmallVec<[Block; 1]>;
 
 /// The events of one device, plus what the file says about its final state.
 #[derive(Debug, Clone, PartialEq, Default)]

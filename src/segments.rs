@@ -467,7 +467,7 @@ fn lay_out(segments: &[(u64, (u64, bool))], blocks: Vec<LiveBlock>) -> (Vec<Segm
                 address,
                 size,
                 expandable,
-                blocks: spans.to_vec(),
+                blocks: spans.into(),
             });
         },
     );
@@ -1008,7 +1008,7 @@ mod tests {
             addr,
             total_size: size,
             is_expandable: expandable,
-            blocks,
+            blocks: blocks.into(),
         }
     }
 

@@ -654,7 +654,7 @@ mod tests {
             addr: 0x0,
             total_size: 2048,
             is_expandable: false,
-            blocks: vec![
+            blocks: smallvec::smallvec![
                 Block {
                     addr: 0x10,
                     size: 512,
@@ -701,13 +701,13 @@ mod tests {
                 addr: 0,
                 total_size: 4096,
                 is_expandable: false,
-                blocks: vec![],
+                blocks: Default::default(),
             },
             Segment {
                 addr: 0x10000,
                 total_size: 8192,
                 is_expandable: false,
-                blocks: vec![],
+                blocks: Default::default(),
             },
         ]);
         let r = replay(&d);

@@ -135,7 +135,7 @@ pub(super) fn segment_of(
             is_expandable: field(pairs, "is_expandable")
                 .and_then(|v| v.as_bool())
                 .unwrap_or(false),
-            blocks: Vec::new(),
+            blocks: Default::default(),
         },
         synthetic: false,
         blocks_without_frames: 0,
