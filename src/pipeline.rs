@@ -136,7 +136,8 @@ pub fn analyze_trace(
                 .zip(early.iter().zip(&next_devices))
                 .map(|((d, device), ((phases, next), next_d))| {
                     let found = findings::find(trace, device, d, phases);
-                    let kept = kept_gradients_curve(&found, d, phases);
+                    let kept =
+                        kept_gradients_curve(&found, d, phases, options.analysis.plot_points);
                     let found = (found, kept);
                     let wants_plan = may_get_a_plan(device, &d.timeline.replay, &options.plan);
                     if !wants_plan && what_if.is_empty() {
@@ -235,10 +236,9 @@ pub fn analyze_trace(
                     // A catalogue lever's finding, priced by its own curve
                     // (the what-if gives the same peak through the
                     // demand); at the peak, the bytes that curve removes.
-                    Some(curve) if f.kind == FindingKind::GradientsKeptThroughForward => {
-                        let peak_after = curve.iter().copied().max().unwrap_or(0);
-                        let removed = before.saturating_sub(curve[peak as usize]);
-                        (peak_after, curve.clone(), removed)
+                    Some(kept) if f.kind == FindingKind::GradientsKeptThroughForward => {
+                        let removed = before.saturating_sub(kept.at_peak);
+                        (kept.max, kept.series.clone(), removed)
                     }
                     _ => {
                         if cannot_stand(&found, f.kind, intervals, peak, before) {
@@ -261,7 +261,8 @@ pub fn analyze_trace(
                                 .map(|&i| intervals[i].size)
                                 .sum()
                         };
-                        (after.peak_allocated, after.curve, bytes)
+                        let series = plotted(&after.curve, options.analysis.plot_points);
+                        (after.peak_allocated, series, bytes)
                     }
                 };
                 if !stands(before, peak_after) {
@@ -275,7 +276,7 @@ pub fn analyze_trace(
                     fix: f.kind.lever().to_owned(),
                     saving_bytes: saving,
                     peak_after_bytes: peak_after,
-                    series: plotted(&curve, options.analysis.plot_points),
+                    series: curve,
                 })
             })
             .collect();
@@ -561,14 +562,83 @@ fn kept_gradients_curve(
     found: &[findings::Found],
     d: &analysis::ClassifiedDevice,
     phases: &PhasePositions,
-) -> Option<Vec<u64>> {
+    points: usize,
+) -> Option<KeptCurve> {
     found
         .iter()
         .any(|f| f.kind == FindingKind::GradientsKeptThroughForward)
         .then(|| {
             let overlay = Overlay::kept_across_steps(&d.timeline, &d.classes, phases);
-            whatif::curve_without(&d.timeline, &overlay, Part::KeptAcrossSteps)
+            let peak = d.timeline.replay.peak_position() as usize;
+            let mut kept = KeptCurve {
+                max: 0,
+                at_peak: 0,
+                series: Vec::new(),
+            };
+            let mut plot = Plotted::new(d.timeline.replay.allocated.len(), points);
+            whatif::curve_without(&d.timeline, &overlay, Part::KeptAcrossSteps, |p, v| {
+                kept.max = kept.max.max(v);
+                if p == peak {
+                    kept.at_peak = v;
+                }
+                plot.push(v);
+            });
+            kept.series = plot.finish();
+            kept
         })
+}
+
+/// What the pricing of a `gradients_kept_through_forward` finding reads
+/// of the curve its fix leaves: its highest value, its value at the
+/// recorded peak, and its plotted points (see [`plotted`]).
+struct KeptCurve {
+    max: u64,
+    at_peak: u64,
+    series: Vec<u64>,
+}
+
+/// [`plotted`] fed one value at a time.
+struct Plotted {
+    bucket: usize,
+    filled: usize,
+    current: u64,
+    out: Vec<u64>,
+}
+
+impl Plotted {
+    fn new(len: usize, points: usize) -> Plotted {
+        Plotted {
+            // No points: nothing is kept (a bucket no run fills).
+            bucket: if points == 0 || len == 0 {
+                usize::MAX
+            } else {
+                analysis::plot_bucket(len, points)
+            },
+            filled: 0,
+            current: 0,
+            out: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, v: u64) {
+        self.current = if self.filled == 0 {
+            v
+        } else {
+            self.current.max(v)
+        };
+        self.filled += 1;
+        if self.filled == self.bucket {
+            self.out.push(self.current);
+            self.filled = 0;
+        }
+    }
+
+    fn finish(mut self) -> Vec<u64> {
+        if self.filled > 0 && self.bucket != usize::MAX {
+            self.out.push(self.current);
+        }
+        self.out
+    }
 }
 
 /// Whether [`plan::plan_for`] can find a budget for a device (see
@@ -865,5 +935,22 @@ mod tests {
             checked > 0 && skipped > 0,
             "{checked} checked, {skipped} skipped"
         );
+    }
+    /// The kept gradients' curve is plotted as it is made: the same points
+    /// as `plotted` over the whole curve.
+    #[test]
+    fn plotted_fed_one_value_at_a_time_is_plotted() {
+        for len in [0usize, 1, 2, 7, 100, 1001, 4099] {
+            for points in [0usize, 1, 3, 10, 500, 2000] {
+                let curve: Vec<u64> = (0..len).map(|i| (i * 7919 % 13) as u64).collect();
+                let mut fed = Plotted::new(len, points);
+                curve.iter().for_each(|&v| fed.push(v));
+                assert_eq!(
+                    fed.finish(),
+                    plotted(&curve, points),
+                    "{len} values, {points} points"
+                );
+            }
+        }
     }
 }

@@ -287,7 +287,16 @@ fn accumulated_gradients(name: &str, input: &Input<'_>) -> Option<(Vec<Window>, 
 /// nothing else (`zero_grad_set_to_none` on the gradients kept across
 /// steps), without the demand's other pools. A finding whose fix is such a
 /// lever is priced by it; `what_if` gives the same peak through the demand.
-pub fn curve_without(tl: &DeviceTimeline, overlay: &Overlay, part: Part) -> Vec<u64> {
+///
+/// Handed to `visit` position by position rather than kept: its reader needs
+/// only its highest value, one position's and its plotted points, and the
+/// curve of a 1M-entry snapshot is 8 MB made while the report is built.
+pub fn curve_without(
+    tl: &DeviceTimeline,
+    overlay: &Overlay,
+    part: Part,
+    mut visit: impl FnMut(usize, u64),
+) {
     let mut changes: Vec<(u32, i64)> = overlay
         .enter
         .iter()
@@ -298,14 +307,12 @@ pub fn curve_without(tl: &DeviceTimeline, overlay: &Overlay, part: Part) -> Vec<
     changes.sort_unstable_by_key(|c| c.0);
     let mut changes = changes.into_iter().peekable();
     let mut removed = 0i64;
-    let mut out = Vec::with_capacity(tl.replay.allocated.len());
     for (p, &allocated) in tl.replay.allocated.iter().enumerate() {
         while let Some((_, bytes)) = changes.next_if(|c| c.0 as usize <= p) {
             removed += bytes;
         }
-        out.push(allocated.saturating_sub(removed.max(0) as u64));
+        visit(p, allocated.saturating_sub(removed.max(0) as u64));
     }
-    out
 }
 
 /// The catalogue's lever that the run's module calls can model.
