@@ -852,6 +852,7 @@ mod tests {
             "{text}"
         );
     }
+
     /// `cannot_stand`'s bound against the what-if it spares: on every committed
     /// sample of the findings' pairs and tests/data, each finding whose fix
     /// the what-if models from its own allocations lowers the peak by no
