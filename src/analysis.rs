@@ -277,8 +277,16 @@ fn device_report(
             )
         })
         .collect();
-    let (allocations, mut stacks) =
-        live_allocations(trace, device, replay, &cd.site_facts, &live, options);
+    let mut names = SiteNames::default();
+    let (allocations, mut stacks) = live_allocations(
+        trace,
+        device,
+        replay,
+        &cd.site_facts,
+        &live,
+        options,
+        &mut names,
+    );
     let top_sites = top_sites(&allocations, options.top);
     let event_index = position.saturating_sub(1) as u64;
     let ts_us = event_ts(device, position);
@@ -301,7 +309,15 @@ fn device_report(
             options.plot_points,
             position,
         );
-        timeline.bands = bands::bands(&trace.sites, device, cd, &mut stacks, options, &spans);
+        timeline.bands = bands::bands(
+            &trace.sites,
+            device,
+            cd,
+            &mut stacks,
+            &mut names,
+            options,
+            &spans,
+        );
         bands::clamp(&mut timeline);
     }
     let report = DeviceReport {
@@ -380,10 +396,10 @@ fn live_allocations(
     site_facts: &[classify::SiteFacts],
     live: &[(&Interval, &Classification)],
     options: &Options,
+    names: &mut SiteNames,
 ) -> (Vec<LiveAllocation>, stacks::StackTableBuilder) {
     // Live allocations share sites and rules: describe each once, and the
     // rows share the text.
-    let mut described: HashMap<_, Arc<str>> = HashMap::new();
     let mut freed_at: HashMap<_, Option<Arc<str>>> = HashMap::new();
     let mut rule_names: HashMap<Rule, Arc<str>> = HashMap::new();
     let untracked: Arc<str> = "(allocated before recording; no event)".into();
@@ -415,10 +431,7 @@ fn live_allocations(
                 {
                     freed
                 } else {
-                    described
-                        .entry(i.site)
-                        .or_insert_with(|| describe_site(&trace.sites, i.site).into())
-                        .clone()
+                    names.of(&trace.sites, i.site)
                 },
                 rule: rule_names
                     .entry(c.rule)
@@ -686,4 +699,20 @@ fn phase_name(trace: &Trace, device: &DeviceTrace, position: u32) -> String {
 /// nearest line of the program that called it (`site_names.rs`).
 pub fn describe_site(sites: &Sites, site: crate::model::SiteId) -> String {
     site_names::describe(sites, site)
+}
+
+/// Sites described once for a device's report, the text shared by the
+/// rows and bands that name them (a description reads all the site's
+/// frames: on trace-owlv2, describing each band's site anew was ~2% of the
+/// run's samples).
+#[derive(Default)]
+pub(crate) struct SiteNames(HashMap<crate::model::SiteId, Arc<str>>);
+
+impl SiteNames {
+    pub(crate) fn of(&mut self, sites: &Sites, site: crate::model::SiteId) -> Arc<str> {
+        self.0
+            .entry(site)
+            .or_insert_with(|| describe_site(sites, site).into())
+            .clone()
+    }
 }

@@ -15,7 +15,7 @@ use crate::schema::{Band, EventRef};
 use crate::timeline::{Interval, Replay};
 
 use super::stacks::StackTableBuilder;
-use super::{describe_site, ClassifiedDevice, Options};
+use super::{ClassifiedDevice, Options, SiteNames};
 
 /// Stretches of the trace that each keep their largest allocations.
 pub const WINDOWS: usize = 32;
@@ -70,6 +70,7 @@ pub fn bands(
     device: &DeviceTrace,
     cd: &ClassifiedDevice,
     stacks: &mut StackTableBuilder,
+    names: &mut SiteNames,
     options: &Options,
     spans: &[(usize, usize, usize)],
 ) -> Vec<Band> {
@@ -120,10 +121,6 @@ pub fn bands(
         .collect();
     chosen.sort_unstable();
     chosen.dedup_by_key(|c| c.0);
-    // Bands share sites: each described once (a site's description reads
-    // all its frames; on trace-owlv2 describing each band's site was ~3.5%
-    // of the run's samples).
-    let mut described: rustc_hash::FxHashMap<crate::model::SiteId, String> = Default::default();
     let mut bands: Vec<Band> = chosen
         .into_iter()
         .map(|(k, level)| {
@@ -136,10 +133,7 @@ pub fn bands(
                 bytes: iv.size,
                 category: class.category,
                 rule: class.rule.name(&options.user_rules),
-                site: described
-                    .entry(iv.site)
-                    .or_insert_with(|| describe_site(sites, iv.site))
-                    .clone(),
+                site: names.of(sites, iv.site).to_string(),
                 stack: stacks.stack_of(sites, iv.site),
                 alloc,
                 free,

@@ -31,47 +31,36 @@ enum Attention {
     Call,
 }
 
-/// What each frame name says of attention, by string id: a site's frames
-/// repeat across sites (an OWLv2 trace: ~48 frames a site), and a search of
-/// each name's text for three needles each time it was met was 2% of the
-/// whole run's samples (`perf`, trace-owlv2 of `scripts/bench_inputs.sh`).
-#[derive(Default)]
-struct NameKinds(rustc_hash::FxHashMap<crate::model::StrId, u8>);
+/// What each frame name says of attention, by string id
+/// ([`Sites::strings_where`]): a site's frames repeat across sites (an
+/// OWLv2 trace: ~48 frames a site), and a search of each name's text for
+/// three needles each time it was met was 2% of the whole run's samples
+/// (`perf`, trace-owlv2 of `scripts/bench_inputs.sh`).
+struct NameKinds {
+    math: Vec<bool>,
+    cpp: Vec<bool>,
+    call: Vec<bool>,
+}
 
 impl NameKinds {
-    const MATH: u8 = 1;
-    const CPP: u8 = 2;
-    const CALL: u8 = 4;
-
-    fn of(&mut self, sites: &Sites, name: crate::model::StrId) -> u8 {
-        *self.0.entry(name).or_insert_with(|| {
-            let n = sites.str(name);
-            let mut k = 0;
-            if is_attention_math_frame(n) {
-                k |= Self::MATH;
-            }
-            if n.contains("::") {
-                k |= Self::CPP;
-            }
-            if is_attention_call_frame(n) {
-                k |= Self::CALL;
-            }
-            k
-        })
+    fn new(sites: &Sites) -> NameKinds {
+        NameKinds {
+            math: sites.strings_where(is_attention_math_frame),
+            cpp: sites.strings_where(|n| n.contains("::")),
+            call: sites.strings_where(is_attention_call_frame),
+        }
     }
 }
 
-fn attention(sites: &Sites, site: SiteId, names: &mut NameKinds) -> Attention {
-    let kinds = sites
-        .frames(site)
-        .iter()
-        .fold(0, |k, f| k | names.of(sites, f.name));
-    if kinds & NameKinds::MATH != 0 {
+fn attention(sites: &Sites, site: SiteId, names: &NameKinds) -> Attention {
+    let frames = sites.frames(site);
+    let any = |table: &[bool]| frames.iter().any(|f| table[f.name as usize]);
+    if any(&names.math) {
         Attention::Math
-    } else if kinds & NameKinds::CPP != 0 {
+    } else if any(&names.cpp) {
         // Operators or C++ frames name the kernel, and it is not the math path.
         Attention::None
-    } else if kinds & NameKinds::CALL != 0 {
+    } else if any(&names.call) {
         Attention::Call
     } else {
         Attention::None
@@ -81,7 +70,7 @@ fn attention(sites: &Sites, site: SiteId, names: &mut NameKinds) -> Attention {
 /// The intervals (indices, ascending) made inside attention's math path.
 pub fn attention_math(sites: &Sites, timeline: &DeviceTimeline) -> Vec<usize> {
     let mut by_site: rustc_hash::FxHashMap<SiteId, Attention> = Default::default();
-    let mut names = NameKinds::default();
+    let names = NameKinds::new(sites);
     let mut out = Vec::new();
     // A run of consecutive allocations at one Python call site is one call
     // (the projections between two layers' attention allocate elsewhere).
@@ -96,7 +85,7 @@ pub fn attention_math(sites: &Sites, timeline: &DeviceTimeline) -> Vec<usize> {
     for (i, interval) in timeline.replay.intervals.iter().enumerate() {
         let kind = *by_site
             .entry(interval.site)
-            .or_insert_with(|| attention(sites, interval.site, &mut names));
+            .or_insert_with(|| attention(sites, interval.site, &names));
         if kind != Attention::Call || run_site != Some(interval.site) {
             flush(&mut run, &mut out);
             run_site = None;
