@@ -69,8 +69,8 @@ pub(super) use push;
 
 /// The interpreter's state. Fields are visible to the fast paths (`fast`),
 /// which work on the same stack, memo and window.
-pub(super) struct Parser<'a, R> {
-    pub(super) win: Window<R>,
+pub(super) struct Parser<'a, R: ?Sized> {
+    pub(super) win: Window<'a, R>,
     /// The opcode being executed.
     pub(super) code: u8,
     pub(super) limits: &'a Limits,
@@ -99,9 +99,9 @@ pub(super) struct Parser<'a, R> {
     pub(super) stack_full: bool,
 }
 
-impl<'a, R: BufRead> Parser<'a, R> {
+impl<'a, R: BufRead + ?Sized> Parser<'a, R> {
     pub(super) fn new(
-        rd: R,
+        rd: &'a mut R,
         limits: &'a Limits,
         hook: &'a mut dyn Hook,
         hints: Option<Rc<GetRunHints>>,

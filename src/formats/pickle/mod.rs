@@ -209,7 +209,8 @@ pub(crate) fn unpickle_hinted<R: BufRead>(
     hook: &mut dyn Hook,
     hints: Option<Rc<GetRunHints>>,
 ) -> Result<Value, PickleError> {
-    let mut parser = machine::Parser::new(reader, limits, hook, hints);
+    let mut reader = reader;
+    let mut parser = machine::Parser::new(&mut reader, limits, hook, hints);
     let result = parser.run();
     let offset = parser.op_off();
     teardown::finish(result, offset, limits.max_depth, parser.into_held())

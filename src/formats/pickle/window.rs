@@ -10,18 +10,33 @@ use std::rc::Rc;
 use super::opcodes::{self, Scalar};
 use super::{Limits, PickleError, Value};
 
-const INITIAL_BUF: usize = 64 << 10;
-const TARGET_BUF: usize = 1 << 20;
+/// Bytes of the next buffer copied after a stitch's leftover at a time (at
+/// least; more when one item needs more).
+const STITCH: usize = 4 << 10;
 
 pub(super) type PResult<T> = Result<T, PickleError>;
 
-pub(super) struct Window<R> {
-    rd: R,
-    pub(super) buf: Vec<u8>,
-    /// The next byte to read is `buf[pos]`; `buf[end..]` holds nothing yet.
+/// The interpreter's view of the input: the reader's own buffer, read in
+/// place (nothing is copied out of a 1 MiB read-ahead chunk), or, where an
+/// item runs across the end of one buffer, a *stitch*: the first buffer's
+/// last bytes copied in front of the next buffer's first bytes, left as soon
+/// as the read position is back inside the next buffer.
+pub(super) struct Window<'r, R: ?Sized> {
+    rd: &'r mut R,
+    /// The window's bytes are `ptr[..end]`: the start of `rd`'s buffer as
+    /// its `fill_buf` last gave it (none of which is consumed yet), or
+    /// `stitch`'s. `rd` is borrowed for the window's life and only the
+    /// window calls it, so the buffer stays where it is (and as it is) until
+    /// the window's next call on it.
+    ptr: *const u8,
+    /// The next byte to read is at `pos`; `end` bytes are in the window.
     pub(super) pos: usize,
     pub(super) end: usize,
-    /// Absolute offset of `buf[0]`.
+    /// `None`: the window is `rd`'s buffer. `Some(t)`: it is `stitch`, whose
+    /// last `t` bytes are the first `t` of `rd`'s buffer (not consumed yet).
+    tail: Option<usize>,
+    stitch: Vec<u8>,
+    /// Absolute offset of the window's first byte.
     base: u64,
     /// Absolute offset of the opcode being executed (errors name it).
     pub(super) op_off: u64,
@@ -29,13 +44,15 @@ pub(super) struct Window<R> {
     max_total_bytes: u64,
 }
 
-impl<R: BufRead> Window<R> {
-    pub(super) fn new(rd: R, limits: &Limits) -> Self {
+impl<'r, R: BufRead + ?Sized> Window<'r, R> {
+    pub(super) fn new(rd: &'r mut R, limits: &Limits) -> Self {
         Window {
             rd,
-            buf: vec![0; INITIAL_BUF],
+            ptr: std::ptr::NonNull::dangling().as_ptr(),
             pos: 0,
             end: 0,
+            tail: None,
+            stitch: Vec::new(),
             base: 0,
             op_off: 0,
             max_string_bytes: limits.max_string_bytes,
@@ -51,10 +68,20 @@ impl<R: BufRead> Window<R> {
         })
     }
 
+    /// The window's bytes.
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr[..end]` is `stitch`'s bytes (not changed since `ptr`
+        // was taken) or the start of the slice `rd.fill_buf()` returned,
+        // which stays valid: `rd` is exclusively borrowed by the window, and
+        // the window has not called it since.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.end) }
+    }
+
     /// The bytes buffered after the read position.
     #[inline(always)]
     pub(super) fn rest(&self) -> &[u8] {
-        &self.buf[self.pos..self.end]
+        &self.bytes()[self.pos..]
     }
 
     /// Absolute offset of the read position.
@@ -68,12 +95,12 @@ impl<R: BufRead> Window<R> {
     pub(super) fn next_op(&mut self) -> PResult<u8> {
         self.ensure(1)?;
         self.op_off = self.at();
-        let code = self.buf[self.pos];
+        let code = self.bytes()[self.pos];
         self.pos += 1;
         Ok(code)
     }
 
-    /// Makes at least `n` bytes available at `buf[pos..]`.
+    /// Makes at least `n` bytes available at the read position.
     #[inline(always)]
     pub(super) fn ensure(&mut self, n: usize) -> PResult<()> {
         if self.end - self.pos >= n {
@@ -86,54 +113,119 @@ impl<R: BufRead> Window<R> {
     #[cold]
     #[inline(never)]
     fn fill(&mut self, n: usize) -> PResult<()> {
-        if self.pos > 0 {
-            self.buf.copy_within(self.pos..self.end, 0);
-            self.base += self.pos as u64;
-            self.end -= self.pos;
-            self.pos = 0;
-        }
-        if self.base > 0 && self.buf.len() < TARGET_BUF {
-            // The input is larger than the first window: read bigger chunks.
-            self.buf.resize(TARGET_BUF, 0);
-        }
-        while self.end < n {
-            if self.end == self.buf.len() {
-                // Grow only when the buffer is full of real data: by doubling,
-                // up to what this item needs (or the streaming target size).
-                let want = n.max(TARGET_BUF);
-                let new_len = (self.buf.len() * 2).min(want).max(self.end + 1);
-                self.buf.resize(new_len, 0);
-            }
-            let consumed = self.base + self.end as u64;
-            let allowed = self.max_total_bytes.saturating_sub(consumed);
-            if allowed == 0 {
-                return self.err(format!(
-                    "input exceeds the limit of {} bytes",
-                    self.max_total_bytes
-                ));
-            }
-            let room =
-                (self.buf.len() - self.end).min(usize::try_from(allowed).unwrap_or(usize::MAX));
-            match self.rd.read(&mut self.buf[self.end..self.end + room]) {
-                Ok(0) => {
-                    return self.err(format!(
-                        "truncated pickle: unexpected end of input at byte {}",
-                        self.base + self.end as u64
-                    ))
+        while self.end - self.pos < n {
+            let left = self.end - self.pos;
+            match self.tail {
+                None if left == 0 => {
+                    // The reader's buffer is read: on to its next one.
+                    self.rd.consume(self.end);
+                    self.base += self.end as u64;
+                    self.pos = 0;
+                    self.end = 0;
+                    (self.ptr, self.end) = self.buffer()?;
+                    if self.end == 0 {
+                        return self.truncated();
+                    }
                 }
-                Ok(k) => self.end += k,
+                None => {
+                    // An item runs past the buffer's end: its start is copied.
+                    // SAFETY: the window is `rd`'s buffer here, not `stitch`.
+                    let rest = unsafe { std::slice::from_raw_parts(self.ptr.add(self.pos), left) };
+                    self.stitch.clear();
+                    self.stitch.extend_from_slice(rest);
+                    self.rd.consume(self.end);
+                    self.base += self.pos as u64;
+                    self.pos = 0;
+                    self.tail = Some(0);
+                    self.stitched();
+                }
+                Some(t) if left <= t => {
+                    // Back inside the reader's buffer: read it in place.
+                    self.rd.consume(t - left);
+                    self.base += self.pos as u64;
+                    self.pos = 0;
+                    self.end = 0;
+                    self.tail = None;
+                    (self.ptr, self.end) = self.buffer()?;
+                    if self.end == 0 {
+                        return self.truncated();
+                    }
+                }
+                Some(t) => {
+                    // The stitch needs more of the reader's bytes.
+                    if self.pos > 0 {
+                        self.stitch.drain(..self.pos);
+                        self.base += self.pos as u64;
+                        self.pos = 0;
+                        self.stitched();
+                    }
+                    let (ptr, len) = self.buffer()?;
+                    if len > t {
+                        let want = (n - left).max(STITCH).min(len - t);
+                        // SAFETY: `buffer`'s slice, used before `rd` is called again.
+                        let more = unsafe { std::slice::from_raw_parts(ptr.add(t), want) };
+                        self.stitch.extend_from_slice(more);
+                        self.tail = Some(t + want);
+                    } else {
+                        // This buffer is all in the stitch: the next one.
+                        self.rd.consume(t);
+                        self.tail = Some(0);
+                        if self.buffer()?.1 == 0 {
+                            return self.truncated();
+                        }
+                    }
+                    self.stitched();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The window is `stitch`, all of it.
+    fn stitched(&mut self) {
+        (self.ptr, self.end) = (self.stitch.as_ptr(), self.stitch.len());
+    }
+
+    /// The reader's buffer (its start and length), cut where the input
+    /// reaches its size limit (the bytes past it are never looked at). Of
+    /// length 0 at the end of the input. Valid until `rd` is called again.
+    fn buffer(&mut self) -> PResult<(*const u8, usize)> {
+        // Where the reader's buffer starts in the input.
+        let start = self.base + (self.end - self.tail.unwrap_or(self.end)) as u64;
+        let allowed = self.max_total_bytes.saturating_sub(start);
+        if allowed == 0 {
+            return self.err(format!(
+                "input exceeds the limit of {} bytes",
+                self.max_total_bytes
+            ));
+        }
+        loop {
+            match self.rd.fill_buf() {
+                Ok(buf) => {
+                    let len = buf
+                        .len()
+                        .min(usize::try_from(allowed).unwrap_or(usize::MAX));
+                    return Ok((buf.as_ptr(), len));
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return self.err(format!("read error: {e}")),
             }
         }
-        Ok(())
+    }
+
+    /// The error at the end of the input.
+    fn truncated<T>(&self) -> PResult<T> {
+        self.err(format!(
+            "truncated pickle: unexpected end of input at byte {}",
+            self.base + self.end as u64
+        ))
     }
 
     #[inline(always)]
     pub(super) fn take<const N: usize>(&mut self) -> PResult<[u8; N]> {
         self.ensure(N)?;
         let mut a = [0u8; N];
-        a.copy_from_slice(&self.buf[self.pos..self.pos + N]);
+        a.copy_from_slice(&self.bytes()[self.pos..self.pos + N]);
         self.pos += N;
         Ok(a)
     }
@@ -141,7 +233,7 @@ impl<R: BufRead> Window<R> {
     #[inline(always)]
     pub(super) fn take_u8(&mut self) -> PResult<u8> {
         self.ensure(1)?;
-        let b = self.buf[self.pos];
+        let b = self.bytes()[self.pos];
         self.pos += 1;
         Ok(b)
     }
@@ -152,7 +244,7 @@ impl<R: BufRead> Window<R> {
     pub(super) fn scalar(&mut self, code: u8, width: usize) -> PResult<Scalar> {
         self.ensure(width)?;
         let mut i = self.pos;
-        match opcodes::scalar(code, &self.buf[..self.end], &mut i) {
+        match opcodes::scalar(code, self.bytes(), &mut i) {
             Some(v) => {
                 self.pos = i;
                 Ok(v)
@@ -166,7 +258,7 @@ impl<R: BufRead> Window<R> {
     pub(super) fn memo_index(&mut self, code: u8) -> PResult<u32> {
         self.ensure(opcodes::memo_get_len(code).unwrap_or(1) - 1)?;
         let mut i = self.pos;
-        match opcodes::memo_index(code, &self.buf[..self.end], &mut i) {
+        match opcodes::memo_index(code, self.bytes(), &mut i) {
             Some(idx) => {
                 self.pos = i;
                 Ok(idx)
@@ -199,7 +291,7 @@ impl<R: BufRead> Window<R> {
     #[inline(always)]
     pub(super) fn string(&mut self, n: usize) -> PResult<Value> {
         self.ensure(n)?;
-        let s = str_value(&self.buf[self.pos..self.pos + n]);
+        let s = str_value(&self.bytes()[self.pos..self.pos + n]);
         self.pos += n;
         Ok(s)
     }
@@ -208,9 +300,9 @@ impl<R: BufRead> Window<R> {
     #[inline(always)]
     pub(super) fn short_string(&mut self) -> PResult<Value> {
         self.ensure(1)?;
-        self.ensure(1 + self.buf[self.pos] as usize)?;
+        self.ensure(1 + self.bytes()[self.pos] as usize)?;
         let mut i = self.pos;
-        match opcodes::short_str(&self.buf[..self.end], &mut i) {
+        match opcodes::short_str(self.bytes(), &mut i) {
             Some(bytes) => {
                 let s = str_value(bytes);
                 self.pos = i;
@@ -228,14 +320,14 @@ impl<R: BufRead> Window<R> {
         }
         self.ensure(n)?;
         let small = match n {
-            0..=8 => opcodes::small_long(&self.buf[..self.end], self.pos, n),
+            0..=8 => opcodes::small_long(self.bytes(), self.pos, n),
             _ => None,
         };
         let v = match small {
             Some(i) => Value::Int(i),
             None => {
                 let mut a = [0u8; 16];
-                a[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+                a[..n].copy_from_slice(&self.bytes()[self.pos..self.pos + n]);
                 let sh = 128 - 8 * n as u32;
                 let v = (i128::from_le_bytes(a) << sh) >> sh;
                 match i64::try_from(v) {

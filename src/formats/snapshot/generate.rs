@@ -58,7 +58,22 @@ pub(crate) fn all_ways(bytes: &[u8]) -> std::result::Result<String, String> {
         std::io::BufReader::with_capacity(1, Trickle(bytes)),
         &limits,
     ));
-    for (name, other) in [("fast", &fast), ("trickled", &trickled)] {
+    // Buffers of a few sizes: the window reads each in place and stitches
+    // the items that run across their ends (`pickle/window.rs`).
+    let chunked: Vec<_> = [61, 4099]
+        .map(|n| {
+            show(parse_pickle(
+                std::io::BufReader::with_capacity(n, bytes),
+                &limits,
+            ))
+        })
+        .into();
+    for (name, other) in [
+        ("fast", &fast),
+        ("trickled", &trickled),
+        ("in 61-byte buffers", &chunked[0]),
+        ("in 4099-byte buffers", &chunked[1]),
+    ] {
         agree(("plain", &plain), (name, other));
     }
     // The allocator's state read from its dicts after the parse, and trace

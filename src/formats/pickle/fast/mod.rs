@@ -114,7 +114,7 @@ impl From<Scalar> for Item<'_> {
     }
 }
 
-impl<R: BufRead> Parser<'_, R> {
+impl<R: BufRead + ?Sized> Parser<'_, R> {
     /// The door at a `MARK` (whose depth was checked): a traceback into an
     /// empty list, or a record into an empty dict. `true` when the input was
     /// consumed through the list's `APPENDS` or the dict's `SETITEMS`.

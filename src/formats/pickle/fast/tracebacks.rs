@@ -324,7 +324,7 @@ impl GetRunHints {
     }
 }
 
-impl<R: BufRead> Parser<'_, R> {
+impl<R: BufRead + ?Sized> Parser<'_, R> {
     /// Called at a `MARK`: if the buffered input continues with memo gets of
     /// handles only, then `APPENDS`, and the stack's top is an empty list,
     /// lowers them as a record's traceback is ([`TracebackLists::lower`]).
