@@ -277,49 +277,63 @@ fn device_report(
             )
         })
         .collect();
-    let mut names = SiteNames::default();
-    let (allocations, mut stacks) = live_allocations(
-        trace,
-        device,
-        replay,
-        &cd.site_facts,
-        &live,
-        options,
-        &mut names,
+    let label = at.map_or("peak".to_owned(), |(a, _)| format!("at {a}"));
+    // The allocator's view (the largest part on snapshots with many
+    // segments) is made beside the rows and the bands, which share the
+    // sites' descriptions.
+    let ((mut timeline, (segments, frames)), (allocations, stacks, bands)) = rayon::join(
+        || {
+            let (timeline, plotted_at) =
+                timeline_series(device, &cd.timeline, options.plot_points, position);
+            let view = segments_view(
+                device,
+                cd,
+                label,
+                position,
+                &plotted_at,
+                options.plot_points,
+            );
+            (timeline, view)
+        },
+        || {
+            let mut names = SiteNames::default();
+            let (allocations, mut stacks) = live_allocations(
+                trace,
+                device,
+                replay,
+                &cd.site_facts,
+                &live,
+                options,
+                &mut names,
+            );
+            let bands = (options.plot_points > 0).then(|| {
+                let spans = plot_spans(
+                    cd.timeline.replay.positions() as usize,
+                    options.plot_points,
+                    position,
+                );
+                bands::bands(
+                    &trace.sites,
+                    device,
+                    cd,
+                    &mut stacks,
+                    &mut names,
+                    options,
+                    &spans,
+                )
+            });
+            (allocations, stacks, bands)
+        },
     );
+    timeline.segments = frames;
+    if let Some(bands) = bands {
+        timeline.bands = bands;
+        bands::clamp(&mut timeline);
+    }
     let top_sites = top_sites(&allocations, options.top);
     let event_index = position.saturating_sub(1) as u64;
     let ts_us = event_ts(device, position);
     let reserved_peak_position = replay.reserved_peak_position();
-    let label = at.map_or("peak".to_owned(), |(a, _)| format!("at {a}"));
-    let (mut timeline, plotted_at) =
-        timeline_series(device, &cd.timeline, options.plot_points, position);
-    let (segments, frames) = segments_view(
-        device,
-        cd,
-        label,
-        position,
-        &plotted_at,
-        options.plot_points,
-    );
-    timeline.segments = frames;
-    if options.plot_points > 0 {
-        let spans = plot_spans(
-            cd.timeline.replay.positions() as usize,
-            options.plot_points,
-            position,
-        );
-        timeline.bands = bands::bands(
-            &trace.sites,
-            device,
-            cd,
-            &mut stacks,
-            &mut names,
-            options,
-            &spans,
-        );
-        bands::clamp(&mut timeline);
-    }
     let report = DeviceReport {
         device: device.device.clone(),
         events: replay.events as u64,
@@ -403,7 +417,8 @@ fn live_allocations(
     let mut freed_at: HashMap<_, Option<Arc<str>>> = HashMap::new();
     let mut rule_names: HashMap<Rule, Arc<str>> = HashMap::new();
     let untracked: Arc<str> = "(allocated before recording; no event)".into();
-    let mut rows: Vec<(LiveAllocation, crate::model::SiteId)> = live
+    let mut sites: Vec<crate::model::SiteId> = Vec::with_capacity(live.len());
+    let mut rows: Vec<LiveAllocation> = live
         .iter()
         .map(|(i, c)| {
             let (alloc, free) = bands::life(device, replay, i);
@@ -441,25 +456,54 @@ fn live_allocations(
                 alloc,
                 free,
             };
-            (row, i.site)
-        })
-        .collect();
-    rows.sort_by(|(a, _), (b, _)| {
-        b.size
-            .cmp(&a.size)
-            .then(a.addr.cmp(&b.addr))
-            .then(a.site.cmp(&b.site))
-    });
-    // Stacks numbered in the order of the rows: the same bytes every run.
-    let mut stacks = stacks::StackTableBuilder::default();
-    let allocations = rows
-        .into_iter()
-        .map(|(mut row, site)| {
-            row.stack = stacks.stack_of(&trace.sites, site);
+            sites.push(i.site);
             row
         })
         .collect();
+    // Largest first, then by address, then by site (stable: equal rows keep
+    // their order). The rows (112 bytes each, hundreds of thousands on a
+    // big snapshot) are put in that order in place, so they are never held
+    // twice.
+    let mut order: Vec<(u64, u64, u32)> = rows
+        .iter()
+        .enumerate()
+        .map(|(k, r)| (r.size, r.addr, k as u32))
+        .collect();
+    order.sort_unstable_by(|&(size_a, addr_a, a), &(size_b, addr_b, b)| {
+        size_b
+            .cmp(&size_a)
+            .then(addr_a.cmp(&addr_b))
+            .then_with(|| rows[a as usize].site.cmp(&rows[b as usize].site))
+            .then(a.cmp(&b))
+    });
+    let mut order: Vec<u32> = order.into_iter().map(|(_, _, k)| k).collect();
+    let sites: Vec<crate::model::SiteId> = order.iter().map(|&k| sites[k as usize]).collect();
+    permute(&mut rows, &mut order);
+    // Stacks numbered in the order of the rows: the same bytes every run.
+    let mut stacks = stacks::StackTableBuilder::default();
+    for (row, site) in rows.iter_mut().zip(sites) {
+        row.stack = stacks.stack_of(&trace.sites, site);
+    }
+    let allocations = rows;
     (allocations, stacks)
+}
+
+/// Puts `items` in `order` in place: afterwards `items[j]` is what was at
+/// `items[order[j]]` (`order`, a permutation, is used up).
+fn permute<T>(items: &mut [T], order: &mut [u32]) {
+    const DONE: u32 = u32::MAX;
+    for start in 0..order.len() {
+        let mut j = start;
+        while order[j] != DONE {
+            let k = order[j] as usize;
+            order[j] = DONE;
+            if k == start {
+                break;
+            }
+            items.swap(j, k);
+            j = k;
+        }
+    }
 }
 
 /// The segments at the reported instant, at each OOM and at dump time;
@@ -714,5 +758,23 @@ impl SiteNames {
             .entry(site)
             .or_insert_with(|| describe_site(sites, site).into())
             .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn permute_puts_each_item_where_the_order_says(
+            order in (0usize..200).prop_flat_map(|n| Just((0..n as u32).collect::<Vec<_>>()).prop_shuffle())
+        ) {
+            let items: Vec<u32> = (0..order.len() as u32).map(|k| k * 10).collect();
+            let mut permuted = items.clone();
+            crate::analysis::permute(&mut permuted, &mut order.clone());
+            let want: Vec<u32> = order.iter().map(|&k| items[k as usize]).collect();
+            prop_assert_eq!(permuted, want);
+        }
     }
 }

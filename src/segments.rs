@@ -102,7 +102,7 @@ pub fn view(
         })
         .collect();
     let mut made =
-        Sweep::new(device, replay, positions).run(device, &wants, category, largest_request);
+        Sweep::new(device, replay, positions, category).run(device, &wants, largest_request);
     let mut states: Vec<(u32, u64, SegmentState)> = Vec::new();
     for (n, instant) in instants.iter().enumerate() {
         let request = instant.request.unwrap_or(largest_request);
@@ -172,47 +172,65 @@ enum Made {
 
 /// What the rebuilt positions share, made in one pass over the intervals
 /// and one forward over the free requests: at each position (ascending),
-/// the addresses whose free is pending and the allocations live (interval
-/// indices, by address). The segments come from one walk back from the
-/// dump as [`Sweep::run`] goes.
-struct Sweep<'a> {
-    intervals: &'a [crate::timeline::Interval],
+/// the addresses whose free is pending and the allocations live (as blocks,
+/// by address). The segments come from one walk back from the dump as
+/// [`Sweep::run`] goes.
+struct Sweep {
     positions: Vec<u32>,
     pending: Vec<HashSet<u64>>,
+    /// Each allocation live at one position or more, by address (the
+    /// interval's index breaks ties, the order the intervals are listed
+    /// in): its address, its block's size (as the dump says for an
+    /// allocation it still holds, by address and requested size, else
+    /// rounded up to [`MIN_BLOCK`]) and its category. Sized and classified
+    /// once, however many positions it is live at.
+    blocks: Vec<(u64, u64, Category)>,
+    /// At each position, the allocations live there: indices into
+    /// `blocks`, ascending (so by address).
     live: Vec<Vec<u32>>,
-    /// The dump's block size for each allocation still there.
-    dumped: HashMap<(u64, u64), u64>,
 }
 
-impl<'a> Sweep<'a> {
-    fn new(device: &DeviceTrace, replay: &'a Replay, positions: Vec<u32>) -> Sweep<'a> {
+impl Sweep {
+    fn new(
+        device: &DeviceTrace,
+        replay: &Replay,
+        positions: Vec<u32>,
+        category: &(dyn Fn(usize) -> Category + Sync),
+    ) -> Sweep {
         let mut live: Vec<Vec<u32>> = vec![Vec::new(); positions.len()];
+        let mut blocks = Vec::new();
         if !positions.is_empty() {
+            // (address, interval, first and last position + 1 live at).
+            let mut spans: Vec<(u64, u32, u32, u32)> = Vec::new();
             for (k, iv) in replay.intervals.iter().enumerate() {
                 if iv.addr == 0 {
                     continue;
                 }
                 let from = positions.partition_point(|&p| p < iv.start);
                 let to = positions.partition_point(|&p| p < iv.end);
-                for list in &mut live[from..to.max(from)] {
-                    list.push(k as u32);
+                if from < to {
+                    spans.push((iv.addr, k as u32, from as u32, to as u32));
                 }
             }
+            spans.sort_unstable();
+            let dumped = dumped_blocks(device);
+            blocks.reserve_exact(spans.len());
+            for (t, &(addr, k, from, to)) in spans.iter().enumerate() {
+                for list in &mut live[from as usize..to as usize] {
+                    list.push(t as u32);
+                }
+                let size = replay.intervals[k as usize].size;
+                let size = dumped
+                    .get(&(addr, size))
+                    .copied()
+                    .unwrap_or_else(|| size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK);
+                blocks.push((addr, size, category(k as usize)));
+            }
         }
-        // By address; the interval's index breaks ties (the order the
-        // intervals are listed in).
-        let intervals = &replay.intervals;
-        live.par_iter_mut()
-            .for_each(|l| l.sort_unstable_by_key(|&k| (intervals[k as usize].addr, k)));
         Sweep {
             pending: pending_at_each(device, &positions),
-            dumped: if positions.is_empty() {
-                HashMap::default()
-            } else {
-                dumped_blocks(device)
-            },
-            intervals: &replay.intervals,
             positions,
+            blocks,
             live,
         }
     }
@@ -221,13 +239,7 @@ impl<'a> Sweep<'a> {
     /// walked back from the dump, last position first, two positions at a
     /// time laid out side by side (so at most two copies of the segments
     /// are held).
-    fn run(
-        self,
-        device: &DeviceTrace,
-        wants: &[Want],
-        category: &(dyn Fn(usize) -> Category + Sync),
-        request: u64,
-    ) -> HashMap<u32, Made> {
+    fn run(self, device: &DeviceTrace, wants: &[Want], request: u64) -> HashMap<u32, Made> {
         let mut ranges: BTreeMap<u64, (u64, bool)> = device
             .segments
             .iter()
@@ -262,12 +274,10 @@ impl<'a> Sweep<'a> {
                 .map(|(j, segments)| {
                     let position = self.positions[j];
                     let made = match wants[j] {
-                        Want::Layout => {
-                            Made::Layout(lay_out(&segments, self.blocks(j, category).collect()))
-                        }
+                        Want::Layout => Made::Layout(lay_out(&segments, self.blocks(j).collect())),
                         Want::Frame(point) => {
                             let mut frame = Grouping::new(request);
-                            frame.lay_out(&segments, self.blocks(j, category));
+                            frame.lay_out(&segments, self.blocks(j));
                             Made::Frame(frame.finish(point, position, SegmentFrames::MAX_BARS))
                         }
                     };
@@ -279,30 +289,18 @@ impl<'a> Sweep<'a> {
         out
     }
 
-    /// The blocks of `live` (the allocations live at `positions[j]`, by
-    /// address): sized as the dump says for an allocation it still holds
-    /// (by address and requested size), else rounded up to [`MIN_BLOCK`].
-    fn blocks<'s>(
-        &'s self,
-        j: usize,
-        category: &'s (dyn Fn(usize) -> Category + Sync),
-    ) -> impl Iterator<Item = LiveBlock> + 's {
-        self.live[j].iter().map(move |&k| {
-            let (addr, size) = (
-                self.intervals[k as usize].addr,
-                self.intervals[k as usize].size,
-            );
-            let size = self
-                .dumped
-                .get(&(addr, size))
-                .copied()
-                .unwrap_or_else(|| size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK);
-            let state = if self.pending[j].contains(&addr) {
+    /// The blocks of the allocations live at `positions[j]`, by address.
+    fn blocks(&self, j: usize) -> impl Iterator<Item = LiveBlock> + '_ {
+        // Mostly none is pending: then no address is looked up.
+        let pending = Some(&self.pending[j]).filter(|p| !p.is_empty());
+        self.live[j].iter().map(move |&t| {
+            let (addr, size, category) = self.blocks[t as usize];
+            let state = if pending.is_some_and(|p| p.contains(&addr)) {
                 BlockUse::PendingFree
             } else {
                 BlockUse::Allocated
             };
-            (addr, size, state, category(k as usize))
+            (addr, size, state, category)
         })
     }
 }
