@@ -376,6 +376,14 @@ impl Gen<'_, '_> {
                     ("category", self.word()?),
                 ];
                 let mut entry = self.dict(pairs, 85)?;
+                // Now and then a key before `action`, which PyTorch writes
+                // first: the fast paths leave such a record to the opcodes
+                // (`Records::may_take`), which lower it all the same.
+                if let Py::Dict(pairs) = &mut entry {
+                    if pairs.len() > 1 && self.chance(10)? {
+                        pairs.rotate_left(1);
+                    }
+                }
                 if self.chance(5)? {
                     entry = entry.shared();
                     self.entries.push(entry.clone());

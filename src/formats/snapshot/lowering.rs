@@ -141,6 +141,14 @@ impl Hook for EntryLowering {
 /// Trace entries decoded straight from the pickle's bytes (see
 /// `pickle::fast`): lowered as [`Hook::on_dict_items`] lowers them.
 impl Records for EntryLowering {
+    /// Only trace entries are lowered from records, and PyTorch writes an
+    /// entry's `action` first: a record that starts with another key (a
+    /// block, a segment) is left to the opcodes at once. An entry whose
+    /// `action` comes later is lowered by them all the same.
+    fn may_take(&self, key: &str) -> bool {
+        key == "action"
+    }
+
     /// [`Hook::on_dict_items`] for a record the parser decoded in place.
     fn on_record(
         &mut self,

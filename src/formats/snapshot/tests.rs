@@ -521,6 +521,12 @@ mod fast_path_shapes {
 
     fn check(path: &std::path::Path, min_in_place: f64, min_hinted: u64) {
         let share = share(&read_maybe_gz(path));
+        eprintln!(
+            "SHARE {} in_place {} hinted {}",
+            path.display(),
+            share.in_place,
+            share.hinted
+        );
         let what = path.display();
         assert!(
             share.in_place >= min_in_place,
@@ -548,11 +554,14 @@ mod fast_path_shapes {
     fn committed_shapes_stay_on_the_fast_paths() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         // make_big_snapshot.py's shape, 2000 entries: 99.7% (tracebacks
-        // that spell out a frame's first use, inline, among memo gets).
+        // that spell out a frame's first use, inline, among memo gets);
+        // 1514 runs answered from hints (the entries'; the blocks' records
+        // are left to the opcodes at once, `Records::may_take`: before that
+        // the answers taken for their declined scans counted too, 2376).
         check(
             &root.join("tests/data/synthetic_shared_frames.pickle.gz"),
             0.99,
-            2000,
+            1500,
         );
         // `_profile_to_snapshot`, every frame spelled out inline: 99.6%.
         check(
@@ -631,11 +640,12 @@ mod fast_path_shapes {
     #[ignore = "needs ../shared/corpus (or MEMCUT_CORPUS)"]
     fn corpus_shapes_stay_on_the_fast_paths() {
         let dir = corpus_dir();
-        // Python + C++ frames, time_us, compile_context, user_metadata: 99.0%.
+        // Python + C++ frames, time_us, compile_context, user_metadata: 99.0%;
+        // 14772 runs answered from hints.
         check(
             &dir.join("cs336-wedsonlin/results/medium_512_training_memory_snapshot.pickle"),
             0.985,
-            15000,
+            14000,
         );
         // Python frames only: 99.4%.
         check(&dir.join("decomfl/memory.pickle"), 0.99, 15000);
