@@ -152,6 +152,8 @@ impl Collector {
     /// file. Thread ids are dense in order of first appearance, positions
     /// count on from this collector's, memory events are deduplicated
     /// against this collector's, and the later top-level values win.
+    /// Nothing is to be collected after it: the names and duplicate keys of
+    /// `later` are not added to this collector's sets.
     pub(super) fn append(&mut self, later: Collector) {
         // The tail's operators keep their own name allocations, and its
         // names are not added to this collector's set: nothing is
@@ -198,13 +200,16 @@ impl Collector {
             ..be
         }));
         let mut duplicates = 0;
-        self.dedupe.reserve(tail.mem_keys.len());
+        // The tail's events are distinct among themselves (its own check
+        // dropped the rest; the thread remap keeps distinct keys distinct),
+        // and nothing is collected after a join: each is looked up in this
+        // collector's set, which is neither grown nor added to.
         mine.mems.reserve(out.mems.len());
         for (mem, key) in out.mems.into_iter().zip(tail.mem_keys) {
             if let Some((t, ts, addr, bytes, idx, dt, di)) = key {
-                if !self
+                if self
                     .dedupe
-                    .insert((thread(t), ts, addr, bytes, idx, dt, di))
+                    .contains(&(thread(t), ts, addr, bytes, idx, dt, di))
                 {
                     duplicates += 1;
                     continue;

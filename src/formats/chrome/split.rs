@@ -210,7 +210,9 @@ mod tests {
     {"ph": "B", "cat": "user_annotation", "name": "step", "pid": 1, "tid": 4, "ts": 9},
     {"ph": "E", "cat": "user_annotation", "name": "step", "pid": 1, "tid": 4, "ts": 20},
     {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 4, "ts": 21,
-     "args": {"Device Type": 1, "Device Id": 0, "Addr": 100, "Bytes": -64, "Total Allocated": 32, "Total Reserved": 128, "Ev Idx": 2}}
+     "args": {"Device Type": 1, "Device Id": 0, "Addr": 100, "Bytes": -64, "Total Allocated": 32, "Total Reserved": 128, "Ev Idx": 2}},
+    {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 2, "ts": 11,
+     "args": {"Device Type": 1, "Device Id": 0, "Addr": 100, "Bytes": 64, "Total Allocated": 64, "Total Reserved": 128, "Ev Idx": 0}}
   ],
   "deviceProperties": [{"id": 0, "totalGlobalMem": 2000}], "baseTimeNanoseconds": 5
 }"#;
@@ -225,7 +227,7 @@ mod tests {
             reached += usize::from(head == Some(Head::Reached));
         }
         // Every comma between two events, and only those.
-        assert_eq!(reached, 7);
+        assert_eq!(reached, 8);
     }
 
     /// The second thread tells its offset late (the first one may be past
