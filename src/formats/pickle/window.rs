@@ -1,7 +1,8 @@
-//! The buffered window over the input that the interpreter reads opcodes
-//! from: 64 KiB at first, 1 MiB once the input proves large, and more only
-//! when a single item (a long string) needs it and only as its bytes
-//! actually arrive, so a hostile declared length never allocates up front.
+//! The window over the input that the interpreter reads opcodes from: the
+//! reader's own buffer, read in place (the read-ahead thread's 1 MiB
+//! chunks, `input.rs`), and where an item runs across a buffer's end a
+//! stitch of the two, which grows only as the item's bytes actually arrive
+//! (a long string), so a hostile declared length never allocates up front.
 //! Declared lengths are checked against [`Limits`] before anything is read.
 
 use std::io::BufRead;
