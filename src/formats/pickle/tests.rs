@@ -1789,3 +1789,58 @@ fn fuzz_cycle_inputs_are_freed_without_a_panic() {
         }
     }
 }
+
+/// A pickle of short and long strings, a long int and memo traffic, read
+/// through buffers of every small size and with every input limit around
+/// its length: the window reads each buffer in place and stitches what
+/// runs across their ends (`window.rs`), with the result, the error and
+/// the error's offset the whole slice gives.
+#[test]
+fn buffers_of_any_size_and_limits_read_alike() {
+    let long = "x".repeat(300);
+    let b = P::new()
+        .op(op::EMPTY_LIST)
+        .put(0)
+        .op(op::MARK)
+        .s("hello")
+        .put(1)
+        .op(op::BINUNICODE)
+        .raw(&(long.len() as u32).to_le_bytes())
+        .raw(long.as_bytes())
+        .get(1)
+        .long1(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])
+        .binint(-7)
+        .op(op::APPENDS)
+        .stop();
+    let show = |r: Result<Value, PickleError>| match r {
+        Ok(v) => format!("{v:?}"),
+        Err(e) => format!("error at {}: {}", e.offset, e.message),
+    };
+    let lens = (0..=b.len() as u64 + 2).chain([u64::MAX]);
+    for max_total_bytes in lens {
+        let limits = Limits {
+            max_total_bytes,
+            ..Limits::default()
+        };
+        let whole = show(with_limits(&b, &limits));
+        for cap in (1..=40).chain([299, 300, 301, 4096]) {
+            let got = show(unpickle(
+                BufReader::with_capacity(cap, &b[..]),
+                &limits,
+                &mut NoHook,
+            ));
+            assert_eq!(got, whole, "buffers of {cap}, limit {max_total_bytes}");
+        }
+        // Cut short: the same truncation wherever the buffers end.
+        let cut = &b[..b.len() * 2 / 3];
+        let whole = show(with_limits(cut, &limits));
+        for cap in [1, 7, 64] {
+            let got = show(unpickle(
+                BufReader::with_capacity(cap, cut),
+                &limits,
+                &mut NoHook,
+            ));
+            assert_eq!(got, whole, "cut, buffers of {cap}, limit {max_total_bytes}");
+        }
+    }
+}
