@@ -417,12 +417,11 @@ fn live_allocations(
     let mut freed_at: HashMap<_, Option<Arc<str>>> = HashMap::new();
     let mut rule_names: HashMap<Rule, Arc<str>> = HashMap::new();
     let untracked: Arc<str> = "(allocated before recording; no event)".into();
-    let mut sites: Vec<crate::model::SiteId> = Vec::with_capacity(live.len());
     let mut rows: Vec<LiveAllocation> = live
         .iter()
         .map(|(i, c)| {
             let (alloc, free) = bands::life(device, replay, i);
-            let row = LiveAllocation {
+            LiveAllocation {
                 addr: i.addr,
                 size: i.size,
                 category: c.category,
@@ -455,9 +454,7 @@ fn live_allocations(
                 stack: None,
                 alloc,
                 free,
-            };
-            sites.push(i.site);
-            row
+            }
         })
         .collect();
     // Largest first, then by address, then by site (stable: equal rows keep
@@ -477,7 +474,8 @@ fn live_allocations(
             .then(a.cmp(&b))
     });
     let mut order: Vec<u32> = order.into_iter().map(|(_, _, k)| k).collect();
-    let sites: Vec<crate::model::SiteId> = order.iter().map(|&k| sites[k as usize]).collect();
+    // The rows are `live`'s, in its order.
+    let sites: Vec<crate::model::SiteId> = order.iter().map(|&k| live[k as usize].0.site).collect();
     permute(&mut rows, &mut order);
     // Stacks numbered in the order of the rows: the same bytes every run.
     let mut stacks = stacks::StackTableBuilder::default();

@@ -261,7 +261,7 @@ pub fn analyze_trace(
                                 .map(|&i| intervals[i].size)
                                 .sum()
                         };
-                        let series = plotted(&after.curve, options.analysis.plot_points);
+                        let series = Plotted::of(&after.curve, options.analysis.plot_points);
                         (after.peak_allocated, series, bytes)
                     }
                 };
@@ -285,7 +285,7 @@ pub fn analyze_trace(
             peak_event_index: n.position.saturating_sub(1) as u64,
             carried_bytes: n.carried,
             evidence: n.evidence.clone(),
-            series: plotted(&n.curve, options.analysis.plot_points),
+            series: Plotted::of(&n.curve, options.analysis.plot_points),
         });
         d.findings.extend(findings::fragmentation_at_oom(
             &d.ooms,
@@ -311,7 +311,7 @@ pub fn analyze_trace(
                         peak_event_index: o.position.saturating_sub(1) as u64,
                         estimate: o.estimate,
                         because,
-                        series: plotted(&o.curve, options.analysis.plot_points),
+                        series: Plotted::of(&o.curve, options.analysis.plot_points),
                     })
                 }
                 Err(why) => warnings.push(Diagnostic::warning(format!("{}: {why}", d.device))),
@@ -450,19 +450,6 @@ fn next_step_said(next: &findings::PredictedStep, plan: bool) -> String {
     }
 }
 
-/// A curve over positions on the report's plotted points: the largest
-/// value of each bucket of positions, the timeline's buckets.
-fn plotted(curve: &[u64], points: usize) -> Vec<u64> {
-    if points == 0 || curve.is_empty() {
-        return Vec::new();
-    }
-    let bucket = analysis::plot_bucket(curve.len(), points);
-    curve
-        .chunks(bucket)
-        .map(|c| c.iter().copied().max().unwrap_or(0))
-        .collect()
-}
-
 /// Whether a finding whose fix only frees its allocations earlier (its
 /// `fixed_ends`: the what-if of its lever moves nothing else) cannot
 /// stand, known without re-simulating the run: the new curve at the old
@@ -590,14 +577,16 @@ fn kept_gradients_curve(
 
 /// What the pricing of a `gradients_kept_through_forward` finding reads
 /// of the curve its fix leaves: its highest value, its value at the
-/// recorded peak, and its plotted points (see [`plotted`]).
+/// recorded peak, and its plotted points (see [`Plotted`]).
 struct KeptCurve {
     max: u64,
     at_peak: u64,
     series: Vec<u64>,
 }
 
-/// [`plotted`] fed one value at a time.
+/// A curve over positions on the report's plotted points, fed one value
+/// at a time: the largest value of each bucket of positions, the
+/// timeline's buckets.
 struct Plotted {
     bucket: usize,
     filled: usize,
@@ -638,6 +627,13 @@ impl Plotted {
             self.out.push(self.current);
         }
         self.out
+    }
+
+    /// The plotted points of a whole curve.
+    fn of(curve: &[u64], points: usize) -> Vec<u64> {
+        let mut plot = Plotted::new(curve.len(), points);
+        curve.iter().for_each(|&v| plot.push(v));
+        plot.finish()
     }
 }
 
@@ -937,8 +933,21 @@ mod tests {
             "{checked} checked, {skipped} skipped"
         );
     }
-    /// The kept gradients' curve is plotted as it is made: the same points
-    /// as `plotted` over the whole curve.
+    /// A curve over positions on the report's plotted points, from the
+    /// whole curve at once: the largest value of each bucket of positions.
+    fn plotted(curve: &[u64], points: usize) -> Vec<u64> {
+        if points == 0 || curve.is_empty() {
+            return Vec::new();
+        }
+        let bucket = analysis::plot_bucket(curve.len(), points);
+        curve
+            .chunks(bucket)
+            .map(|c| c.iter().copied().max().unwrap_or(0))
+            .collect()
+    }
+
+    /// The curves are plotted as they are made: the same points as
+    /// `plotted` over the whole curve.
     #[test]
     fn plotted_fed_one_value_at_a_time_is_plotted() {
         for len in [0usize, 1, 2, 7, 100, 1001, 4099] {

@@ -219,11 +219,7 @@ impl Sweep {
                 for list in &mut live[from as usize..to as usize] {
                     list.push(t as u32);
                 }
-                let size = replay.intervals[k as usize].size;
-                let size = dumped
-                    .get(&(addr, size))
-                    .copied()
-                    .unwrap_or_else(|| size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK);
+                let size = block_size(&dumped, addr, replay.intervals[k as usize].size);
                 blocks.push((addr, size, category(k as usize)));
             }
         }
@@ -410,6 +406,16 @@ fn dumped_blocks(device: &DeviceTrace) -> HashMap<(u64, u64), u64> {
         .collect()
 }
 
+/// The block of an allocation of `size` bytes at `addr`: as the dump
+/// says where it still holds it (by address and requested size), else
+/// rounded up to [`MIN_BLOCK`].
+fn block_size(dumped: &HashMap<(u64, u64), u64>, addr: u64, size: u64) -> u64 {
+    dumped
+        .get(&(addr, size))
+        .copied()
+        .unwrap_or_else(|| size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK)
+}
+
 /// Segments by address: (address, (size, expandable)).
 type Segments = Vec<(u64, (u64, bool))>;
 
@@ -437,10 +443,7 @@ fn live_blocks(
     let mut blocks: Vec<LiveBlock> = live
         .iter()
         .map(|&(k, i)| {
-            let size = dumped
-                .get(&(i.addr, i.size))
-                .copied()
-                .unwrap_or_else(|| i.size.max(1).div_ceil(MIN_BLOCK) * MIN_BLOCK);
+            let size = block_size(dumped, i.addr, i.size);
             let state = if pending.contains(&i.addr) {
                 BlockUse::PendingFree
             } else {

@@ -70,6 +70,16 @@ impl Got<'_> {
     }
 }
 
+impl<'a> Got<'a> {
+    /// The string fetched, if it is one.
+    pub(super) fn str(&self) -> Option<&'a str> {
+        match *self {
+            Got::Str(s) | Got::Value(Value::Str(s)) => Some(s),
+            Got::Handle(_) | Got::Value(_) | Got::EmptyList => None,
+        }
+    }
+}
+
 /// The memo: values stored by `BINPUT`/`LONG_BINPUT`/`MEMOIZE` for later gets.
 #[derive(Default)]
 pub(super) struct Memo {

@@ -117,17 +117,8 @@ impl<'r, R: BufRead + ?Sized> Window<'r, R> {
         while self.end - self.pos < n {
             let left = self.end - self.pos;
             match self.tail {
-                None if left == 0 => {
-                    // The reader's buffer is read: on to its next one.
-                    self.rd.consume(self.end);
-                    self.base += self.end as u64;
-                    self.pos = 0;
-                    self.end = 0;
-                    (self.ptr, self.end) = self.buffer()?;
-                    if self.end == 0 {
-                        return self.truncated();
-                    }
-                }
+                // The reader's buffer is read: on to its next one.
+                None if left == 0 => self.in_place(self.pos)?,
                 None => {
                     // An item runs past the buffer's end: its start is copied.
                     // SAFETY: the window is `rd`'s buffer here, not `stitch`.
@@ -140,18 +131,8 @@ impl<'r, R: BufRead + ?Sized> Window<'r, R> {
                     self.tail = Some(0);
                     self.stitched();
                 }
-                Some(t) if left <= t => {
-                    // Back inside the reader's buffer: read it in place.
-                    self.rd.consume(t - left);
-                    self.base += self.pos as u64;
-                    self.pos = 0;
-                    self.end = 0;
-                    self.tail = None;
-                    (self.ptr, self.end) = self.buffer()?;
-                    if self.end == 0 {
-                        return self.truncated();
-                    }
-                }
+                // Back inside the reader's buffer: read it in place.
+                Some(t) if left <= t => self.in_place(t - left)?,
                 Some(t) => {
                     // The stitch needs more of the reader's bytes.
                     if self.pos > 0 {
@@ -178,6 +159,22 @@ impl<'r, R: BufRead + ?Sized> Window<'r, R> {
                     self.stitched();
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// The window becomes the reader's buffer from the read position on,
+    /// once `consumed` more of its bytes (those before that position, not
+    /// yet consumed) are.
+    fn in_place(&mut self, consumed: usize) -> PResult<()> {
+        self.rd.consume(consumed);
+        self.base += self.pos as u64;
+        self.pos = 0;
+        self.end = 0;
+        self.tail = None;
+        (self.ptr, self.end) = self.buffer()?;
+        if self.end == 0 {
+            return self.truncated();
         }
         Ok(())
     }

@@ -60,19 +60,17 @@ pub(crate) fn all_ways(bytes: &[u8]) -> std::result::Result<String, String> {
     ));
     // Buffers of a few sizes: the window reads each in place and stitches
     // the items that run across their ends (`pickle/window.rs`).
-    let chunked: Vec<_> = [61, 4099]
-        .map(|n| {
-            show(parse_pickle(
-                std::io::BufReader::with_capacity(n, bytes),
-                &limits,
-            ))
-        })
-        .into();
+    let [small, large] = [61, 4099].map(|n| {
+        show(parse_pickle(
+            std::io::BufReader::with_capacity(n, bytes),
+            &limits,
+        ))
+    });
     for (name, other) in [
         ("fast", &fast),
         ("trickled", &trickled),
-        ("in 61-byte buffers", &chunked[0]),
-        ("in 4099-byte buffers", &chunked[1]),
+        ("in 61-byte buffers", &small),
+        ("in 4099-byte buffers", &large),
     ] {
         agree(("plain", &plain), (name, other));
     }

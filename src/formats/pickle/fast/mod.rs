@@ -197,6 +197,12 @@ impl<R: BufRead + ?Sized> Parser<'_, R> {
             Some(memoized) => usize::from(memoized) + 1,
             None => 0,
         };
+        // A record the hook never takes is left before anything is made ready.
+        if let Some(key) = first_key(&self.win.rest()[start..], &self.memo) {
+            if !self.hook.fast().is_some_and(|r| r.may_take(key)) {
+                return Ok(false);
+            }
+        }
         // The record's MARK is checked by the caller; a traceback's and its
         // frames' MARKs are one and two deeper.
         let depth = self.marks.len() + 1;
@@ -204,11 +210,6 @@ impl<R: BufRead + ?Sized> Parser<'_, R> {
         self.scratch.puts.clear();
         let mut items = Slots::new();
         let buf = &self.win.rest()[start..];
-        if let Some(key) = first_key(buf, &self.memo) {
-            if !self.hook.fast().is_some_and(|r| r.may_take(key)) {
-                return Ok(false);
-            }
-        }
         let mut lists = RecordLists {
             hook: &mut *self.hook,
             tracebacks: &mut self.tracebacks,
@@ -442,11 +443,7 @@ fn first_key<'b: 'x, 'm: 'x, 'x>(buf: &'b [u8], memo: &'m Memo) -> Option<&'x st
     match *buf.first()? {
         op::SHORT_BINUNICODE => std::str::from_utf8(opcodes::short_str(buf, &mut i)?).ok(),
         code @ (op::BINGET | op::LONG_BINGET) => {
-            match memo.get(opcodes::memo_index(code, buf, &mut i)?)? {
-                Got::Str(s) => Some(s),
-                Got::Value(Value::Str(s)) => Some(s),
-                _ => None,
-            }
+            memo.get(opcodes::memo_index(code, buf, &mut i)?)?.str()
         }
         _ => None,
     }
