@@ -282,6 +282,7 @@ pub struct Peak {
     pub attribution: Attribution,
     pub top_sites: Vec<TopSite>,
     /// Every allocation live at the peak, largest first.
+    #[serde(serialize_with = "json::chunked")]
     pub allocations: Vec<LiveAllocation>,
 }
 
@@ -764,6 +765,7 @@ pub struct OomPlan {
 
 pub mod batch;
 mod diff;
+pub(crate) mod json;
 mod segments;
 
 pub use diff::*;
