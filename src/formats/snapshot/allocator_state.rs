@@ -22,8 +22,9 @@ pub(super) trait Read {
     fn site_of(&mut self, frames: &Value) -> SiteId;
     /// The blocks the lowering read from the dict `h` stands for, if any.
     fn blocks_of_handle(&self, h: Handle) -> Option<&[BlockFields]>;
-    /// The `i`-th segment the lowering read.
-    fn segment(&self, i: usize) -> SegmentFields;
+    /// The `i`-th segment the lowering read: moved out of the lowering at
+    /// its `last` use, copied before it.
+    fn segment(&mut self, i: usize, last: bool) -> SegmentFields;
 }
 
 /// A block as its dict says it, before its segment places it.
@@ -48,6 +49,23 @@ pub(super) struct SegmentFields {
     pub(super) synthetic: bool,
     /// Live blocks without frames.
     pub(super) blocks_without_frames: u64,
+}
+
+impl SegmentFields {
+    /// What a segment moved out of the lowering leaves there.
+    pub(super) fn moved_out() -> SegmentFields {
+        SegmentFields {
+            device: 0,
+            segment: Segment {
+                addr: 0,
+                total_size: 0,
+                is_expandable: false,
+                blocks: Default::default(),
+            },
+            synthetic: false,
+            blocks_without_frames: 0,
+        }
+    }
 }
 
 /// Whether a dict's pairs have `key`.
@@ -194,10 +212,16 @@ fn blocks_in(list: &Value, lowering: &mut impl Read) -> Result<Vec<BlockFields>>
 }
 
 /// The segment an item of the `segments` list stands for.
-pub(super) fn segment_item(item: &Value, lowering: &mut impl Read) -> Result<SegmentFields> {
+/// The segment `item` of the `segments` list; `last(i)`: whether this is
+/// the last place in the list of the lowered segment `i`.
+pub(super) fn segment_item(
+    item: &Value,
+    lowering: &mut impl Read,
+    last: impl FnOnce(usize) -> bool,
+) -> Result<SegmentFields> {
     match item {
         Value::Handle(h) => match h.lowered() {
-            Lowered::Segment(i) => Ok(lowering.segment(i as usize)),
+            Lowered::Segment(i) => Ok(lowering.segment(i as usize, last(i as usize))),
             _ => segment_of(&[], lowering),
         },
         Value::Dict(d) => segment_of(&d.borrow(), lowering),

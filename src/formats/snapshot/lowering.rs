@@ -205,8 +205,12 @@ impl allocator_state::Read for EntryLowering {
         EntryLowering::blocks_of_handle(self, h)
     }
 
-    fn segment(&self, i: usize) -> SegmentFields {
-        self.segments[i].clone()
+    fn segment(&mut self, i: usize, last: bool) -> SegmentFields {
+        if last {
+            std::mem::replace(&mut self.segments[i], SegmentFields::moved_out())
+        } else {
+            self.segments[i].clone()
+        }
     }
 }
 

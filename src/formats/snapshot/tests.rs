@@ -865,19 +865,25 @@ mod allocator_state_shapes {
             1 << 30,
             vec![no_address(4096), no_address(8192)],
         )));
+        // Three times: the lowered segment is copied twice, then moved out.
         let bytes = dumps(
-            &snapshot(vec![shared.clone(), shared], vec![alloc(1 << 30)]),
+            &snapshot(
+                vec![shared.clone(), shared.clone(), shared],
+                vec![alloc(1 << 30)],
+            ),
             4,
         );
         generate::all_ways(&bytes).unwrap();
         let trace = parse_pickle(&bytes[..], &Limits::default()).unwrap();
         let segments = trace.devices[0].segments.as_ref().unwrap();
-        assert_eq!(segments.len(), 2);
-        let addrs: Vec<u64> = segments[1].blocks.iter().map(|b| b.addr).collect();
+        assert_eq!(segments.len(), 3);
+        let addrs: Vec<u64> = segments[2].blocks.iter().map(|b| b.addr).collect();
         assert_eq!(addrs, [1 << 30, (1 << 30) + 4096]);
+        assert_eq!(segments[0], segments[2]);
+        assert_eq!(segments[1], segments[2]);
         assert!(trace.diagnostics.iter().any(|d| d
             .message
-            .contains("4 live blocks at dump time have no frames")));
+            .contains("6 live blocks at dump time have no frames")));
     }
 
     /// `blocks` that is no list is refused as before, naming it; block
