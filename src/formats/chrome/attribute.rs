@@ -211,6 +211,11 @@ impl Operators {
     pub(super) fn len(&self) -> usize {
         self.ops.len()
     }
+
+    /// Every operator, in the sweep's order.
+    pub(super) fn all(&self) -> &[OpRec] {
+        &self.ops
+    }
 }
 
 /// Sorts intervals as [`Operators`] holds them: by (thread, start, −end),
