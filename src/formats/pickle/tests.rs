@@ -1822,24 +1822,23 @@ fn buffers_of_any_size_and_limits_read_alike() {
             max_total_bytes,
             ..Limits::default()
         };
-        let whole = show(with_limits(&b, &limits));
-        for cap in (1..=40).chain([299, 300, 301, 4096]) {
-            let got = show(unpickle(
-                BufReader::with_capacity(cap, &b[..]),
+        let buffered = |bytes: &[u8], cap| {
+            show(unpickle(
+                BufReader::with_capacity(cap, bytes),
                 &limits,
                 &mut NoHook,
-            ));
+            ))
+        };
+        let whole = show(with_limits(&b, &limits));
+        for cap in (1..=40).chain([299, 300, 301, 4096]) {
+            let got = buffered(&b, cap);
             assert_eq!(got, whole, "buffers of {cap}, limit {max_total_bytes}");
         }
         // Cut short: the same truncation wherever the buffers end.
         let cut = &b[..b.len() * 2 / 3];
         let whole = show(with_limits(cut, &limits));
         for cap in [1, 7, 64] {
-            let got = show(unpickle(
-                BufReader::with_capacity(cap, cut),
-                &limits,
-                &mut NoHook,
-            ));
+            let got = buffered(cut, cap);
             assert_eq!(got, whole, "cut, buffers of {cap}, limit {max_total_bytes}");
         }
     }

@@ -211,19 +211,29 @@ fn blocks_in(list: &Value, lowering: &mut impl Read) -> Result<Vec<BlockFields>>
     Ok(blocks)
 }
 
-/// The segment an item of the `segments` list stands for.
-/// The segment `item` of the `segments` list; `last(i)`: whether this is
-/// the last place in the list of the lowered segment `i`.
+/// Which segment the lowering read `item` (of the `segments` list) stands
+/// for, if it is one.
+pub(super) fn lowered_segment(item: &Value) -> Option<usize> {
+    match item {
+        Value::Handle(h) => match h.lowered() {
+            Lowered::Segment(i) => Some(i as usize),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The segment an item of the `segments` list stands for; `last(i)`:
+/// whether this is the last place in the list of the lowered segment `i`.
 pub(super) fn segment_item(
     item: &Value,
     lowering: &mut impl Read,
     last: impl FnOnce(usize) -> bool,
 ) -> Result<SegmentFields> {
+    if let Some(i) = lowered_segment(item) {
+        return Ok(lowering.segment(i, last(i)));
+    }
     match item {
-        Value::Handle(h) => match h.lowered() {
-            Lowered::Segment(i) => Ok(lowering.segment(i as usize, last(i as usize))),
-            _ => segment_of(&[], lowering),
-        },
         Value::Dict(d) => segment_of(&d.borrow(), lowering),
         _ => segment_of(&[], lowering),
     }

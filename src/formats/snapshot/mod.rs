@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::io::BufRead;
 
-use super::pickle::{self, Limits, Lowered, Value};
+use super::pickle::{self, Limits, Value};
 use crate::error::{Error, Result};
 use crate::model::{Annotation, DeviceTrace, Diagnostic, Event, Format, Segment, SiteId, Trace};
 
@@ -162,12 +162,10 @@ fn build_trace(root: &Value, mut lowering: EntryLowering) -> Result<Trace> {
         // segments, 465K blocks).
         let mut last_place = vec![usize::MAX; lowering.segments.len()];
         for (k, seg) in items.iter().enumerate() {
-            if let Value::Handle(h) = seg {
-                if let Lowered::Segment(i) = h.lowered() {
-                    if let Some(place) = last_place.get_mut(i as usize) {
-                        *place = k;
-                    }
-                }
+            if let Some(place) =
+                allocator_state::lowered_segment(seg).and_then(|i| last_place.get_mut(i))
+            {
+                *place = k;
             }
         }
         for (k, seg) in items.iter().enumerate() {
