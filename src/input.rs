@@ -21,6 +21,8 @@ use crate::error::{Error, Result};
 use crate::formats::{chrome, pickle, snapshot, timeline_export};
 use crate::model::{Diagnostic, Trace};
 
+mod mapped;
+
 /// Bounds on what an input may make memcut do.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -33,6 +35,13 @@ pub struct Limits {
     pub max_inflate_ratio: u64,
     /// Bounds of the pickle reader.
     pub pickle: pickle::Limits,
+    /// Whether a big plain Chrome trace may be read through a memory map
+    /// of its file instead of `read` calls (`input/mapped.rs`: faster, the
+    /// same result; but a file truncated by another process while it is
+    /// read ends the process with `SIGBUS`). The `memcut` command sets it;
+    /// off by default, so that a library or Python caller never meets that
+    /// signal.
+    pub map_files: bool,
 }
 
 /// Inflated bytes after which [`Limits::max_inflate_ratio`] applies.
@@ -44,6 +53,7 @@ impl Default for Limits {
             max_inflated_bytes: default_inflate_limit(),
             max_inflate_ratio: 250,
             pickle: pickle::Limits::default(),
+            map_files: false,
         }
     }
 }
@@ -130,12 +140,17 @@ fn read_split(path: &std::path::Path, limits: &Limits) -> Option<Option<Result<T
     if size < chrome::MIN_SPLIT_BYTES {
         return None;
     }
-    file.seek(SeekFrom::Start(0)).ok()?;
     // Where the second thread starts. With gzip it inflates all it skips,
     // so it starts later: inflating takes ~1/4 of parsing's time, and the
     // threads are even when the second thread's whole inflate and its
     // share of parsing match the first's share of both (5/9 of the way).
     let middle = if gzip { size / 9 * 5 } else { size / 2 };
+    if !gzip && limits.map_files {
+        if let Some(map) = mapped::Mapped::open(&file, len) {
+            return read_split_mapped(&map, middle);
+        }
+    }
+    file.seek(SeekFrom::Start(0)).ok()?;
     let mut compressed = BufReader::with_capacity(1 << 20, file);
     let mut head: Box<dyn BufRead> = if gzip {
         let inflated = LimitedReader::new(&mut compressed, limits, Rc::default());
@@ -157,6 +172,18 @@ fn read_split(path: &std::path::Path, limits: &Limits) -> Option<Option<Result<T
             file.seek(SeekFrom::Start(middle)).ok()?;
             chrome::read_tail_near(&mut file, middle, meeting)
         }
+    }))
+}
+
+/// [`read_split`] of a plain file through a map of it: both threads read
+/// the page cache in place (`mapped.rs`).
+fn read_split_mapped(map: &mapped::Mapped, middle: u64) -> Option<Option<Result<Trace>>> {
+    let mut head = map.reader(0);
+    if skip_bom_and_space(head.fill_buf().ok()?).first() != Some(&b'{') {
+        return None;
+    }
+    Some(chrome::read_chrome_two(&mut head, |meeting| {
+        chrome::read_tail_near_buffered(&mut map.reader(middle), middle, meeting)
     }))
 }
 
@@ -332,12 +359,17 @@ struct Chunks {
 
 impl Read for Chunks {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let available = self.fill_buf()?;
-        let n = available.len().min(buf.len());
-        buf[..n].copy_from_slice(&available[..n]);
-        self.consume(n);
-        Ok(n)
+        read_buffered(self, buf)
     }
+}
+
+/// `Read::read` of a reader that buffers already: a copy from its buffer.
+fn read_buffered(reader: &mut impl BufRead, buf: &mut [u8]) -> std::io::Result<usize> {
+    let available = reader.fill_buf()?;
+    let n = available.len().min(buf.len());
+    buf[..n].copy_from_slice(&available[..n]);
+    reader.consume(n);
+    Ok(n)
 }
 
 impl BufRead for Chunks {
@@ -741,17 +773,32 @@ mod tests {
         };
         let whole = show(parse_bytes(text.as_bytes(), &limits));
         assert!(!whole.starts_with("error"), "{whole:.300}");
-        for path in [&plain, &zipped] {
-            let split = read_split(path, &limits)
+        // Read, and through a map of the file (what the `memcut` command
+        // asks; a gzipped file is read either way): the same trace.
+        let mapped = Limits {
+            map_files: true,
+            ..Limits::default()
+        };
+        for (limits, path) in [&limits, &mapped]
+            .into_iter()
+            .flat_map(|l| [(l, &plain), (l, &zipped)])
+        {
+            let split = read_split(path, limits)
                 .expect("split")
                 .expect("not declined");
-            assert_eq!(show(split), whole, "{}", path.display());
-            assert_eq!(show(read_file(path, &limits)), whole, "{}", path.display());
+            let how = format!("{} mapped: {}", path.display(), limits.map_files);
+            assert_eq!(show(split), whole, "{how}");
+            assert_eq!(show(read_file(path, limits)), whole, "{how}");
         }
         assert!(matches!(read_split(&cut, &limits), Some(None)));
         let cut_whole = show(read_trace(std::fs::File::open(&cut).unwrap(), &limits));
         assert!(cut_whole.contains("truncated"), "{cut_whole:.300}");
         assert_eq!(show(read_file(&cut, &limits)), cut_whole);
+        // A file that is not a trace in the object form is left to the
+        // whole read, mapped or not.
+        let list = dir.path().join("list.json");
+        std::fs::write(&list, format!("[{}", &text[1..])).unwrap();
+        assert!(read_split(&list, &mapped).is_none());
     }
 
     #[test]

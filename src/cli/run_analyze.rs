@@ -51,6 +51,7 @@ pub fn analyze(args: &AnalyzeArgs) -> Exit {
         Err(msg) => return usage(msg),
     };
     let mut options = AnalyzeOptions::new();
+    options.limits.map_files = true;
     options.analysis.device = args.device.clone();
     options.analysis.top = args
         .top
@@ -132,6 +133,7 @@ pub fn analyze(args: &AnalyzeArgs) -> Exit {
 
 pub fn diff(args: &DiffArgs) -> Exit {
     let mut options = AnalyzeOptions::new();
+    options.limits.map_files = true;
     options.analysis.device = args.device.clone();
     // Every format places each peak on the same normalised time axis.
     options.analysis.plot_points = 500;

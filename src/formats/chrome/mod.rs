@@ -92,7 +92,9 @@ pub fn read_chrome_stream(reader: &mut dyn BufRead) -> Option<Result<Trace>> {
     stream::read_streamed(reader).map(|r| r.map_err(Error::from))
 }
 
-pub(crate) use split::{read_tail_near, skip_inflated, TailRead, MIN_SPLIT_BYTES};
+pub(crate) use split::{
+    read_tail_near, read_tail_near_buffered, skip_inflated, TailRead, MIN_SPLIT_BYTES,
+};
 pub(crate) use stream::Meeting;
 
 /// Reads a Chrome trace in the object form on two threads (`split.rs`):

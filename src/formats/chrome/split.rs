@@ -18,7 +18,8 @@
 //!
 //! Each thread reads the file through its own handle, so neither the file
 //! nor a copy of it is held, and the copy out of the page cache is split
-//! between the two cores as well. A deflate stream can only be inflated
+//! between the two cores as well; for the `memcut` command each reads a
+//! map of the file instead, with no copy (`input/mapped.rs`). A deflate stream can only be inflated
 //! from its start, so for a gzipped file the second thread inflates what
 //! it skips (`input::read_split` picks where it starts and which files are
 //! worth two threads).
@@ -99,6 +100,19 @@ pub(crate) fn read_tail_near(
         from + k as u64,
         meeting,
     )
+}
+
+/// [`read_tail_near`] from a reader whose buffer holds the next [`SEARCH`]
+/// bytes (or the rest of the input), searched in place instead of copied.
+pub(crate) fn read_tail_near_buffered(
+    reader: &mut dyn BufRead,
+    from: u64,
+    meeting: &Meeting,
+) -> Option<TailRead> {
+    let window = reader.fill_buf().ok()?;
+    let k = element_start_near(&window[..window.len().min(SEARCH)])?;
+    reader.consume(k);
+    read_tail_at(reader, from + k as u64, meeting)
 }
 
 /// The second thread's read from `reader`, positioned at offset `at`,
@@ -248,6 +262,34 @@ mod tests {
             };
             assert_eq!(got, want, "offset {at}");
         }
+    }
+
+    /// The second thread searching its reader's buffer in place (a mapped
+    /// file) gives the streaming result from every offset, and meets the
+    /// first thread at the element after the offset.
+    #[test]
+    fn a_search_in_the_buffer_gives_the_streaming_result() {
+        let bytes = TRACE.as_bytes();
+        let want = both(bytes, 0).0;
+        let mut reached = 0;
+        for at in 0..bytes.len() {
+            // Told before either starts, where the search will land.
+            let known = element_start_near(&bytes[at..]).map(|k| (at + k) as u64);
+            let split = read_parts(&mut &bytes[..], known, |m| {
+                read_tail_near_buffered(&mut &bytes[at..], at as u64, m)
+            });
+            let head = split.as_ref().map(|s| s.2);
+            let got = match split {
+                None => "declined".to_string(),
+                Some((Ok(t), c, _)) => format!("{t:?} {c:?}"),
+                Some((Err(e), c, _)) => format!("error {e} {c:?}"),
+            };
+            assert_eq!(got, want, "offset {at}");
+            reached += usize::from(head == Some(Head::Reached));
+        }
+        // From every offset before an event's comma, up to the last one.
+        let last = TRACE.rfind("},").unwrap();
+        assert!(reached > 8 && reached <= last, "{reached}");
     }
 
     #[test]
