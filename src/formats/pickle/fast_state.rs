@@ -19,6 +19,9 @@ pub(super) enum Put {
         at: usize,
         len: usize,
     },
+    /// A string the memo's strings hold already (`Memo::str_id`): the
+    /// index in them.
+    StrId(u32),
     Handle(Handle),
     /// A new empty list ([`Memo::put_empty_list`](super::memo::Memo::put_empty_list)).
     EmptyList,

@@ -219,7 +219,7 @@ impl<'a, R: BufRead + ?Sized> Parser<'a, R> {
                 push!(self, Value::Handle(h));
                 return Ok(());
             }
-            Some(Got::Str(s)) => {
+            Some(Got::Str(s, _)) => {
                 let s = Rc::clone(s);
                 push!(self, Value::Str(s));
                 return Ok(());

@@ -54,7 +54,8 @@ const _: () = assert!(std::mem::size_of::<Slot>() == 8);
 /// a reference to the value.
 pub(super) enum Got<'a> {
     Handle(Handle),
-    Str(&'a Rc<Box<str>>),
+    /// One of the memo's strings ([`Slot::Str`]) and its index in them.
+    Str(&'a Rc<Box<str>>, u32),
     Value(&'a Value),
     /// A [`Slot::EmptyList`]: an empty list nothing else refers to.
     EmptyList,
@@ -65,7 +66,7 @@ impl Got<'_> {
     pub(super) fn handle(&self) -> Option<Handle> {
         match *self {
             Got::Handle(h) | Got::Value(&Value::Handle(h)) => Some(h),
-            Got::Str(_) | Got::Value(_) | Got::EmptyList => None,
+            Got::Str(..) | Got::Value(_) | Got::EmptyList => None,
         }
     }
 }
@@ -74,7 +75,7 @@ impl<'a> Got<'a> {
     /// The string fetched, if it is one.
     pub(super) fn str(&self) -> Option<&'a str> {
         match *self {
-            Got::Str(s) | Got::Value(Value::Str(s)) => Some(s),
+            Got::Str(s, _) | Got::Value(Value::Str(s)) => Some(s),
             Got::Handle(_) | Got::Value(_) | Got::EmptyList => None,
         }
     }
@@ -127,7 +128,7 @@ impl Memo {
         match self.dense.get(idx as usize) {
             Some(&Slot::Value(i)) => self.values.get(i as usize).map(Got::Value),
             Some(&Slot::Handle(h)) => Some(Got::Handle(h)),
-            Some(&Slot::Str(i)) => self.strs.get(i as usize).map(Got::Str),
+            Some(&Slot::Str(i)) => self.strs.get(i as usize).map(|s| Got::Str(s, i)),
             Some(&Slot::EmptyList) => Some(Got::EmptyList),
             _ => self.get_sparse(idx),
         }
@@ -138,7 +139,7 @@ impl Memo {
     fn get_sparse(&self, idx: u32) -> Option<Got<'_>> {
         match *self.sparse.get(&idx)? {
             Slot::Handle(h) => Some(Got::Handle(h)),
-            Slot::Str(i) => self.strs.get(i as usize).map(Got::Str),
+            Slot::Str(i) => self.strs.get(i as usize).map(|s| Got::Str(s, i)),
             Slot::Value(i) => self.values.get(i as usize).map(Got::Value),
             Slot::EmptyList => Some(Got::EmptyList),
             Slot::Empty => None,
@@ -171,7 +172,7 @@ impl Memo {
     pub(super) fn value(&self, idx: u32) -> Option<Value> {
         Some(match self.get(idx)? {
             Got::Handle(h) => Value::Handle(h),
-            Got::Str(s) => Value::Str(Rc::clone(s)),
+            Got::Str(s, _) => Value::Str(Rc::clone(s)),
             Got::Value(v) => v.clone(),
             Got::EmptyList => Value::List(Rc::default()),
         })
@@ -191,6 +192,24 @@ impl Memo {
         }
         let slot = self.store(v);
         self.put_slot(idx, slot, max_memo)
+    }
+
+    /// The index in the memo's strings of a string equal to `bytes` that a
+    /// fast path put before (while the lookup holds it: see
+    /// [`Memo::put_str`]), and the string: a scan takes it instead of
+    /// checking the bytes as UTF-8 again.
+    #[inline]
+    pub(super) fn str_id(&self, bytes: &[u8]) -> Option<(u32, &str)> {
+        let id = *self.str_ids.get(bytes)?;
+        Some((id, self.strs.get(id as usize)?))
+    }
+
+    /// Stores the memo's string `id` ([`Memo::str_id`]) at `idx`.
+    pub(super) fn put_str_id(&mut self, idx: u32, id: u32, max_memo: usize) -> Result<(), String> {
+        if id as usize >= self.strs.len() {
+            return Err("a string the fast path found is not in the memo".into());
+        }
+        self.put_in_place(idx, Slot::Str(id), max_memo)
     }
 
     /// Stores the string of the UTF-8 `bytes` at `idx` (a fast path's put

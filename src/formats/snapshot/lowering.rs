@@ -60,6 +60,38 @@ pub(super) struct EntryLowering {
     /// Sites of entries made inside a compiled region, by (the entry's own
     /// site, the region's name): its frames and the region's.
     regions: FxHashMap<(SiteId, StrId), SiteId>,
+    /// The sites' ids of the memo's strings that frames named.
+    memo_strs: MemoStrs,
+}
+
+/// The sites' id of each of the memo's strings a frame named, by the
+/// string's index among the memo's strings ([`Item::MemoStr`]): a
+/// `_profile_to_snapshot` traceback spells out each frame's file and
+/// function again for every frame, and the fast path finds each as the
+/// memo's string put before, so the frame takes its id here instead of
+/// hashing the string into [`Sites`] again. Exact: an index is one string
+/// for the whole parse, and the id is what interning that string gave.
+#[derive(Default)]
+struct MemoStrs(Vec<StrId>);
+
+impl MemoStrs {
+    const UNKNOWN: StrId = StrId::MAX;
+
+    /// The sites' id of `s`, the memo's string `index`.
+    fn intern(&mut self, sites: &mut Sites, s: &str, index: u32) -> StrId {
+        let i = index as usize;
+        match self.0.get(i) {
+            Some(&id) if id != Self::UNKNOWN => id,
+            _ => {
+                let id = sites.intern_str(s);
+                if self.0.len() <= i {
+                    self.0.resize(i + 1, Self::UNKNOWN);
+                }
+                self.0[i] = id;
+                id
+            }
+        }
+    }
 }
 
 impl Hook for EntryLowering {
@@ -71,7 +103,11 @@ impl Hook for EntryLowering {
             return Ok(Some(Value::Handle(handle)));
         }
         if allocator_state::has(dict, "filename") && allocator_state::has(dict, "name") {
-            let frame = frame_of(&mut self.sites, dict.iter().map(|(k, v)| (k, v)));
+            let frame = frame_of(
+                &mut self.sites,
+                &mut self.memo_strs,
+                dict.iter().map(|(k, v)| (k, v)),
+            );
             let handle = Handle::frame(self.frames.len())?;
             self.frames.push(frame);
             return Ok(Some(Value::Handle(handle)));
@@ -184,6 +220,7 @@ impl Records for EntryLowering {
         }
         let frame = frame_of(
             &mut self.sites,
+            &mut self.memo_strs,
             items.chunks_exact(2).map(|c| (&c[0], &c[1])),
         );
         if let Some(&h) = self.frame_handles.get(&frame) {
@@ -502,7 +539,11 @@ impl EntryLowering {
                 },
                 Value::Dict(d) => {
                     let d = d.borrow();
-                    resolved.push(frame_of(&mut self.sites, d.iter().map(|(k, v)| (k, v))));
+                    resolved.push(frame_of(
+                        &mut self.sites,
+                        &mut self.memo_strs,
+                        d.iter().map(|(k, v)| (k, v)),
+                    ));
                 }
                 // `forward_frames` style: preformatted lines.
                 Value::Str(line) => resolved.push(Frame {
@@ -552,6 +593,11 @@ trait Field {
     fn u64(&self) -> Option<u64>;
     fn f64(&self) -> Option<f64>;
     fn str(&self) -> Option<&str>;
+    /// A string the memo holds, with its index among the memo's strings
+    /// ([`Item::MemoStr`]).
+    fn memo_str(&self) -> Option<(&str, u32)> {
+        None
+    }
     /// The site of a `frames` value.
     fn site(&self, lowering: &mut EntryLowering) -> SiteId;
 }
@@ -587,7 +633,13 @@ impl Field for Item<'_> {
     }
     fn str(&self) -> Option<&str> {
         match *self {
-            Item::Str(s) => Some(s),
+            Item::Str(s) | Item::MemoStr(s, _) => Some(s),
+            _ => None,
+        }
+    }
+    fn memo_str(&self) -> Option<(&str, u32)> {
+        match *self {
+            Item::MemoStr(s, index) => Some((s, index)),
             _ => None,
         }
     }
@@ -636,8 +688,13 @@ fn first_value<'a>(
 /// (`fx_node_op`, `fx_node_name`, `fx_node_target`, …) are ignored.
 fn frame_of<'a, F: Field + 'a>(
     sites: &mut Sites,
+    memo_strs: &mut MemoStrs,
     pairs: impl Iterator<Item = (&'a F, &'a F)>,
 ) -> Frame {
+    let mut intern = |value: &F| match value.memo_str() {
+        Some((s, index)) => memo_strs.intern(sites, s, index),
+        None => sites.intern_str(value.str().unwrap_or("")),
+    };
     let mut frame = Frame {
         filename: 0,
         line: 0,
@@ -646,8 +703,8 @@ fn frame_of<'a, F: Field + 'a>(
     let mut original = None;
     for (key, value) in pairs {
         match key.str() {
-            Some("filename") => frame.filename = sites.intern_str(value.str().unwrap_or("")),
-            Some("name") => frame.name = sites.intern_str(value.str().unwrap_or("")),
+            Some("filename") => frame.filename = intern(value),
+            Some("name") => frame.name = intern(value),
             Some("line") => frame.line = value.u64().unwrap_or(0).min(u32::MAX as u64) as u32,
             Some("fx_original_trace") => original = value.str(),
             _ => {}

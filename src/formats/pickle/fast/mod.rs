@@ -94,7 +94,8 @@ pub(crate) trait Records {
 }
 
 /// A field of a record offered to [`Records`]: a borrowed view of a
-/// scalar or string [`Value`] (keys are always [`Item::Str`]).
+/// scalar or string [`Value`] (keys are always [`Item::Str`] or
+/// [`Item::MemoStr`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Item<'a> {
     None,
@@ -102,6 +103,11 @@ pub(crate) enum Item<'a> {
     Int(i64),
     Float(f64),
     Str(&'a str),
+    /// A string the memo holds, and its index among the memo's strings
+    /// (the same index is always the same string, for the whole parse): a
+    /// hook may keep what it makes of a string by that index. Read as
+    /// [`Item::Str`] otherwise.
+    MemoStr(&'a str, u32),
     Handle(Handle),
     /// A list fetched from the memo: the hook may read and change it as it
     /// would the list the opcodes fetch.
@@ -401,7 +407,7 @@ fn scan_record<'b: 'x, 'm: 'x, 'x>(
         let item = match code {
             op::BINGET | op::LONG_BINGET => {
                 match memo.get(opcodes::memo_index(code, buf, &mut i)?)? {
-                    Got::Str(s) => Item::Str(s),
+                    Got::Str(s, id) => Item::MemoStr(s, id),
                     Got::Handle(_) if key => return None,
                     Got::Handle(h) => Item::Handle(h),
                     Got::EmptyList if lists.is_some() && !key => Item::EmptyList,
@@ -421,12 +427,24 @@ fn scan_record<'b: 'x, 'm: 'x, 'x>(
             }
             op::SHORT_BINUNICODE => {
                 let at = i + 1;
-                let s = std::str::from_utf8(opcodes::short_str(buf, &mut i)?).ok()?;
+                let bytes = opcodes::short_str(buf, &mut i)?;
                 if buf.get(i) == Some(&op::MEMOIZE) {
                     i += 1;
-                    puts.push(Put::Str { at, len: s.len() });
+                    // A string put before (a frame's file and function,
+                    // spelled out again for each frame of a
+                    // `_profile_to_snapshot` traceback) is the memo's own:
+                    // no UTF-8 check, and its put needs no lookup.
+                    if let Some((id, s)) = memo.str_id(bytes) {
+                        puts.push(Put::StrId(id));
+                        Item::MemoStr(s, id)
+                    } else {
+                        let s = std::str::from_utf8(bytes).ok()?;
+                        puts.push(Put::Str { at, len: s.len() });
+                        Item::Str(s)
+                    }
+                } else {
+                    Item::Str(std::str::from_utf8(bytes).ok()?)
                 }
-                Item::Str(s)
             }
             _ if key => return None,
             op::EMPTY_LIST => lists.as_deref_mut()?.list(buf, &mut i, memo, puts)?,
@@ -464,6 +482,7 @@ fn put_all(
         let idx = first + j as u32;
         match *p {
             Put::Str { at, len } => memo.put_str(idx, &buf[at..at + len], max_memo)?,
+            Put::StrId(id) => memo.put_str_id(idx, id, max_memo)?,
             Put::Handle(h) => memo.put_handle(idx, h, max_memo)?,
             Put::EmptyList => memo.put_empty_list(idx, max_memo)?,
         }
