@@ -47,11 +47,25 @@ impl Py {
 
 /// Pickles `value` with `protocol` (2 to 5).
 pub(crate) fn dumps(value: &Py, protocol: u8) -> Vec<u8> {
+    dumps_as(value, protocol, true)
+}
+
+/// [`dumps`] with every string spelled out and memoized wherever it
+/// appears: equal strings that are distinct objects, as pickle writes a
+/// `_profile_to_snapshot` traceback's file and function names (only a
+/// [`Py::Shared`] string is written once).
+#[cfg(test)]
+pub(crate) fn dumps_spelled(value: &Py, protocol: u8) -> Vec<u8> {
+    dumps_as(value, protocol, false)
+}
+
+fn dumps_as(value: &Py, protocol: u8, one_string_object: bool) -> Vec<u8> {
     assert!((2..=5).contains(&protocol), "protocol {protocol}");
     let mut w = Writer {
         out: Vec::new(),
         protocol,
         next_memo: 0,
+        one_string_object,
         strings: HashMap::new(),
         shared: HashMap::new(),
     };
@@ -70,8 +84,10 @@ struct Writer {
     out: Vec<u8>,
     protocol: u8,
     next_memo: u32,
-    /// Memo slots of the strings written (equal strings are one object, as
-    /// the interned keys of a real snapshot are).
+    /// Whether equal strings are one object (fetched from the memo after
+    /// the first), as the interned keys of a real snapshot are.
+    one_string_object: bool,
+    /// Memo slots of the strings written (the last, for each string).
     strings: HashMap<String, u32>,
     /// Memo slots of the shared objects written, by address.
     shared: HashMap<*const Py, u32>,
@@ -187,7 +203,7 @@ impl Writer {
     }
 
     fn string(&mut self, s: &str) {
-        if let Some(&slot) = self.strings.get(s) {
+        if let Some(&slot) = self.strings.get(s).filter(|_| self.one_string_object) {
             return self.get(slot);
         }
         let len = s.len();

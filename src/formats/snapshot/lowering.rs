@@ -61,7 +61,7 @@ pub(super) struct EntryLowering {
     /// site, the region's name): its frames and the region's.
     regions: FxHashMap<(SiteId, StrId), SiteId>,
     /// The sites' ids of the memo's strings that frames named.
-    memo_strs: MemoStrs,
+    pub(super) memo_strs: MemoStrs,
 }
 
 /// The sites' id of each of the memo's strings a frame named, by the
@@ -72,10 +72,16 @@ pub(super) struct EntryLowering {
 /// hashing the string into [`Sites`] again. Exact: an index is one string
 /// for the whole parse, and the id is what interning that string gave.
 #[derive(Default)]
-struct MemoStrs(Vec<StrId>);
+pub(super) struct MemoStrs(Vec<StrId>);
 
 impl MemoStrs {
     const UNKNOWN: StrId = StrId::MAX;
+
+    /// How many of the memo's strings have their sites' id here.
+    #[cfg(test)]
+    pub(super) fn known(&self) -> usize {
+        self.0.iter().filter(|&&id| id != Self::UNKNOWN).count()
+    }
 
     /// The sites' id of `s`, the memo's string `index`.
     fn intern(&mut self, sites: &mut Sites, s: &str, index: u32) -> StrId {

@@ -469,7 +469,7 @@ mod found {
 /// lowered in place: 99.7%, 96.7%, 98.1%, 27.3%, 64.8%).
 mod fast_path_shapes {
     use super::*;
-    use crate::formats::pickle::writer::{dumps, Py};
+    use crate::formats::pickle::writer::{dumps, dumps_spelled, Py};
     use crate::test_support::{corpus_dir, read_maybe_gz};
 
     /// How a file took the fast paths.
@@ -482,6 +482,8 @@ mod fast_path_shapes {
         segments_lowered: f64,
         /// Items the trace lists hold per entry (runs of events: ~1/1000).
         items_per_entry: f64,
+        /// The memo's strings whose sites' id a frame took by their index.
+        memo_strs: usize,
     }
 
     fn share(bytes: &[u8]) -> Share {
@@ -516,6 +518,7 @@ mod fast_path_shapes {
             hinted: hints.taken(),
             segments_lowered: lowered as f64 / segments.len().max(1) as f64,
             items_per_entry: items as f64 / events,
+            memo_strs: lowering.memo_strs.known(),
         }
     }
 
@@ -575,8 +578,10 @@ mod fast_path_shapes {
     /// traceback spelled out inline (a new dict per frame) whose list a
     /// free entry fetches again, frames lists that are empty, new or
     /// fetched from the memo, and a traceback of inline frames mixed with
-    /// frames fetched from the memo. All lowered in place, and alike every
-    /// way.
+    /// frames fetched from the memo; with equal strings one object, and
+    /// spelled out again wherever they appear (`_profile_to_snapshot`: the
+    /// fast path then takes them from the memo's strings, `Item::MemoStr`).
+    /// All lowered in place, and alike every way.
     #[test]
     fn inline_and_empty_tracebacks_are_lowered_in_place() {
         let frame = |name: &str, line: i128| {
@@ -612,13 +617,28 @@ mod fast_path_shapes {
             ("segments", Py::List(vec![])),
             ("device_traces", Py::List(vec![Py::List(entries)])),
         ]);
-        for protocol in [4, 5] {
-            let bytes = dumps(&root, protocol);
+        for (protocol, spelled) in [(4, false), (5, false), (4, true), (5, true)] {
+            let bytes = match spelled {
+                false => dumps(&root, protocol),
+                true => dumps_spelled(&root, protocol),
+            };
             generate::all_ways(&bytes).unwrap();
-            let in_place = share(&bytes).in_place;
+            let Share {
+                in_place,
+                memo_strs,
+                ..
+            } = share(&bytes);
             // All but the first, which fetches the shared frame from a
             // slot its own traceback fills.
-            assert!(in_place > 0.99, "protocol {protocol}: {in_place}");
+            assert!(in_place > 0.99, "protocol {protocol} {spelled}: {in_place}");
+            // Spelled again, the frames' files and functions (train.py,
+            // forward, main, backward) are taken from the memo's strings.
+            // (One object each, they are fetched from the slots the first
+            // entry's opcodes filled: plain strings.)
+            assert!(
+                !spelled || memo_strs >= 4,
+                "protocol {protocol}: {memo_strs}"
+            );
             let trace = parse_pickle(&bytes[..], &Limits::default()).unwrap();
             let sites = &trace.sites;
             let names = |i: usize| -> Vec<&str> {
