@@ -145,23 +145,30 @@ fn read_split(path: &std::path::Path, limits: &Limits) -> Option<Option<Result<T
     // threads are even when the second thread's whole inflate and its
     // share of parsing match the first's share of both (5/9 of the way).
     let middle = if gzip { size / 9 * 5 } else { size / 2 };
-    if !gzip && limits.map_files {
-        if let Some(map) = mapped::Mapped::open(&file, len) {
-            return read_split_mapped(&map, middle);
-        }
-    }
+    // A plain file mapped (`mapped.rs`): both threads read the page cache
+    // in place, and the read buffer below is never used.
+    let map = match gzip || !limits.map_files {
+        true => None,
+        false => mapped::Mapped::open(&file, len),
+    };
     file.seek(SeekFrom::Start(0)).ok()?;
-    let mut compressed = BufReader::with_capacity(1 << 20, file);
-    let mut head: Box<dyn BufRead> = if gzip {
-        let inflated = LimitedReader::new(&mut compressed, limits, Rc::default());
-        Box::new(BufReader::with_capacity(1 << 20, inflated))
-    } else {
-        Box::new(&mut compressed)
+    let buffer = if map.is_some() { 0 } else { 1 << 20 };
+    let mut compressed = BufReader::with_capacity(buffer, file);
+    let mut head: Box<dyn BufRead> = match &map {
+        Some(map) => Box::new(map.reader(0)),
+        None if gzip => {
+            let inflated = LimitedReader::new(&mut compressed, limits, Rc::default());
+            Box::new(BufReader::with_capacity(1 << 20, inflated))
+        }
+        None => Box::new(&mut compressed),
     };
     if skip_bom_and_space(head.fill_buf().ok()?).first() != Some(&b'{') {
         return None;
     }
     Some(chrome::read_chrome_two(&mut head, |meeting| {
+        if let Some(map) = &map {
+            return chrome::read_tail_near_buffered(&mut map.reader(middle), middle, meeting);
+        }
         let mut file = std::fs::File::open(path).ok()?;
         if gzip {
             let mut compressed = BufReader::with_capacity(1 << 20, file);
@@ -172,18 +179,6 @@ fn read_split(path: &std::path::Path, limits: &Limits) -> Option<Option<Result<T
             file.seek(SeekFrom::Start(middle)).ok()?;
             chrome::read_tail_near(&mut file, middle, meeting)
         }
-    }))
-}
-
-/// [`read_split`] of a plain file through a map of it: both threads read
-/// the page cache in place (`mapped.rs`).
-fn read_split_mapped(map: &mapped::Mapped, middle: u64) -> Option<Option<Result<Trace>>> {
-    let mut head = map.reader(0);
-    if skip_bom_and_space(head.fill_buf().ok()?).first() != Some(&b'{') {
-        return None;
-    }
-    Some(chrome::read_chrome_two(&mut head, |meeting| {
-        chrome::read_tail_near_buffered(&mut map.reader(middle), middle, meeting)
     }))
 }
 

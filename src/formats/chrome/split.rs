@@ -202,13 +202,17 @@ mod tests {
         let split = read_parts(&mut &bytes[..], Some(at as u64), |m| {
             read_tail_at(&mut &bytes[at..], at as u64, m)
         });
-        let show = |r: Option<(Result<Trace, ReadError>, Counts)>| match r {
+        let head = split.as_ref().map(|s| s.2);
+        (show(whole), show(split.map(|(t, c, _)| (t, c))), head)
+    }
+
+    /// A read's result as text, to compare.
+    fn show(r: Option<(Result<Trace, ReadError>, Counts)>) -> String {
+        match r {
             None => "declined".to_string(),
             Some((Ok(t), c)) => format!("{t:?} {c:?}"),
             Some((Err(e), c)) => format!("error {e} {c:?}"),
-        };
-        let head = split.as_ref().map(|s| s.2);
-        (show(whole), show(split.map(|(t, c, _)| (t, c))), head)
+        }
     }
 
     const TRACE: &str = r#"{"schemaVersion": 1, "deviceProperties": [{"id": 0, "totalGlobalMem": 1000}],
@@ -255,12 +259,7 @@ mod tests {
                 std::thread::sleep(std::time::Duration::from_millis(5));
                 read_tail_at(&mut &bytes[at..], at as u64, m)
             });
-            let got = match split {
-                None => "declined".to_string(),
-                Some((Ok(t), c, _)) => format!("{t:?} {c:?}"),
-                Some((Err(e), c, _)) => format!("error {e} {c:?}"),
-            };
-            assert_eq!(got, want, "offset {at}");
+            assert_eq!(show(split.map(|(t, c, _)| (t, c))), want, "offset {at}");
         }
     }
 
@@ -279,12 +278,7 @@ mod tests {
                 read_tail_near_buffered(&mut &bytes[at..], at as u64, m)
             });
             let head = split.as_ref().map(|s| s.2);
-            let got = match split {
-                None => "declined".to_string(),
-                Some((Ok(t), c, _)) => format!("{t:?} {c:?}"),
-                Some((Err(e), c, _)) => format!("error {e} {c:?}"),
-            };
-            assert_eq!(got, want, "offset {at}");
+            assert_eq!(show(split.map(|(t, c, _)| (t, c))), want, "offset {at}");
             reached += usize::from(head == Some(Head::Reached));
         }
         // From every offset before an event's comma, up to the last one.
