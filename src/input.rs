@@ -144,7 +144,10 @@ fn read_split(path: &std::path::Path, limits: &Limits) -> Option<Option<Result<T
     // so it starts later: inflating takes ~1/4 of parsing's time, and the
     // threads are even when the second thread's whole inflate and its
     // share of parsing match the first's share of both (5/9 of the way).
-    let middle = if gzip { size / 9 * 5 } else { size / 2 };
+    // A plain file is read in pieces (`read_tail_pieces`): the first one,
+    // from 3/5 of the way, is less than half, so that a second one below
+    // it evens out the threads' pace.
+    let middle = if gzip { size / 9 * 5 } else { size / 5 * 3 };
     // A plain file mapped (`mapped.rs`): both threads read the page cache
     // in place, and the read buffer below is never used.
     let map = match gzip || !limits.map_files {
@@ -167,18 +170,22 @@ fn read_split(path: &std::path::Path, limits: &Limits) -> Option<Option<Result<T
     }
     Some(chrome::read_chrome_two(&mut head, |meeting| {
         if let Some(map) = &map {
-            return chrome::read_tail_near_buffered(&mut map.reader(middle), middle, meeting);
+            let open = |at| Some(Box::new(map.reader(at)) as Box<dyn BufRead>);
+            return chrome::read_tail_pieces(&open, middle, len, meeting);
         }
-        let mut file = std::fs::File::open(path).ok()?;
         if gzip {
+            let file = std::fs::File::open(path).ok()?;
             let mut compressed = BufReader::with_capacity(1 << 20, file);
             let mut inflated = LimitedReader::new(&mut compressed, limits, Rc::default());
             chrome::skip_inflated(&mut inflated, middle, meeting)?;
-            chrome::read_tail_near(&mut inflated, middle, meeting)
-        } else {
-            file.seek(SeekFrom::Start(middle)).ok()?;
-            chrome::read_tail_near(&mut file, middle, meeting)
+            return chrome::read_tail_near(&mut inflated, middle, meeting);
         }
+        let open = |at| {
+            let mut file = std::fs::File::open(path).ok()?;
+            file.seek(SeekFrom::Start(at)).ok()?;
+            Some(Box::new(BufReader::with_capacity(1 << 20, file)) as Box<dyn BufRead>)
+        };
+        chrome::read_tail_pieces(&open, middle, len, meeting)
     }))
 }
 

@@ -152,9 +152,10 @@ impl Collector {
     /// file. Thread ids are dense in order of first appearance, positions
     /// count on from this collector's, memory events are deduplicated
     /// against this collector's, and the later top-level values win.
-    /// Nothing is to be collected after it: the names and duplicate keys of
-    /// `later` are not added to this collector's sets.
-    pub(super) fn append(&mut self, later: Collector) {
+    /// Nothing is to be collected after it: the names of `later` are not
+    /// added to this collector's set, nor its duplicate keys unless
+    /// another collector is to be appended after it (`more`).
+    pub(super) fn append(&mut self, later: Collector, more: bool) {
         // The tail's operators keep their own name allocations, and its
         // names are not added to this collector's set: nothing is
         // collected after a join, so the set would only be hashed into
@@ -203,14 +204,17 @@ impl Collector {
         // The tail's events are distinct among themselves (its own check
         // dropped the rest; the thread remap keeps distinct keys distinct),
         // and nothing is collected after a join: each is looked up in this
-        // collector's set, which is neither grown nor added to.
+        // collector's set, which is grown only for a collector appended
+        // after this one.
         mine.mems.reserve(out.mems.len());
         for (mem, key) in out.mems.into_iter().zip(tail.mem_keys) {
             if let Some((t, ts, addr, bytes, idx, dt, di)) = key {
-                if self
-                    .dedupe
-                    .contains(&(thread(t), ts, addr, bytes, idx, dt, di))
-                {
+                let key = (thread(t), ts, addr, bytes, idx, dt, di);
+                let seen = match more {
+                    true => !self.dedupe.insert(key),
+                    false => self.dedupe.contains(&key),
+                };
+                if seen {
                     duplicates += 1;
                     continue;
                 }

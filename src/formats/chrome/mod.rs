@@ -93,7 +93,7 @@ pub fn read_chrome_stream(reader: &mut dyn BufRead) -> Option<Result<Trace>> {
 }
 
 pub(crate) use split::{
-    read_tail_near, read_tail_near_buffered, skip_inflated, TailRead, MIN_SPLIT_BYTES,
+    read_tail_near, read_tail_pieces, skip_inflated, TailRead, MIN_SPLIT_BYTES,
 };
 pub(crate) use stream::Meeting;
 

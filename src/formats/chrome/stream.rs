@@ -27,7 +27,8 @@
 //! (`tests/streaming.rs`). Speed: see `read_streamed`.
 
 use std::io::BufRead;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use serde::de::{DeserializeSeed, IgnoredAny};
 
@@ -138,37 +139,135 @@ pub(super) enum Head {
 
 /// What the two threads of a split read (`split.rs`) share.
 pub(crate) struct Meeting {
-    /// Where the second thread reads from, once it knows: [`Meeting::UNKNOWN`]
-    /// until then, [`Meeting::NOWHERE`] if it found no place.
-    pub(super) at: AtomicU64,
+    claims: Mutex<Claims>,
     /// Raised when the second thread's result is no longer wanted.
     pub(super) cancel: AtomicBool,
+    /// How far past the offset it last published the first thread may
+    /// read before it looks at the claims again: a claim below that is
+    /// refused ([`Meeting::MARGIN`]).
+    margin: u64,
+    /// The smallest piece the second thread starts after its first.
+    pub(super) min_piece: u64,
+}
+
+/// Where each thread of a split read is, as the other one may know it.
+struct Claims {
+    /// The offsets the second thread reads pieces from (each piece up to
+    /// the next, the last to the end of the file). A guess may lie inside
+    /// a string: the first thread stops at the first one it meets exactly
+    /// at an element's start, and passes the others.
+    starts: Vec<u64>,
+    /// Where the first thread was when it last looked at `starts`.
+    head: u64,
+    /// The first thread has stopped, or read to the end: no more claims.
+    head_done: bool,
 }
 
 impl Meeting {
-    pub(super) const UNKNOWN: u64 = u64::MAX;
-    pub(super) const NOWHERE: u64 = u64::MAX - 1;
+    /// How far past the offset it last published the first thread may
+    /// read before it looks at the claims again: a reader's buffer (1 MiB
+    /// at most in `split.rs`'s readers), an element stitched across its
+    /// end, and room to spare. Only a matter of speed: a claim the first
+    /// thread passed unseen is a piece the join drops.
+    pub(super) const MARGIN: u64 = 3 << 20;
+    /// The smallest piece the second thread starts after its first: below
+    /// this the first thread reads the rest (a piece costs a join).
+    pub(super) const MIN_PIECE: u64 = 4 << 20;
 
     pub(super) fn new() -> Meeting {
+        Meeting::sized(Meeting::MARGIN, Meeting::MIN_PIECE)
+    }
+
+    /// A meeting with other sizes than the file readers' (tests: pieces
+    /// of a small input).
+    pub(super) fn sized(margin: u64, min_piece: u64) -> Meeting {
         Meeting {
-            at: AtomicU64::new(Meeting::UNKNOWN),
+            claims: Mutex::new(Claims {
+                starts: Vec::new(),
+                head: 0,
+                head_done: false,
+            }),
             cancel: AtomicBool::new(false),
+            margin,
+            min_piece,
         }
+    }
+
+    /// The first thread may read this far past where it last looked.
+    pub(super) fn margin(&self) -> u64 {
+        self.margin
+    }
+
+    fn claims(&self) -> std::sync::MutexGuard<'_, Claims> {
+        // A thread that panicked holding it leaves plain numbers behind.
+        self.claims.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tells the first thread before either starts where the second
+    /// will read from (tests: else a small input may be read to its end
+    /// before the second thread has said).
+    #[cfg(test)]
+    pub(super) fn tell(&self, at: u64) {
+        self.claims().starts.push(at);
+    }
+
+    /// The second thread asks to read a piece from `at` on: granted when
+    /// that is an offset already told, or while the first thread is still
+    /// far enough before it ([`Meeting::MARGIN`]) to see the claim in time.
+    pub(super) fn claim(&self, at: u64) -> bool {
+        let mut c = self.claims();
+        if c.starts.contains(&at) {
+            return true;
+        }
+        if c.head_done || at < c.head.saturating_add(self.margin) {
+            return false;
+        }
+        c.starts.push(at);
+        true
+    }
+
+    /// The second thread takes back its claim of a piece from `at` (it
+    /// could not read it), so that the first thread reads on past it.
+    pub(super) fn unclaim(&self, at: u64) {
+        self.claims().starts.retain(|&s| s != at);
+    }
+
+    /// The first thread's offset at its last look (the second thread's
+    /// estimate of where it is).
+    pub(super) fn head(&self) -> u64 {
+        self.claims().head
+    }
+
+    /// The first thread is at `position`: publishes it, and gives the
+    /// lowest claim at or after it.
+    fn look(&self, position: u64) -> Option<u64> {
+        let mut c = self.claims();
+        c.head = c.head.max(position);
+        c.starts.iter().copied().filter(|&s| s >= position).min()
+    }
+
+    /// The first thread claims nothing more (it stopped, or read to the
+    /// end): the second thread starts no further piece.
+    fn head_done(&self) {
+        self.claims().head_done = true;
     }
 }
 
-/// Reads a Chrome trace like [`read_counted`], but stops at the offset in
-/// `meeting` (once the other thread has put one there) if an element of
-/// `traceEvents` starts exactly there: the elements from there on are
-/// [`read_tail`]'s. `None`: declined, as [`read_streamed`] declines.
+/// Reads a Chrome trace like [`read_counted`], but stops at the lowest
+/// offset the other thread claimed in `meeting` (it may lower it while
+/// this one reads) if an element of `traceEvents` starts exactly there:
+/// the elements from there on are [`read_tail`]'s; with the offset where
+/// it stopped. `None`: declined, as [`read_streamed`] declines.
 pub(super) fn read_head(
     reader: &mut dyn BufRead,
     meeting: &Meeting,
-) -> Option<(Collector, Counts, Head)> {
+) -> Option<(Collector, Counts, Head, u64)> {
     let mut col = Collector::default();
     let mut feed = Feed::new(reader, Some(meeting));
     feed.watching = true;
-    if !read_top(&mut feed, &mut col)? {
+    let top = read_top(&mut feed, &mut col);
+    meeting.head_done();
+    if !top? {
         return None;
     }
     let head = if feed.stopped {
@@ -176,29 +275,36 @@ pub(super) fn read_head(
     } else {
         Head::Whole
     };
-    Some((col, feed.counts, head))
+    Some((col, feed.counts, head, feed.position()))
 }
 
 /// Reads the rest of a Chrome trace from the start of an element of
-/// `traceEvents` (just after a comma) to the end of the file, into a
-/// collector that remembers what [`Collector::append`] needs. Only
-/// meaningful when [`read_head`] confirms that an element starts there.
+/// `traceEvents` (just after a comma), into a collector that remembers
+/// what [`Collector::append`] needs: up to `end` (an offset from the
+/// reader's start) if an element starts exactly there (`true`), else to
+/// the end of the file (`false`). Only meaningful when [`read_head`] (or
+/// the piece before) confirms that an element starts where it starts.
 /// `None`: declined, or cancelled.
 pub(super) fn read_tail(
     reader: &mut dyn BufRead,
+    end: Option<u64>,
     meeting: &Meeting,
-) -> Option<(Collector, Counts)> {
+) -> Option<(Collector, Counts, bool)> {
     let mut col = Collector::for_tail();
     let mut feed = Feed::new(reader, Some(meeting));
+    feed.stop = end;
     col.saw_trace_events = true;
     read_elements(&mut feed, &mut col)?;
+    if feed.stopped {
+        return Some((col, feed.counts, true));
+    }
     let more = feed.item(|s| {
         let mut i = 0;
         let more = separator(s, &mut i, b'}')?;
         Ok((i, more))
     })?;
     read_keys(&mut feed, &mut col, more)?;
-    Some((col, feed.counts))
+    Some((col, feed.counts, false))
 }
 
 /// The top-level object; whether it had a `traceEvents` key.
@@ -492,21 +598,13 @@ impl<'r> Feed<'r> {
         }
     }
 
-    /// Where [`read_head`] is to stop, as far as it knows yet. An offset
-    /// learnt after the read went past it is passed at the next check.
+    /// Where [`read_head`] is to stop, as far as it knows yet: the lowest
+    /// claim of the other thread ahead of it (which may claim a lower one
+    /// later, but none this read could pass before its next look).
     fn stop(&mut self) -> Option<u64> {
         if self.watching {
-            let at = self
-                .meeting
-                .map_or(Meeting::NOWHERE, |m| m.at.load(Ordering::Acquire));
-            match at {
-                Meeting::UNKNOWN => {}
-                Meeting::NOWHERE => self.watching = false,
-                at => {
-                    self.watching = false;
-                    self.stop = Some(at);
-                }
-            }
+            let position = self.position();
+            self.stop = self.meeting.and_then(|m| m.look(position));
         }
         self.stop
     }
@@ -524,6 +622,8 @@ impl<'r> Feed<'r> {
     /// The elements got to [`Feed::stop`] or past it: whether the read
     /// ends there (`exactly`), else it reads on without a stop.
     fn passed(&mut self, exactly: bool) -> bool {
+        // Watching, a claim passed (not an element's start) leaves the
+        // claims above it to meet at.
         self.stop = None;
         self.stopped = exactly;
         exactly

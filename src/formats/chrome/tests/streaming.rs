@@ -8,7 +8,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use super::super::parse_chrome_trace;
-use super::super::split::{element_start_near, read_parts, read_tail_at, read_tail_near};
+use super::super::split::{element_start_near, read_parts, read_tail_at, read_tail_near, told};
 use super::super::stream::{read_counted, Counts, Head, NUMBERS};
 use crate::test_support::corpus_dir;
 
@@ -89,7 +89,7 @@ fn same_split(bytes: &[u8], what: &str) -> Option<Head> {
     let guess = element_start_near(&bytes[mid..bytes.len().min(mid + (1 << 20))]).map(|k| mid + k);
     let head = guess.and_then(|at| {
         check(
-            read_parts(&mut &bytes[..], Some(at as u64), |m| {
+            read_parts(&mut &bytes[..], told(Some(at as u64)), |m| {
                 read_tail_near(&mut &bytes[mid..], mid as u64, m)
             }),
             "the middle",
@@ -97,7 +97,7 @@ fn same_split(bytes: &[u8], what: &str) -> Option<Head> {
     });
     for at in [bytes.len() / 3, bytes.len() * 2 / 3] {
         check(
-            read_parts(&mut &bytes[..], Some(at as u64), |m| {
+            read_parts(&mut &bytes[..], told(Some(at as u64)), |m| {
                 read_tail_at(&mut &bytes[at..], at as u64, m)
             }),
             &at.to_string(),
