@@ -2,6 +2,7 @@
 //! maps outcomes to exit codes. All analysis lives in the library.
 
 mod cli;
+mod huge_pages;
 mod output;
 
 use std::io::Read;
@@ -14,6 +15,9 @@ use cli::run_batch::{batch, merge_summaries};
 use cli::{BudgetArgs, Cli, Command, PlanArgs, PlanFormat, SummaryCommand};
 use memcut::{report::Level, Report};
 use output::WriteError;
+
+#[global_allocator]
+static ALLOCATOR: huge_pages::HugePages = huge_pages::HugePages;
 
 /// Exit codes (DESIGN.md §8; the output table in docs/outputs.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
