@@ -175,8 +175,10 @@ pub(crate) fn read_tail_pieces<'r>(
         // The first element at or after `from`, found in the reader's
         // buffer; it must lie below the piece read last.
         let end = pieces.last().map(|p: &Piece| p.start);
-        let mut reader = open(from)?;
-        let window = reader.fill_buf().ok()?;
+        // A piece that cannot be opened or read is not claimed: the
+        // pieces read so far stand.
+        let Some(mut reader) = open(from) else { break };
+        let Ok(window) = reader.fill_buf() else { break };
         let found = element_start_near(&window[..window.len().min(SEARCH)]);
         let Some(k) = found.filter(|&k| end.is_none_or(|e| from + (k as u64) < e)) else {
             break;
@@ -489,6 +491,20 @@ mod tests {
         assert_eq!(JOINED.with(|n| n.get()), 8);
     }
 
+    /// `TRACE` with its events `n` more times.
+    fn repeated(n: usize) -> String {
+        let (start, events) = TRACE.split_once("\n    {").unwrap();
+        let (events, end) = events.rsplit_once("\n  ]").unwrap();
+        let mut text = format!("{start}\n    {{{events}");
+        for _ in 0..n {
+            text.push_str(",\n    {");
+            text.push_str(events);
+        }
+        text.push_str("\n  ]");
+        text.push_str(end);
+        text
+    }
+
     /// A reader that waits before each buffer it gives: a slow first
     /// thread, so that the second one has time for pieces below its first.
     struct Slow<'a>(std::io::BufReader<&'a [u8]>);
@@ -514,15 +530,7 @@ mod tests {
     /// result is the streaming reader's.
     #[test]
     fn pieces_claimed_while_the_first_thread_reads_give_the_streaming_result() {
-        let (start, events) = TRACE.split_once("\n    {").unwrap();
-        let (events, end) = events.rsplit_once("\n  ]").unwrap();
-        let mut text = format!("{start}\n    {{{events}");
-        for _ in 0..300 {
-            text.push_str(",\n    {");
-            text.push_str(events);
-        }
-        text.push_str("\n  ]");
-        text.push_str(end);
+        let text = repeated(300);
         let bytes = text.as_bytes();
         let want = show(stream::read_counted(&mut &bytes[..]));
         let mut several = 0;
@@ -537,6 +545,30 @@ mod tests {
             several += usize::from(JOINED.with(|n| n.get()) > 1);
         }
         assert!(several > 0, "never more than one piece");
+    }
+
+    /// A piece below the first that cannot be opened is not claimed: the
+    /// first piece stands, and the first thread reads up to it.
+    #[test]
+    fn a_piece_that_cannot_be_opened_leaves_the_ones_read() {
+        let text = repeated(300);
+        let bytes = text.as_bytes();
+        let want = show(stream::read_counted(&mut &bytes[..]));
+        let first = bytes.len() as u64 / 5 * 4;
+        for _ in 0..3 {
+            JOINED.with(|n| n.set(0));
+            let head = Slow(std::io::BufReader::with_capacity(2048, bytes));
+            let split = read_parts(&mut { head }, Meeting::sized(8192, 4096), |m| {
+                let open = |from: u64| {
+                    (from >= first).then(|| Box::new(&bytes[from as usize..]) as Box<dyn BufRead>)
+                };
+                read_tail_pieces(&open, first, bytes.len() as u64, m)
+            });
+            let head = split.as_ref().map(|s| s.2);
+            assert_eq!(show(split.map(|(t, c, _)| (t, c))), want);
+            assert_eq!(head, Some(Head::Reached));
+            assert_eq!(JOINED.with(|n| n.get()), 1);
+        }
     }
 
     #[test]
