@@ -73,19 +73,20 @@ const BUFFER: usize = 1 << 20;
 /// one piece or in several (lowest first).
 pub(crate) struct TailRead(Vec<Piece>);
 
-/// A piece of the file the second thread read, from `start` up to the
-/// next piece's start (`to_next`: an element starts exactly there), or to
-/// the end of the file.
+/// A piece of the file the second thread read, from `start` up to `end`
+/// (an element starts exactly there: the next piece's start), or to the
+/// end of the file (`None`).
 struct Piece {
     start: u64,
+    end: Option<u64>,
     col: Collector,
     counts: Counts,
-    to_next: bool,
 }
 
 /// Reads a Chrome trace from `head` (its start) on this thread while
 /// `tail` reads the rest from an offset of its choosing on another (by
-/// [`read_tail_near`] or [`read_tail_at`], which tell the meeting where).
+/// [`read_tail_near`], [`read_tail_at`] or [`read_tail_pieces`], which
+/// claim where in the meeting).
 /// `None`: declined, as the streaming reader declines.
 pub(super) fn read_two(
     head: &mut dyn BufRead,
@@ -132,7 +133,8 @@ pub(crate) fn read_tail_near(
 }
 
 /// The second thread's read from `reader`, positioned at offset `at`,
-/// told to the first thread before it starts.
+/// claimed in the meeting before it starts (`None`: refused, the first
+/// thread being too close to it or done).
 pub(crate) fn read_tail_at(
     reader: &mut dyn BufRead,
     at: u64,
@@ -145,9 +147,9 @@ pub(crate) fn read_tail_at(
     col.sort_ops();
     Some(TailRead(vec![Piece {
         start: at,
+        end: None,
         col,
         counts,
-        to_next: false,
     }]))
 }
 
@@ -207,9 +209,9 @@ pub(crate) fn read_tail_pieces<'r>(
         read_bytes += end.unwrap_or(len).saturating_sub(start);
         pieces.push(Piece {
             start,
+            end: end.filter(|_| to_next),
             col,
             counts,
-            to_next,
         });
         // Where the threads meet if each keeps its pace: the first one's
         // bytes per second since the start, this one's while reading.
@@ -219,7 +221,7 @@ pub(crate) fn read_tail_pieces<'r>(
         let rate = read_bytes as f64 / busy.as_secs_f64().max(1e-9);
         let share = rate / (rate + head_rate).max(1e-9);
         // No closer to the first thread than it may read unseen.
-        let room = gap.saturating_sub(meeting.margin());
+        let room = gap.saturating_sub(meeting.margin);
         let piece = ((gap as f64 * share) as u64).min(room);
         if piece < meeting.min_piece {
             break;
@@ -276,17 +278,18 @@ pub(super) fn read_parts(
         let from = pieces.iter().position(|p| p.start == met)?;
         let mut joined = pieces.into_iter().skip(from).peekable();
         while let Some(piece) = joined.next() {
-            let last = !piece.to_next;
-            col.append(piece.col, !last);
+            // More follow where this piece stopped short of the end.
+            col.append(piece.col, piece.end.is_some());
             #[cfg(test)]
             tests::JOINED.with(|n| n.set(n.get() + 1));
             counts.events += piece.counts.events;
             counts.by_serde += piece.counts.by_serde;
-            if last {
-                break;
-            }
             // The next piece must start where this one stopped.
-            joined.peek()?;
+            match piece.end {
+                None => break,
+                Some(end) if joined.peek()?.start != end => return None,
+                Some(_) => {}
+            }
         }
     }
     Some((build::build_trace(col.finish(), Vec::new()), counts, head))
@@ -412,13 +415,15 @@ mod tests {
             .iter()
             .enumerate()
             .filter_map(|(i, &start)| {
-                let end = starts.get(i + 1).map(|&e| (e - start) as u64);
-                let (col, counts, to_next) = stream::read_tail(&mut &bytes[start..], end, meeting)?;
+                let end = starts.get(i + 1).map(|&e| e as u64);
+                let within = end.map(|e| e - start as u64);
+                let (col, counts, to_next) =
+                    stream::read_tail(&mut &bytes[start..], within, meeting)?;
                 Some(Piece {
                     start: start as u64,
+                    end: end.filter(|_| to_next),
                     col,
                     counts,
-                    to_next,
                 })
             })
             .collect();

@@ -145,7 +145,7 @@ pub(crate) struct Meeting {
     /// How far past the offset it last published the first thread may
     /// read before it looks at the claims again: a claim below that is
     /// refused ([`Meeting::MARGIN`]).
-    margin: u64,
+    pub(super) margin: u64,
     /// The smallest piece the second thread starts after its first.
     pub(super) min_piece: u64,
 }
@@ -191,11 +191,6 @@ impl Meeting {
             margin,
             min_piece,
         }
-    }
-
-    /// The first thread may read this far past where it last looked.
-    pub(super) fn margin(&self) -> u64 {
-        self.margin
     }
 
     fn claims(&self) -> std::sync::MutexGuard<'_, Claims> {
