@@ -66,22 +66,53 @@ fn operator(f: &Frame<'_>) -> Option<Cow<'static, str>> {
     if matches!(f.file, "cpu_op" | "operator") {
         return is_operator_call(name).then(|| Cow::Owned(name.to_owned()));
     }
-    if let Some(rest) = name.split("at::_ops::").nth(1) {
+    let needles = &*OPERATOR_NEEDLES;
+    if let Some(rest) = between(name, &needles.ops) {
         let op = rest.split_once("::call(")?.0;
         return (!op.contains("::")).then(|| Cow::Owned(format!("aten::{}", schema_name(op))));
     }
-    if let Some(rest) = name.split("torch::autograd::generated::").nth(1) {
+    if let Some(rest) = between(name, &needles.generated) {
         let node = rest.split_once("::apply(")?.0;
         return Some(Cow::Owned(node.to_owned()));
     }
-    if name.contains("torch::autograd::AccumulateGrad::") {
+    if needles.accumulate_grad.find(name.as_bytes()).is_some() {
         return Some(Cow::Borrowed("AccumulateGrad"));
     }
-    if name.contains("getNewWorkspace") {
+    if needles.workspace.find(name.as_bytes()).is_some() {
         return Some(Cow::Borrowed("cuBLAS workspace"));
     }
     name.starts_with("<built-in ")
         .then(|| Cow::Owned(clean_name(name)))
+}
+
+/// What [`operator`] looks for in every frame's name, searchers built once:
+/// `str::contains` and `split` build theirs on each call, and naming the
+/// sites of a small snapshot spent 4% of its instructions building them
+/// (callgrind, the corpus's cs336-wedsonlin medium_512 snapshot).
+struct OperatorNeedles {
+    ops: memchr::memmem::Finder<'static>,
+    generated: memchr::memmem::Finder<'static>,
+    accumulate_grad: memchr::memmem::Finder<'static>,
+    workspace: memchr::memmem::Finder<'static>,
+}
+
+static OPERATOR_NEEDLES: std::sync::LazyLock<OperatorNeedles> =
+    std::sync::LazyLock::new(|| OperatorNeedles {
+        ops: memchr::memmem::Finder::new("at::_ops::"),
+        generated: memchr::memmem::Finder::new("torch::autograd::generated::"),
+        accumulate_grad: memchr::memmem::Finder::new("torch::autograd::AccumulateGrad::"),
+        workspace: memchr::memmem::Finder::new("getNewWorkspace"),
+    });
+
+/// What `name.split(needle).nth(1)` gives: the text after the needle's
+/// first occurrence, up to its next one.
+fn between<'a>(name: &'a str, needle: &memchr::memmem::Finder<'_>) -> Option<&'a str> {
+    let n = needle.needle().len();
+    let rest = &name[needle.find(name.as_bytes())? + n..];
+    Some(match needle.find(rest.as_bytes()) {
+        Some(end) => &rest[..end],
+        None => rest,
+    })
 }
 
 /// `at::_ops` joins an overload to its operator with `_` (`div_Tensor`);
@@ -117,7 +148,11 @@ fn path<'a>(f: &Frame<'a>) -> &'a str {
 /// compiled graph: Inductor's (`/tmp/torchinductor_<user>/…py`) or FX's
 /// ([`is_generated`]).
 fn in_torch(f: &Frame<'_>) -> bool {
-    let path = path(f).replace('\\', "/");
+    let path = path(f);
+    let path = match path.contains('\\') {
+        true => Cow::Owned(path.replace('\\', "/")),
+        false => Cow::Borrowed(path),
+    };
     path.starts_with("torch/")
         || path.contains("/torch/")
         || path.contains("/torchinductor_")
@@ -158,14 +193,15 @@ pub(super) fn describe(sites: &Sites, site: SiteId) -> String {
         .iter()
         .find(|(_, op)| !is_plumbing(op))
         .or(operators.last());
+    // Asked of a frame several times below: answered once.
+    let known: Vec<std::cell::OnceCell<bool>> = vec![std::cell::OnceCell::new(); frames.len()];
+    let noise = |i: usize| *known[i].get_or_init(|| is_noise(frames[i].file, frames[i].name));
     // The nearest line of the program (another than the one named first).
     let user_line = |skip: usize| {
         let lines: Vec<&Frame<'_>> = frames
             .iter()
             .enumerate()
-            .filter(|&(i, f)| {
-                i != skip && is_source_line(f) && !in_torch(f) && !is_noise(f.file, f.name)
-            })
+            .filter(|&(i, f)| i != skip && is_source_line(f) && !in_torch(f) && !noise(i))
             .map(|(_, f)| f)
             .collect();
         lines
@@ -185,9 +221,9 @@ pub(super) fn describe(sites: &Sites, site: SiteId) -> String {
             .or_else(|| {
                 // Python or profiler frames; a bare C++ frame this far out is
                 // the autograd engine's or the thread's.
-                frames[from..]
-                    .iter()
-                    .filter(|f| !is_noise(f.file, f.name) && operator(f).is_none())
+                (from..frames.len())
+                    .filter(|&i| !noise(i) && operators.iter().all(|(j, _)| *j != i))
+                    .map(|i| &frames[i])
                     // Named apart, after the rest.
                     .filter(|f| !f.name.starts_with(COMPILED_REGION))
                     .filter(|f| is_python(f.file, f.name) || is_category(f.file))
@@ -199,8 +235,9 @@ pub(super) fn describe(sites: &Sites, site: SiteId) -> String {
         Some((i, op)) => (op.to_string(), *i),
         None => match frames
             .iter()
-            .position(|f| is_source_line(f) && !is_noise(f.file, f.name) && !is_generated(f))
-            .or_else(|| frames.iter().position(|f| !is_noise(f.file, f.name)))
+            .enumerate()
+            .position(|(i, f)| is_source_line(f) && !noise(i) && !is_generated(f))
+            .or_else(|| (0..frames.len()).position(|i| !noise(i)))
         {
             Some(i) => (frames[i].show(), i),
             None => return innermost.show(),
@@ -420,5 +457,62 @@ mod tests {
         ]);
         assert_eq!(no_operator, "train.py:25 <module>");
         assert_eq!(name(&[("train.py", 7, "step")]), "train.py:7 step");
+    }
+
+    proptest::proptest! {
+        /// `between` is `split(needle).nth(1)`, on names made of the
+        /// needle's pieces, other text and multi-byte characters.
+        #[test]
+        fn between_is_the_second_piece_of_a_split(
+            parts in proptest::collection::vec(
+                proptest::sample::select(vec!["at::_ops::", "at::_", "ops::", "mm", "::call(", "é", " ", "at::_ops::add"]),
+                0..8,
+            )
+        ) {
+            let name: String = parts.concat();
+            let needle = memchr::memmem::Finder::new("at::_ops::");
+            proptest::prop_assert_eq!(between(&name, &needle), name.split("at::_ops::").nth(1));
+        }
+    }
+
+    /// The operator each kind of frame names.
+    #[test]
+    fn operators_of_every_kind_of_frame() {
+        let op = |file: &str, name: &str| {
+            operator(&Frame {
+                file,
+                line: 0,
+                name,
+            })
+            .map(|op| op.into_owned())
+        };
+        assert_eq!(
+            op("??", "at::_ops::div_Tensor::call(at::Tensor const&)").as_deref(),
+            Some("aten::div.Tensor")
+        );
+        assert_eq!(
+            op("??", "at::_ops::bmm::call(at::Tensor const&)").as_deref(),
+            Some("aten::bmm")
+        );
+        assert_eq!(op("??", "at::_ops::a::b::call(x)"), None);
+        assert_eq!(op("??", "at::_ops::bmm::redispatch(x)"), None);
+        assert_eq!(
+            op(
+                "??",
+                "torch::autograd::generated::DivBackward0::apply(std::vector)"
+            )
+            .as_deref(),
+            Some("DivBackward0")
+        );
+        assert_eq!(
+            op("??", "torch::autograd::AccumulateGrad::apply(x)").as_deref(),
+            Some("AccumulateGrad")
+        );
+        assert_eq!(
+            op("??", "at::cuda::getNewWorkspace()").as_deref(),
+            Some("cuBLAS workspace")
+        );
+        assert_eq!(op("cpu_op", "aten::addmm").as_deref(), Some("aten::addmm"));
+        assert_eq!(op("train.py", "step"), None);
     }
 }
