@@ -182,16 +182,34 @@ pub(crate) fn all_site_facts(sites: &Sites) -> Vec<SiteFacts> {
 /// Every substring [`frame_facts`] looks for in a frame's file or name,
 /// each a bit of what [`Found`] finds.
 macro_rules! needles {
-    ($($id:ident = $text:literal,)*) => {
-        /// A substring of [`NEEDLES`], by its place there.
+    ($needle:ident, $needles:ident { $($id:ident = $text:literal,)* }) => {
+        /// A substring of the list beside it, by its place there.
         #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
         #[derive(Clone, Copy)]
-        enum Needle { $($id,)* }
-        const NEEDLES: &[&str] = &[$($text,)*];
+        enum $needle { $($id,)* }
+        const $needles: &[&str] = &[$($text,)*];
+        const _: () = assert!($needles.len() <= 64);
     };
 }
 
-needles! {
+/// One pass over `text` for all of `needles` (Aho–Corasick, every
+/// occurrence, overlapping ones too): bit `k` set when `needles[k]` occurs.
+/// The contiguous NFA: a few hundred to a few thousand texts are searched,
+/// and it builds in a fraction of a DFA's time.
+fn needle_bits(search: &aho_corasick::AhoCorasick, text: &str) -> u64 {
+    search
+        .find_overlapping_iter(text)
+        .fold(0u64, |bits, m| bits | 1 << m.pattern().as_usize())
+}
+
+pub(crate) fn needle_search(needles: &[&str]) -> aho_corasick::AhoCorasick {
+    aho_corasick::AhoCorasick::builder()
+        .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
+        .build(needles)
+        .expect("the needles are valid patterns")
+}
+
+needles! { Needle, NEEDLES {
     OPTIM = "torch/optim/",
     OPTIMIZER_STEP = "Optimizer.step",
     ZERO_GRAD = "zero_grad",
@@ -243,9 +261,7 @@ needles! {
     INDEX_COPY = "index_copy",
     ATEN_COPY = "aten::copy_",
     SCATTER = "scatter",
-}
-
-const _: () = assert!(NEEDLES.len() <= 64);
+} }
 
 /// Which of [`NEEDLES`] a frame's file and name contain: one pass over
 /// each (Aho–Corasick, every occurrence) instead of ~50 substring searches,
@@ -260,22 +276,10 @@ struct Found {
 impl Found {
     fn of(file: &str, name: &str) -> Found {
         static SEARCH: std::sync::LazyLock<aho_corasick::AhoCorasick> =
-            std::sync::LazyLock::new(|| {
-                // A few hundred to a few thousand frames are read: the
-                // contiguous NFA builds in a fraction of a DFA's time.
-                aho_corasick::AhoCorasick::builder()
-                    .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
-                    .build(NEEDLES)
-                    .expect("the needles are valid patterns")
-            });
-        let bits = |text: &str| {
-            SEARCH
-                .find_overlapping_iter(text)
-                .fold(0u64, |bits, m| bits | 1 << m.pattern().as_usize())
-        };
+            std::sync::LazyLock::new(|| needle_search(NEEDLES));
         Found {
-            file: bits(file),
-            name: bits(name),
+            file: needle_bits(&SEARCH, file),
+            name: needle_bits(&SEARCH, name),
         }
     }
 
@@ -642,54 +646,95 @@ pub struct NameSays {
 
 /// [`NameSays`] of one name, `\` already read as `/`.
 pub fn name_says(n: &str) -> NameSays {
-    let has = |p: &str| n.contains(p);
+    use SaysNeedle::*;
+    static SEARCH: std::sync::LazyLock<aho_corasick::AhoCorasick> =
+        std::sync::LazyLock::new(|| needle_search(SAYS_NEEDLES));
+    let found = needle_bits(&SEARCH, n);
+    let has = |k: SaysNeedle| found >> k as u32 & 1 == 1;
     NameSays {
-        backward: has("autograd::engine::evaluate_function")
-            || (!frees_a_graph(n) && (has("Backward0") || has("Backward1")))
-            || has("AccumulateGrad")
-            || has("run_backward")
-            || has("torch::autograd::Engine"),
-        optimizer_step: n.starts_with("Optimizer.step#") || has("torch/optim/"),
-        foreach: has("_multi_tensor_")
+        backward: has(EVALUATE_FUNCTION)
+            || (!frees_a_graph(n) && (has(BACKWARD0) || has(BACKWARD1)))
+            || has(ACCUMULATE_GRAD)
+            || has(RUN_BACKWARD)
+            || has(ENGINE),
+        optimizer_step: n.starts_with("Optimizer.step#") || has(OPTIM),
+        foreach: has(MULTI_TENSOR)
             || n.starts_with("aten::_foreach_")
-            || has("method _foreach_")
-            || has("torch._foreach_"),
-        fused: has("_fused_adam")
-            || has("_fused_sgd")
+            || has(METHOD_FOREACH)
+            || has(TORCH_FOREACH),
+        fused: has(FUSED_ADAM_)
+            || has(FUSED_SGD)
             || n.starts_with("aten::_fused_")
-            || has("fused_adam")
-            || has("FusedAdam"),
-        single_tensor: has("_single_tensor_"),
-        eight_bit_optimizer: has("bitsandbytes/optim") || (has("8bit") && has("optim")),
-        inference: has("inference_mode")
-            || has("transformers/generation/")
-            || has("vllm/")
-            || has("sglang/")
-            || has("model_executor")
+            || has(FUSED_ADAM)
+            || has(FUSED_ADAM_CLASS),
+        single_tensor: has(SINGLE_TENSOR),
+        eight_bit_optimizer: has(BITSANDBYTES) || (has(EIGHT_BIT) && has(OPTIM_WORD)),
+        inference: has(INFERENCE_MODE)
+            || has(GENERATION)
+            || has(VLLM)
+            || has(SGLANG)
+            || has(MODEL_EXECUTOR)
             || n.ends_with(": generate"),
-        serving_engine: has("vllm/")
-            || has("sglang/")
+        serving_engine: has(VLLM)
+            || has(SGLANG)
             || n.starts_with("_C_cache_ops::")
             || n.starts_with("sglang::")
             || n.starts_with("vllm::"),
-        checkpoint: has("torch/utils/checkpoint.py")
-            || has("CheckpointFunction")
-            || has("checkpoint_wrapper"),
+        checkpoint: has(CHECKPOINT_PY) || has(CHECKPOINT_FUNCTION) || has(CHECKPOINT_WRAPPER),
         collectives: n.starts_with("nccl:")
             || n.starts_with("c10d::")
             || n.starts_with("record_param_comms")
-            || has("ProcessGroupNCCL")
-            || has("rccl"),
-        data_parallel: is_ddp_name(n)
-            || has("megatron/core/distributed")
-            || has("deepspeed/runtime/engine.py"),
-        sharded: has("torch/distributed/fsdp")
-            || has("FullyShardedDataParallel")
-            || has("fully_shard")
-            || has("deepspeed/runtime/zero/")
-            || has("distrib_optimizer"),
+            || has(PROCESS_GROUP_NCCL)
+            || has(RCCL),
+        data_parallel: is_ddp_name(n) || has(MEGATRON) || has(DEEPSPEED_ENGINE),
+        sharded: has(FSDP)
+            || has(FULLY_SHARDED)
+            || has(FULLY_SHARD)
+            || has(DEEPSPEED_ZERO)
+            || has(DISTRIB_OPTIMIZER),
     }
 }
+
+// What [`name_says`] looks for in a name, found in one pass: ~45
+// `contains` per name, each setting up a searcher, were 1% of the
+// instructions of `memcut batch` over the corpus (callgrind).
+needles! { SaysNeedle, SAYS_NEEDLES {
+    EVALUATE_FUNCTION = "autograd::engine::evaluate_function",
+    BACKWARD0 = "Backward0",
+    BACKWARD1 = "Backward1",
+    ACCUMULATE_GRAD = "AccumulateGrad",
+    RUN_BACKWARD = "run_backward",
+    ENGINE = "torch::autograd::Engine",
+    OPTIM = "torch/optim/",
+    MULTI_TENSOR = "_multi_tensor_",
+    METHOD_FOREACH = "method _foreach_",
+    TORCH_FOREACH = "torch._foreach_",
+    FUSED_ADAM_ = "_fused_adam",
+    FUSED_SGD = "_fused_sgd",
+    FUSED_ADAM = "fused_adam",
+    FUSED_ADAM_CLASS = "FusedAdam",
+    SINGLE_TENSOR = "_single_tensor_",
+    BITSANDBYTES = "bitsandbytes/optim",
+    EIGHT_BIT = "8bit",
+    OPTIM_WORD = "optim",
+    INFERENCE_MODE = "inference_mode",
+    GENERATION = "transformers/generation/",
+    VLLM = "vllm/",
+    SGLANG = "sglang/",
+    MODEL_EXECUTOR = "model_executor",
+    CHECKPOINT_PY = "torch/utils/checkpoint.py",
+    CHECKPOINT_FUNCTION = "CheckpointFunction",
+    CHECKPOINT_WRAPPER = "checkpoint_wrapper",
+    PROCESS_GROUP_NCCL = "ProcessGroupNCCL",
+    RCCL = "rccl",
+    MEGATRON = "megatron/core/distributed",
+    DEEPSPEED_ENGINE = "deepspeed/runtime/engine.py",
+    FSDP = "torch/distributed/fsdp",
+    FULLY_SHARDED = "FullyShardedDataParallel",
+    FULLY_SHARD = "fully_shard",
+    DEEPSPEED_ZERO = "deepspeed/runtime/zero/",
+    DISTRIB_OPTIMIZER = "distrib_optimizer",
+} }
 
 /// The optimizer class a name shows: a step annotation
 /// (`Optimizer.step#AdamW.step`) or a frame in `torch/optim/<file>.py`
@@ -739,6 +784,112 @@ mod tests {
 
     /// One pass finds what a substring search per needle finds, in texts
     /// that hold needles inside, overlapping and around each other.
+    /// `name_says` as it was, a `contains` per needle: the oracle.
+    fn name_says_by_contains(n: &str) -> NameSays {
+        let has = |p: &str| n.contains(p);
+        NameSays {
+            backward: has("autograd::engine::evaluate_function")
+                || (!frees_a_graph(n) && (has("Backward0") || has("Backward1")))
+                || has("AccumulateGrad")
+                || has("run_backward")
+                || has("torch::autograd::Engine"),
+            optimizer_step: n.starts_with("Optimizer.step#") || has("torch/optim/"),
+            foreach: has("_multi_tensor_")
+                || n.starts_with("aten::_foreach_")
+                || has("method _foreach_")
+                || has("torch._foreach_"),
+            fused: has("_fused_adam")
+                || has("_fused_sgd")
+                || n.starts_with("aten::_fused_")
+                || has("fused_adam")
+                || has("FusedAdam"),
+            single_tensor: has("_single_tensor_"),
+            eight_bit_optimizer: has("bitsandbytes/optim") || (has("8bit") && has("optim")),
+            inference: has("inference_mode")
+                || has("transformers/generation/")
+                || has("vllm/")
+                || has("sglang/")
+                || has("model_executor")
+                || n.ends_with(": generate"),
+            serving_engine: has("vllm/")
+                || has("sglang/")
+                || n.starts_with("_C_cache_ops::")
+                || n.starts_with("sglang::")
+                || n.starts_with("vllm::"),
+            checkpoint: has("torch/utils/checkpoint.py")
+                || has("CheckpointFunction")
+                || has("checkpoint_wrapper"),
+            collectives: n.starts_with("nccl:")
+                || n.starts_with("c10d::")
+                || n.starts_with("record_param_comms")
+                || has("ProcessGroupNCCL")
+                || has("rccl"),
+            data_parallel: is_ddp_name(n)
+                || has("megatron/core/distributed")
+                || has("deepspeed/runtime/engine.py"),
+            sharded: has("torch/distributed/fsdp")
+                || has("FullyShardedDataParallel")
+                || has("fully_shard")
+                || has("deepspeed/runtime/zero/")
+                || has("distrib_optimizer"),
+        }
+    }
+
+    /// One pass for all of `name_says`'s needles says what a `contains`
+    /// per needle said: names holding each needle, two of them side by
+    /// side or overlapping, each cut short, and real operator and frame
+    /// names.
+    #[test]
+    fn name_says_as_a_contains_per_needle_said() {
+        let mut texts: Vec<String> = SAYS_NEEDLES.iter().map(|n| n.to_string()).collect();
+        for (i, a) in SAYS_NEEDLES.iter().enumerate() {
+            for b in [
+                SAYS_NEEDLES[(i * 7 + 3) % SAYS_NEEDLES.len()],
+                SAYS_NEEDLES[(i + 1) % SAYS_NEEDLES.len()],
+            ] {
+                texts.push(format!("x{a}{b}y"));
+                texts.push(format!("{a}{}", &b[1.min(b.len())..]));
+            }
+            texts.push(a[..a.len() - 1].to_string());
+            texts.push(a[1..].to_string());
+        }
+        texts.extend(
+            [
+                "",
+                "Optimizer.step#AdamW.step",
+                "aten::_foreach_add_",
+                "aten::_fused_adamw_",
+                "MulBackward0",
+                "torch::autograd::generated::MulBackward0::~MulBackward0()",
+                "nccl:all_reduce",
+                "c10d::allreduce_",
+                "record_param_comms",
+                "sglang::fused_moe",
+                "vllm::unified_attention",
+                "_C_cache_ops::reshape_and_cache",
+                "model.py(88): generate",
+                "torch/nn/parallel/distributed.py(1633): forward",
+                "bitsandbytes/optim/optimizer.py(287): step",
+                "adam8bit_optimizer",
+            ]
+            .map(String::from),
+        );
+        for text in &texts {
+            assert_eq!(name_says(text), name_says_by_contains(text), "{text:?}");
+        }
+        let search = needle_search(SAYS_NEEDLES);
+        for text in &texts {
+            let found = needle_bits(&search, text);
+            for (k, needle) in SAYS_NEEDLES.iter().enumerate() {
+                assert_eq!(
+                    found >> k & 1 == 1,
+                    text.contains(needle),
+                    "{needle:?} in {text:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn found_is_a_search_per_needle() {
         let mut texts: Vec<String> = NEEDLES.iter().map(|n| n.to_string()).collect();

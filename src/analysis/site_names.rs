@@ -329,56 +329,59 @@ pub(super) fn clean_name(name: &str) -> String {
     s
 }
 
+/// Names of frames that say nothing (see [`is_noise`]).
+const NOISE_NAMES: &[&str] = &[
+    "unwind::unwind",
+    "CapturedTraceback::gather",
+    "gather_with_cpp",
+    "_start",
+    "__libc_start_main",
+    "PyEval_",
+    "PyObject_",
+    "PyFunction_",
+    "_PyEval",
+    "_PyObject",
+    "_PyFunction",
+    "CUDACachingAllocator",
+    "c10::",
+    "torch::autograd::Node::",
+    "torch::autograd::Engine::",
+    "torch::autograd::call_function",
+    "std::",
+    "start_thread",
+    "at::detail::empty",
+    "_call_impl",
+    "_wrapped_call_impl",
+    "run_backward",
+    "_engine_run_backward",
+    "torch/autograd/__init__.py",
+    "torch/_tensor.py",
+    "_PyErr",
+    "PyType_",
+    "THPVariable",
+    "Py_RunMain",
+    "pymain_",
+];
+/// Files of frames that say nothing (see [`is_noise`]).
+const NOISE_FILES: &[&str] = &[
+    "core/boxing",
+    "/Register",
+    "/Redispatch",
+    "pythonrun.c",
+    "Modules/main.c",
+    "Objects/call.c",
+    "Objects/methodobject.c",
+    "pycore_ceval.h",
+    "ceval.c",
+    "cpython/abstract.h",
+    "memory_snapshot.cpp",
+    "CUDACachingAllocator.cpp",
+    "torch/nn/modules/module.py",
+];
+
 /// Frames that say nothing about the program: unwinder, allocator and
 /// interpreter internals (the list MemoryViz hides, plus module plumbing).
 pub(super) fn is_noise(file: &str, name: &str) -> bool {
-    const NAMES: &[&str] = &[
-        "unwind::unwind",
-        "CapturedTraceback::gather",
-        "gather_with_cpp",
-        "_start",
-        "__libc_start_main",
-        "PyEval_",
-        "PyObject_",
-        "PyFunction_",
-        "_PyEval",
-        "_PyObject",
-        "_PyFunction",
-        "CUDACachingAllocator",
-        "c10::",
-        "torch::autograd::Node::",
-        "torch::autograd::Engine::",
-        "torch::autograd::call_function",
-        "std::",
-        "start_thread",
-        "at::detail::empty",
-        "_call_impl",
-        "_wrapped_call_impl",
-        "run_backward",
-        "_engine_run_backward",
-        "torch/autograd/__init__.py",
-        "torch/_tensor.py",
-        "_PyErr",
-        "PyType_",
-        "THPVariable",
-        "Py_RunMain",
-        "pymain_",
-    ];
-    const FILES: &[&str] = &[
-        "core/boxing",
-        "/Register",
-        "/Redispatch",
-        "pythonrun.c",
-        "Modules/main.c",
-        "Objects/call.c",
-        "Objects/methodobject.c",
-        "pycore_ceval.h",
-        "ceval.c",
-        "cpython/abstract.h",
-        "memory_snapshot.cpp",
-        "CUDACachingAllocator.cpp",
-        "torch/nn/modules/module.py",
-    ];
     if file == "??"
         && (name.is_empty() || name == "??" || name.starts_with("Py") || name.starts_with("_Py"))
     {
@@ -390,7 +393,15 @@ pub(super) fn is_noise(file: &str, name: &str) -> bool {
     if file.is_empty() && name.is_empty() {
         return true;
     }
-    NAMES.iter().any(|n| name.contains(n)) || FILES.iter().any(|f| file.contains(f))
+    // One pass over each string for all its needles: a `contains` per
+    // needle was 3% of the instructions of `memcut batch` over the corpus
+    // (callgrind; naming the sites of traces with stacks).
+    static SEARCH: std::sync::LazyLock<[aho_corasick::AhoCorasick; 2]> =
+        std::sync::LazyLock::new(|| {
+            [NOISE_NAMES, NOISE_FILES].map(crate::vocabulary::needle_search)
+        });
+    let [names, files] = &*SEARCH;
+    names.is_match(name) || files.is_match(file)
 }
 
 #[cfg(test)]
@@ -514,5 +525,33 @@ mod tests {
         );
         assert_eq!(op("cpu_op", "aten::addmm").as_deref(), Some("aten::addmm"));
         assert_eq!(op("train.py", "step"), None);
+    }
+
+    /// One pass for all the needles answers as a `contains` per needle.
+    #[test]
+    fn noise_is_any_needle_in_the_name_or_the_file() {
+        let naive = |file: &str, name: &str| {
+            NOISE_NAMES.iter().any(|n| name.contains(n))
+                || NOISE_FILES.iter().any(|f| file.contains(f))
+        };
+        let mut texts: Vec<String> = ["", "train.py", "forward", "é"].map(String::from).to_vec();
+        for n in NOISE_NAMES.iter().chain(NOISE_FILES) {
+            texts.push(n.to_string());
+            texts.push(format!("x/{n}é"));
+            texts.push(n[1..].to_string());
+            texts.push(n[..n.len() - 1].to_string());
+        }
+        for file in &texts {
+            for name in &texts {
+                // The rules before the needles (`??`, `Py…`) answer alike.
+                let by_rule = file == "??"
+                    || name.starts_with("Py")
+                    || name.starts_with("__libc")
+                    || file.is_empty() && name.is_empty();
+                if !by_rule {
+                    assert_eq!(is_noise(file, name), naive(file, name), "{file:?} {name:?}");
+                }
+            }
+        }
     }
 }
