@@ -748,13 +748,17 @@ pub fn describe_site(sites: &Sites, site: crate::model::SiteId) -> String {
 /// frames: on trace-owlv2, describing each band's site anew was ~2% of the
 /// run's samples).
 #[derive(Default)]
-pub(crate) struct SiteNames(HashMap<crate::model::SiteId, Arc<str>>);
+pub(crate) struct SiteNames(
+    HashMap<crate::model::SiteId, Arc<str>>,
+    site_names::FrameTraits,
+);
 
 impl SiteNames {
     pub(crate) fn of(&mut self, sites: &Sites, site: crate::model::SiteId) -> Arc<str> {
-        self.0
+        let SiteNames(names, known) = self;
+        names
             .entry(site)
-            .or_insert_with(|| describe_site(sites, site).into())
+            .or_insert_with(|| site_names::describe_with(sites, site, known).into())
             .clone()
     }
 }
