@@ -64,18 +64,34 @@ const ONES: u64 = u64::MAX / 255;
 /// control characters before it.
 #[inline(always)]
 fn string_stop(s: &[u8], i: usize) -> Option<usize> {
+    string_stop_ascii(s, i).map(|(at, _)| at)
+}
+
+/// [`string_stop`], and whether the bytes before the stop are all ASCII
+/// (read on the way, so that a text need not be checked again for UTF-8).
+#[inline(always)]
+fn string_stop_ascii(s: &[u8], i: usize) -> Option<(usize, bool)> {
     let mut k = i;
+    // The high bits of the bytes passed.
+    let mut high = 0u64;
     for _ in 0..2 {
         let Some(word) = s.get(k..k + 8) else {
-            return (k..s.len()).find(|&k| matches!(s[k], b'"' | b'\\' | 0..=0x1f));
+            let at = (k..s.len()).find(|&k| matches!(s[k], b'"' | b'\\' | 0..=0x1f))?;
+            return Some((at, high == 0 && s[k..at].is_ascii()));
         };
-        let hit = string_stops(u64::from_le_bytes(word.try_into().unwrap_or_default()));
+        let w = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        let hit = string_stops(w);
         if hit != 0 {
-            return Some(k + hit.trailing_zeros() as usize / 8);
+            // Every bit below the lowest flag: the bytes before the stop.
+            let before = (hit & hit.wrapping_neg()) - 1;
+            high |= w & before & (ONES << 7);
+            return Some((k + hit.trailing_zeros() as usize / 8, high == 0));
         }
+        high |= w & (ONES << 7);
         k += 8;
     }
-    long_string_stop(s, k)
+    let (at, ascii) = long_string_stop(s, k)?;
+    Some((at, high == 0 && ascii))
 }
 
 /// The high bit of each byte of `word` that is a quote, a backslash or a
@@ -90,17 +106,23 @@ fn string_stops(c: u64) -> u64 {
     (ctrl | quote | backslash) & (ONES << 7)
 }
 
-/// [`string_stop`] past the first 16 bytes.
+/// [`string_stop_ascii`] past the first 16 bytes.
 #[inline(never)]
-fn long_string_stop(s: &[u8], k: usize) -> Option<usize> {
+fn long_string_stop(s: &[u8], k: usize) -> Option<(usize, bool)> {
     let rest = &s[k..];
     let end = memchr::memchr2(b'"', b'\\', rest);
     let run = &rest[..end.unwrap_or(rest.len())];
     // No early exit: the compiler reads many bytes at a time.
-    if run.iter().fold(0u8, |any, &b| any | u8::from(b < 0x20)) != 0 {
-        return run.iter().position(|&b| b < 0x20).map(|at| k + at);
+    let (ctrl, high) = run.iter().fold((0u8, 0u8), |(ctrl, high), &b| {
+        (ctrl | u8::from(b < 0x20), high | (b & 0x80))
+    });
+    if ctrl != 0 {
+        return run
+            .iter()
+            .position(|&b| b < 0x20)
+            .map(|at| (k + at, run[..at].is_ascii()));
     }
-    end.map(|at| k + at)
+    end.map(|at| (k + at, high == 0))
 }
 
 /// A string whose opening quote is at `*i`, skipped as `serde_json`
@@ -135,14 +157,16 @@ fn skip_string(s: &[u8], i: &mut usize) -> Parsed<()> {
 /// decoded by `serde_json` when it has one (so both read it alike).
 pub(super) fn text<'s>(s: &'s [u8], i: &mut usize) -> Parsed<Cow<'s, str>> {
     let start = *i;
-    let at = string_stop(s, start + 1).ok_or(Stop::More)?;
+    let (at, ascii) = string_stop_ascii(s, start + 1).ok_or(Stop::More)?;
     match s[at] {
         b'"' => {
             let bytes = &s[start + 1..at];
-            let t = match *bytes {
-                // A phase: no UTF-8 check needed.
-                [b] if b.is_ascii() => ascii_char(b),
-                _ => std::str::from_utf8(bytes).map_err(|_| Stop::Unsure)?,
+            let t = if ascii {
+                // SAFETY: ASCII bytes are UTF-8 (the scan for the closing
+                // quote saw every byte's high bit clear).
+                unsafe { std::str::from_utf8_unchecked(bytes) }
+            } else {
+                std::str::from_utf8(bytes).map_err(|_| Stop::Unsure)?
             };
             *i = at + 1;
             Ok(Cow::Borrowed(t))
@@ -156,15 +180,6 @@ pub(super) fn text<'s>(s: &'s [u8], i: &mut usize) -> Parsed<Cow<'s, str>> {
     }
 }
 
-/// An ASCII character as a string.
-fn ascii_char(b: u8) -> &'static str {
-    const ASCII: &str = "\0\x01\x02\x03\x04\x05\x06\x07\x08\t\n\x0b\x0c\r\x0e\x0f\
-        \x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f \
-        !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~\x7f";
-    let at = usize::from(b & 0x7f);
-    &ASCII[at..at + 1]
-}
-
 /// An object key without escapes (the only kind memcut's keys are) and the
 /// colon after it, checked to be UTF-8 as `serde_json` checks the keys it
 /// matches. Escaped keys are left to `serde_json`, which decodes them
@@ -175,12 +190,12 @@ pub(super) fn key<'s>(s: &'s [u8], i: &mut usize) -> Parsed<&'s [u8]> {
         return Err(Stop::Unsure);
     }
     let start = *i + 1;
-    let at = string_stop(s, start).ok_or(Stop::More)?;
+    let (at, ascii) = string_stop_ascii(s, start).ok_or(Stop::More)?;
     if s[at] != b'"' {
         return Err(Stop::Unsure);
     }
     let k = &s[start..at];
-    if !k.is_ascii() && std::str::from_utf8(k).is_err() {
+    if !ascii && std::str::from_utf8(k).is_err() {
         return Err(Stop::Unsure);
     }
     *i = at + 1;
@@ -698,7 +713,7 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(4000))]
         #[test]
-        fn string_stop_finds_the_first_quote_backslash_or_control(
+        fn string_stop_finds_the_first_quote_backslash_or_control_and_says_if_ascii_before(
             body in proptest::collection::vec(
                 prop_oneof![8 => 0x20u8..0x7f, 1 => 0x80u8..=0xff, 1 => Just(b'"'), 1 => Just(b'\\'), 1 => 0u8..0x20],
                 0..80,
@@ -707,6 +722,10 @@ mod tests {
         ) {
             let from = from.min(body.len());
             prop_assert_eq!(string_stop(&body, from), naive_stop(&body, from));
+            // And whether the bytes before the stop are ASCII, told by the
+            // same scan (high bytes before, at and after the stop).
+            let want = naive_stop(&body, from).map(|at| (at, body[from..at].is_ascii()));
+            prop_assert_eq!(string_stop_ascii(&body, from), want);
         }
     }
 
@@ -729,13 +748,6 @@ mod tests {
             let mut i = 0;
             assert_eq!(ws(&[b' ', b, b' '], &mut i), Ok(b));
             assert_eq!(i, 1);
-        }
-    }
-
-    #[test]
-    fn one_ascii_character_is_itself() {
-        for b in 0u8..0x80 {
-            assert_eq!(ascii_char(b).as_bytes(), [b]);
         }
     }
 
