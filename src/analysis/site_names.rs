@@ -179,7 +179,8 @@ pub(super) fn describe(sites: &Sites, site: SiteId) -> String {
 /// name), answered once per distinct frame: the sites of a trace share most
 /// of their frames (a stack and its callers'), and asking each site's
 /// frames anew was 3% of the instructions of `memcut batch` over the
-/// corpus (callgrind).
+/// corpus (callgrind). Keyed by string ids: one `Sites`'s (a device's
+/// report reads one trace).
 #[derive(Default)]
 pub(crate) struct FrameTraits(rustc_hash::FxHashMap<(StrId, StrId), Traits>);
 
