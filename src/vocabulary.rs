@@ -179,8 +179,8 @@ pub(crate) fn all_site_facts(sites: &Sites) -> Vec<SiteFacts> {
         .collect()
 }
 
-/// Every substring [`frame_facts`] looks for in a frame's file or name,
-/// each a bit of what [`Found`] finds.
+/// A list of substrings searched in one pass ([`needle_search`],
+/// [`needle_bits`]), and an enum naming each by its place (its bit).
 macro_rules! needles {
     ($needle:ident, $needles:ident { $($id:ident = $text:literal,)* }) => {
         /// A substring of the list beside it, by its place there.
@@ -192,16 +192,17 @@ macro_rules! needles {
     };
 }
 
-/// One pass over `text` for all of `needles` (Aho–Corasick, every
-/// occurrence, overlapping ones too): bit `k` set when `needles[k]` occurs.
-/// The contiguous NFA: a few hundred to a few thousand texts are searched,
-/// and it builds in a fraction of a DFA's time.
+/// One pass over `text` for all of a search's needles (every occurrence,
+/// overlapping ones too): bit `k` set when needle `k` occurs.
 fn needle_bits(search: &aho_corasick::AhoCorasick, text: &str) -> u64 {
     search
         .find_overlapping_iter(text)
         .fold(0u64, |bits, m| bits | 1 << m.pattern().as_usize())
 }
 
+/// The Aho–Corasick search for `needles`: the contiguous NFA, since a few
+/// hundred to a few thousand texts are searched and it builds in a
+/// fraction of a DFA's time.
 pub(crate) fn needle_search(needles: &[&str]) -> aho_corasick::AhoCorasick {
     aho_corasick::AhoCorasick::builder()
         .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
@@ -209,6 +210,8 @@ pub(crate) fn needle_search(needles: &[&str]) -> aho_corasick::AhoCorasick {
         .expect("the needles are valid patterns")
 }
 
+// Every substring [`frame_facts`] looks for in a frame's file or name,
+// each a bit of what [`Found`] finds.
 needles! { Needle, NEEDLES {
     OPTIM = "torch/optim/",
     OPTIMIZER_STEP = "Optimizer.step",
@@ -782,8 +785,6 @@ mod tests {
     use super::*;
     use crate::model::Frame;
 
-    /// One pass finds what a substring search per needle finds, in texts
-    /// that hold needles inside, overlapping and around each other.
     /// `name_says` as it was, a `contains` per needle: the oracle.
     fn name_says_by_contains(n: &str) -> NameSays {
         let has = |p: &str| n.contains(p);
@@ -890,6 +891,8 @@ mod tests {
         }
     }
 
+    /// One pass finds what a substring search per needle finds, in texts
+    /// that hold needles inside, overlapping and around each other.
     #[test]
     fn found_is_a_search_per_needle() {
         let mut texts: Vec<String> = NEEDLES.iter().map(|n| n.to_string()).collect();

@@ -66,53 +66,22 @@ fn operator(f: &Frame<'_>) -> Option<Cow<'static, str>> {
     if matches!(f.file, "cpu_op" | "operator") {
         return is_operator_call(name).then(|| Cow::Owned(name.to_owned()));
     }
-    let needles = &*OPERATOR_NEEDLES;
-    if let Some(rest) = between(name, &needles.ops) {
+    if let Some(rest) = name.split("at::_ops::").nth(1) {
         let op = rest.split_once("::call(")?.0;
         return (!op.contains("::")).then(|| Cow::Owned(format!("aten::{}", schema_name(op))));
     }
-    if let Some(rest) = between(name, &needles.generated) {
+    if let Some(rest) = name.split("torch::autograd::generated::").nth(1) {
         let node = rest.split_once("::apply(")?.0;
         return Some(Cow::Owned(node.to_owned()));
     }
-    if needles.accumulate_grad.find(name.as_bytes()).is_some() {
+    if name.contains("torch::autograd::AccumulateGrad::") {
         return Some(Cow::Borrowed("AccumulateGrad"));
     }
-    if needles.workspace.find(name.as_bytes()).is_some() {
+    if name.contains("getNewWorkspace") {
         return Some(Cow::Borrowed("cuBLAS workspace"));
     }
     name.starts_with("<built-in ")
         .then(|| Cow::Owned(clean_name(name)))
-}
-
-/// What [`operator`] looks for in every frame's name, searchers built once:
-/// `str::contains` and `split` build theirs on each call, and naming the
-/// sites of a small snapshot spent 4% of its instructions building them
-/// (callgrind, the corpus's cs336-wedsonlin medium_512 snapshot).
-struct OperatorNeedles {
-    ops: memchr::memmem::Finder<'static>,
-    generated: memchr::memmem::Finder<'static>,
-    accumulate_grad: memchr::memmem::Finder<'static>,
-    workspace: memchr::memmem::Finder<'static>,
-}
-
-static OPERATOR_NEEDLES: std::sync::LazyLock<OperatorNeedles> =
-    std::sync::LazyLock::new(|| OperatorNeedles {
-        ops: memchr::memmem::Finder::new("at::_ops::"),
-        generated: memchr::memmem::Finder::new("torch::autograd::generated::"),
-        accumulate_grad: memchr::memmem::Finder::new("torch::autograd::AccumulateGrad::"),
-        workspace: memchr::memmem::Finder::new("getNewWorkspace"),
-    });
-
-/// What `name.split(needle).nth(1)` gives: the text after the needle's
-/// first occurrence, up to its next one.
-fn between<'a>(name: &'a str, needle: &memchr::memmem::Finder<'_>) -> Option<&'a str> {
-    let n = needle.needle().len();
-    let rest = &name[needle.find(name.as_bytes())? + n..];
-    Some(match needle.find(rest.as_bytes()) {
-        Some(end) => &rest[..end],
-        None => rest,
-    })
 }
 
 /// `at::_ops` joins an overload to its operator with `_` (`div_Tensor`);
@@ -148,11 +117,7 @@ fn path<'a>(f: &Frame<'a>) -> &'a str {
 /// compiled graph: Inductor's (`/tmp/torchinductor_<user>/…py`) or FX's
 /// ([`is_generated`]).
 fn in_torch(f: &Frame<'_>) -> bool {
-    let path = path(f);
-    let path = match path.contains('\\') {
-        true => Cow::Owned(path.replace('\\', "/")),
-        false => Cow::Borrowed(path),
-    };
+    let path = path(f).replace('\\', "/");
     path.starts_with("torch/")
         || path.contains("/torch/")
         || path.contains("/torchinductor_")
@@ -511,22 +476,6 @@ mod tests {
         ]);
         assert_eq!(no_operator, "train.py:25 <module>");
         assert_eq!(name(&[("train.py", 7, "step")]), "train.py:7 step");
-    }
-
-    proptest::proptest! {
-        /// `between` is `split(needle).nth(1)`, on names made of the
-        /// needle's pieces, other text and multi-byte characters.
-        #[test]
-        fn between_is_the_second_piece_of_a_split(
-            parts in proptest::collection::vec(
-                proptest::sample::select(vec!["at::_ops::", "at::_", "ops::", "mm", "::call(", "é", " ", "at::_ops::add"]),
-                0..8,
-            )
-        ) {
-            let name: String = parts.concat();
-            let needle = memchr::memmem::Finder::new("at::_ops::");
-            proptest::prop_assert_eq!(between(&name, &needle), name.split("at::_ops::").nth(1));
-        }
     }
 
     /// The operator each kind of frame names.
