@@ -27,8 +27,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use rayon::prelude::*;
-
 use crate::error::Error;
 use crate::model::Level;
 use crate::pipeline::{analyze_bytes, analyze_path, AnalyzeOptions};
@@ -233,6 +231,10 @@ fn sanitize(s: &str) -> String {
 /// reports, and returns the rows (unsorted: see [`sort_rows`]). Never stops
 /// on a bad file. `on_done(input, n)` is called as each input is finished,
 /// `n` being how many are by then.
+///
+/// The inputs are taken largest first ([`largest_first`]): a sweep whose
+/// biggest file came last in path order kept one core on it while the
+/// others had nothing left to do.
 pub fn run(
     inputs: &[Input],
     options: &BatchOptions,
@@ -256,19 +258,35 @@ fn run_with(
         .num_threads(options.jobs)
         .build()
         .map_err(|e| Error::Usage(format!("cannot start {} worker threads: {e}", options.jobs)))?;
+    let order = largest_first(inputs);
+    let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
-    let rows: Vec<Vec<Row>> = pool.install(|| {
-        inputs
-            .par_iter()
-            .with_max_len(1)
-            .map(|input| {
-                let rows = process_with(input, options, analyze);
-                on_done(input, done.fetch_add(1, Ordering::Relaxed) + 1);
-                rows
-            })
-            .collect()
+    // One queue for all workers, in `order`: each takes the next input as
+    // it finishes one (rayon's split of an indexed iterator would hand each
+    // worker a range of the list, and leave the last big file to one).
+    let taken: Vec<Vec<(usize, Vec<Row>)>> = pool.broadcast(|_| {
+        let mut mine = Vec::new();
+        while let Some(&k) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
+            let input = &inputs[k];
+            mine.push((k, process_with(input, options, analyze)));
+            on_done(input, done.fetch_add(1, Ordering::Relaxed) + 1);
+        }
+        mine
     });
-    Ok(rows.into_iter().flatten().collect())
+    let mut taken: Vec<(usize, Vec<Row>)> = taken.into_iter().flatten().collect();
+    taken.sort_unstable_by_key(|&(k, _)| k);
+    Ok(taken.into_iter().flat_map(|(_, rows)| rows).collect())
+}
+
+/// The order in which [`run`] takes `inputs`: their indices by size,
+/// largest first (equal sizes in the given order). The wall time of a
+/// batch on N workers is at least its largest file's, and at most that
+/// much more than its total over N when the large files are started
+/// first; in path order a large file met last runs alone at the end.
+fn largest_first(inputs: &[Input]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..inputs.len()).collect();
+    order.sort_by_key(|&k| std::cmp::Reverse(inputs[k].size_bytes));
+    order
 }
 
 /// One input: analyse, write its reports, return its rows.
@@ -661,6 +679,51 @@ mod tests {
             line.contains("\"top_category\":null") && line.contains("\"reserved_bytes\":null"),
             "{line}"
         );
+    }
+
+    /// Inputs are taken largest first (equal sizes in path order), each
+    /// exactly once, whatever the number of workers; the rows come back in
+    /// the inputs' order.
+    #[test]
+    fn inputs_are_taken_largest_first_and_rows_keep_their_order() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample_traces");
+        let files = [
+            root.join("grad_accum.snapshot.pickle.gz"),
+            root.join("train_sgd_momentum.snapshot.pickle.gz"),
+            root.join("kv_cache_decode.snapshot.pickle.gz"),
+        ];
+        let (mut inputs, errors) = discover(&files);
+        assert!(errors.is_empty());
+        // Sizes as a sweep may meet them: a tie, and the largest last.
+        for (input, size) in inputs.iter_mut().zip([5, 5, 9]) {
+            input.size_bytes = size;
+        }
+        assert_eq!(largest_first(&inputs), [2, 0, 1]);
+        let seen = std::sync::Mutex::new(Vec::new());
+        let analyze = |input: &Input, _: &AnalyzeOptions| {
+            seen.lock().unwrap().push(input.name.clone());
+            Err(Error::Empty)
+        };
+        for jobs in [1, 2, 3] {
+            seen.lock().unwrap().clear();
+            let options = BatchOptions {
+                jobs,
+                ..BatchOptions::default()
+            };
+            let rows = run_with(&inputs, &options, &|_, _| {}, &analyze).unwrap();
+            let files: Vec<&str> = rows.iter().map(|r| r.file.as_str()).collect();
+            let given: Vec<&str> = inputs.iter().map(|i| i.display.as_str()).collect();
+            assert_eq!(files, given, "jobs {jobs}");
+            let mut seen = seen.lock().unwrap().clone();
+            if jobs == 1 {
+                let names: Vec<&str> = [2, 0, 1].iter().map(|&k| inputs[k].name.as_str()).collect();
+                assert_eq!(seen, names);
+            }
+            seen.sort();
+            let mut names: Vec<String> = inputs.iter().map(|i| i.name.clone()).collect();
+            names.sort();
+            assert_eq!(seen, names, "each input once, jobs {jobs}");
+        }
     }
 
     /// A panic while one file is analysed (injected here: the known crash

@@ -226,26 +226,33 @@ fn read_trace_ahead_in<R: Read + Send>(
         let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<std::io::Result<Chunk>>(AHEAD);
         let (empty_tx, empty_rx) = std::sync::mpsc::channel::<Vec<u8>>();
         let (gzip_tx, gzip_rx) = std::sync::mpsc::channel::<bool>();
-        scope.spawn(move || {
+        for spare in SpareChunks::take(chunk_size) {
+            let _ = empty_tx.send(spare);
+        }
+        let pump = scope.spawn(move || {
             let mut pump = Pump {
                 full: full_tx,
                 empty: empty_rx,
                 chunk_size,
                 finder: None,
+                unread: None,
             };
             let mut reader = reader;
-            let (first, result) = pump.read_chunk(&mut reader);
-            let gzip = result.is_ok() && first.starts_with(&[0x1f, 0x8b]);
+            let (mut first, filled, result) = pump.read_chunk(&mut reader);
+            let gzip = result.is_ok() && first[..filled].starts_with(&[0x1f, 0x8b]);
             let _ = gzip_tx.send(gzip);
             if gzip {
+                first.truncate(filled);
                 let source = std::io::Cursor::new(first).chain(reader);
                 let mut compressed = BufReader::with_capacity(1 << 16, source);
                 // Its errors reach the parser through the chunks.
                 let failure = Rc::new(Cell::new(None));
                 pump.pump(&mut LimitedReader::new(&mut compressed, limits, failure));
-            } else if pump.send_read(first, result) {
+            } else if pump.send_read(first, filled, result) {
                 pump.pump(&mut reader);
             }
+            // What the parser gave back after the last chunk was read.
+            (pump.empty, pump.unread)
         });
         // What the reader thread decided from the first bytes.
         let gzip = gzip_rx.recv().unwrap_or(false);
@@ -256,20 +263,67 @@ fn read_trace_ahead_in<R: Read + Send>(
             empty: empty_tx,
             current: Vec::new(),
             pos: 0,
+            end: 0,
             hints: Rc::clone(&hints),
             failure: Rc::clone(&failure),
         };
         // `Chunks` buffers already: a `BufReader` on top would only copy.
-        if gzip {
+        let read = if gzip {
             // As `read_sniffed` does with a gzip layer of its own.
             read_sniffed(&mut chunks, limits, 1, Some(hints), text)
                 .map_err(|e| stream_error(failure.take(), e))
         } else {
             read_sniffed(&mut chunks, limits, 0, Some(hints), text)
-        }
-        // `chunks` is dropped here, before the scope joins the reader thread,
-        // so a reader blocked on a full channel wakes up and stops.
+        };
+        let current = std::mem::take(&mut chunks.current);
+        // Dropped before the reader thread is joined, so that a reader
+        // blocked on a full channel wakes up and stops.
+        drop(chunks);
+        let (empty, unread) = pump.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        let left = [current].into_iter().chain(unread).chain(empty.try_iter());
+        SpareChunks::keep(chunk_size, left);
+        read
     })
+}
+
+/// The read-ahead's chunks kept by a `memcut batch` worker (a rayon
+/// thread) from one input to the next: a fresh chunk is zeroed and
+/// faulted in (1 MiB for every input, however small, and a few more for a
+/// gzip file); a kept one is only written over. Outside rayon (one input,
+/// read once) nothing is kept: the chunks are freed as the read ends.
+struct SpareChunks;
+
+thread_local! {
+    static SPARE_CHUNKS: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl SpareChunks {
+    /// Most chunks a worker keeps: as many as one read has in use at once
+    /// (the parser's, the one being read, `AHEAD` waiting, one handed back).
+    const MOST: usize = 6;
+
+    /// This worker's kept chunks of `chunk_size` bytes.
+    fn take(chunk_size: usize) -> Vec<Vec<u8>> {
+        if rayon::current_thread_index().is_none() {
+            return Vec::new();
+        }
+        let mut kept = SPARE_CHUNKS.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        kept.retain(|c| c.len() == chunk_size);
+        kept
+    }
+
+    /// Keeps `chunks` (those of `chunk_size` bytes, up to [`Self::MOST`])
+    /// for this worker's next input.
+    fn keep(chunk_size: usize, chunks: impl Iterator<Item = Vec<u8>>) {
+        if rayon::current_thread_index().is_none() {
+            return;
+        }
+        SPARE_CHUNKS.with(|s| {
+            let mut kept = s.borrow_mut();
+            kept.extend(chunks.filter(|c| c.len() == chunk_size));
+            kept.truncate(Self::MOST);
+        });
+    }
 }
 
 /// The reader thread's end of [`read_trace_ahead`].
@@ -279,12 +333,16 @@ struct Pump {
     chunk_size: usize,
     /// Decided at the first chunk sent: only a pickle's bytes are searched.
     finder: Option<Option<pickle::GetRunFinder>>,
+    /// The chunk that met the end of the input with nothing in it.
+    unread: Option<Vec<u8>>,
 }
 
 impl Pump {
-    /// Reads a chunk from `source` (shorter at its end): the bytes, and the
-    /// error that stopped the reading, if one did.
-    fn read_chunk(&mut self, source: &mut dyn Read) -> (Vec<u8>, std::io::Result<()>) {
+    /// Reads a chunk from `source`: a buffer of `chunk_size` bytes, how
+    /// many of them were read (fewer at its end), and the error that
+    /// stopped the reading, if one did. A chunk given back keeps its
+    /// length, so that it is never zeroed again.
+    fn read_chunk(&mut self, source: &mut dyn Read) -> (Vec<u8>, usize, std::io::Result<()>) {
         let mut chunk = self.empty.try_recv().unwrap_or_default();
         chunk.resize(self.chunk_size, 0);
         let mut filled = 0;
@@ -301,23 +359,33 @@ impl Pump {
                 Err(e) => break Err(e),
             }
         };
-        chunk.truncate(filled);
-        (chunk, result)
+        (chunk, filled, result)
     }
 
     /// Sends what [`Pump::read_chunk`] read; whether there may be more
     /// (`false` at the end of the input, after an error, or when the parser
     /// is gone: a closed channel means it is done or failed).
-    fn send_read(&mut self, chunk: Vec<u8>, result: std::io::Result<()>) -> bool {
-        let full = chunk.len() == self.chunk_size;
-        if !chunk.is_empty() {
+    fn send_read(&mut self, chunk: Vec<u8>, filled: usize, result: std::io::Result<()>) -> bool {
+        let full = filled == self.chunk_size;
+        if filled > 0 {
             let finder = self.finder.get_or_insert_with(|| {
                 (chunk.first() == Some(&0x80)).then(pickle::GetRunFinder::default)
             });
-            let runs = finder.as_mut().map(|f| f.find(&chunk)).unwrap_or_default();
-            if self.full.send(Ok(Chunk { bytes: chunk, runs })).is_err() {
+            let runs = finder
+                .as_mut()
+                .map(|f| f.find(&chunk[..filled]))
+                .unwrap_or_default();
+            let chunk = Chunk {
+                bytes: chunk,
+                filled,
+                runs,
+            };
+            if self.full.send(Ok(chunk)).is_err() {
                 return false;
             }
+        } else {
+            // Kept for the next input (see `SpareChunks`).
+            self.unread = Some(chunk);
         }
         match result {
             Ok(()) => full,
@@ -331,17 +399,18 @@ impl Pump {
     /// Reads and sends `source` to its end.
     fn pump(&mut self, source: &mut dyn Read) {
         loop {
-            let (chunk, result) = self.read_chunk(source);
-            if !self.send_read(chunk, result) {
+            let (chunk, filled, result) = self.read_chunk(source);
+            if !self.send_read(chunk, filled, result) {
                 return;
             }
         }
     }
 }
 
-/// A chunk of the input and the runs found in it.
+/// A chunk of the input (its first `filled` bytes) and the runs found in it.
 struct Chunk {
     bytes: Vec<u8>,
+    filled: usize,
     runs: Vec<pickle::GetRun>,
 }
 
@@ -351,8 +420,10 @@ struct Chunk {
 struct Chunks {
     full: std::sync::mpsc::Receiver<std::io::Result<Chunk>>,
     empty: std::sync::mpsc::Sender<Vec<u8>>,
+    /// The chunk being read, up to `end`.
     current: Vec<u8>,
     pos: usize,
+    end: usize,
     hints: Rc<pickle::GetRunHints>,
     /// The error that ended the input, kept as `LimitedReader` keeps its
     /// own (a copy is returned).
@@ -376,16 +447,17 @@ fn read_buffered(reader: &mut impl BufRead, buf: &mut [u8]) -> std::io::Result<u
 
 impl BufRead for Chunks {
     fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
-        if self.pos == self.current.len() {
+        if self.pos == self.end {
             if let Ok(next) = self.full.recv() {
                 let next = next.map_err(|e| keep_failure(&self.failure, e))?;
                 self.hints.add(next.runs);
                 let used = std::mem::replace(&mut self.current, next.bytes);
                 let _ = self.empty.send(used);
                 self.pos = 0;
+                self.end = next.filled;
             }
         }
-        Ok(&self.current[self.pos..])
+        Ok(&self.current[self.pos..self.end])
     }
     fn consume(&mut self, amt: usize) {
         self.pos += amt;
@@ -723,6 +795,43 @@ mod tests {
         same_read_ahead(cut, &[4099, 1 << 20], "cut pickle.gz");
         let err = read_trace_ahead(cut, &Limits::default()).unwrap_err();
         assert_eq!(err.to_string(), "not a memory trace: truncated gzip stream");
+    }
+
+    /// On a `memcut batch` worker the read-ahead's chunks are kept from one
+    /// input to the next (`SpareChunks`): inputs read one after another on
+    /// one worker — large before small, so that kept chunks hold a larger
+    /// input's bytes past a smaller one's end; gzip, plain, broken; chunks
+    /// of two sizes — read as at once; the worker keeps some chunks, and
+    /// never more than `SpareChunks::MOST`.
+    #[test]
+    fn a_batch_worker_reuses_its_chunks_and_reads_alike() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let samples = glob::glob(&format!("{}/sample_traces/*", root.display())).unwrap();
+        let broken = glob::glob(&format!("{}/tests/data/broken/*", root.display())).unwrap();
+        let mut inputs: Vec<Vec<u8>> = samples
+            .chain(broken)
+            .map(|p| p.unwrap())
+            .filter(|p| p.is_file())
+            .map(|p| std::fs::read(p).unwrap())
+            .collect();
+        inputs.sort_by_key(|b| std::cmp::Reverse(b.len()));
+        // A big plain input first: its bytes fill every kept chunk.
+        inputs.insert(0, big_trace().into_bytes());
+        let kept = || SPARE_CHUNKS.with(|s| s.borrow().len());
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            assert_eq!(kept(), 0);
+            for bytes in &inputs {
+                same_read_ahead(bytes, &[1 << 20, 4099, 1 << 20], "a worker's next input");
+                assert!((1..=SpareChunks::MOST).contains(&kept()), "{}", kept());
+            }
+        });
+        // Not on a worker: nothing kept.
+        same_read_ahead(&inputs[0], &[1 << 20], "one input");
+        assert_eq!(kept(), 0);
     }
 
     /// A Chrome trace past `chrome::MIN_SPLIT_BYTES` (memory events and
