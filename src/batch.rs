@@ -232,7 +232,7 @@ fn sanitize(s: &str) -> String {
 /// on a bad file. `on_done(input, n)` is called as each input is finished,
 /// `n` being how many are by then.
 ///
-/// The inputs are taken largest first ([`largest_first`]): a sweep whose
+/// The inputs are taken largest first (`largest_first`): a sweep whose
 /// biggest file came last in path order kept one core on it while the
 /// others had nothing left to do.
 pub fn run(

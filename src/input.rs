@@ -290,7 +290,10 @@ fn read_trace_ahead_in<R: Read + Send>(
 /// thread) from one input to the next: a fresh chunk is zeroed and
 /// faulted in (1 MiB for every input, however small, and a few more for a
 /// gzip file); a kept one is only written over. Outside rayon (one input,
-/// read once) nothing is kept: the chunks are freed as the read ends.
+/// read once) nothing is kept: the chunks are freed as the read ends. A
+/// rayon thread keeps at most [`SpareChunks::MOST`] MiB until it ends
+/// (`batch::run`'s pool ends with the batch; a library caller's own pool
+/// keeps them while it lives).
 struct SpareChunks;
 
 thread_local! {
