@@ -292,21 +292,17 @@ fn largest_first(inputs: &[Input]) -> Vec<usize> {
 }
 
 /// What reading `input` takes, in bytes: a gzip file's inflated size as
-/// its trailer gives it (modulo 4 GiB: a guess, which only moves the file
-/// in the order; a gzipped trace inflates 10–30x), else the file's size.
+/// its trailer gives it ([`crate::input::gzip_size_hint`]: a guess, which
+/// only moves the file in the order; a gzipped trace inflates 10–30x),
+/// else the file's size.
 fn bytes_to_read(input: &Input) -> u64 {
-    use std::io::{Read, Seek, SeekFrom};
-    let inflated = || -> std::io::Result<u64> {
-        let mut file = std::fs::File::open(&input.path)?;
+    use std::io::Read;
+    let inflated = || {
+        let mut file = std::fs::File::open(&input.path).ok()?;
         let mut magic = [0u8; 2];
-        file.read_exact(&mut magic)?;
-        if magic != [0x1f, 0x8b] || input.size_bytes < 18 {
-            return Ok(0);
-        }
-        file.seek(SeekFrom::End(-4))?;
-        let mut isize = [0u8; 4];
-        file.read_exact(&mut isize)?;
-        Ok(u64::from(u32::from_le_bytes(isize)))
+        file.read_exact(&mut magic).ok()?;
+        let gzip = magic == [0x1f, 0x8b];
+        gzip.then(|| crate::input::gzip_size_hint(&mut file, input.size_bytes))?
     };
     inflated().unwrap_or(0).max(input.size_bytes)
 }
@@ -703,17 +699,22 @@ mod tests {
         );
     }
 
+    /// Three small sample snapshots (gzip), for the tests of [`run_with`].
+    fn three_samples() -> [PathBuf; 3] {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample_traces");
+        [
+            root.join("grad_accum.snapshot.pickle.gz"),
+            root.join("train_sgd_momentum.snapshot.pickle.gz"),
+            root.join("kv_cache_decode.snapshot.pickle.gz"),
+        ]
+    }
+
     /// Inputs are taken largest first (equal sizes in path order), each
     /// exactly once, whatever the number of workers; the rows come back in
     /// the inputs' order.
     #[test]
     fn inputs_are_taken_largest_first_and_rows_keep_their_order() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample_traces");
-        let files = [
-            root.join("grad_accum.snapshot.pickle.gz"),
-            root.join("train_sgd_momentum.snapshot.pickle.gz"),
-            root.join("kv_cache_decode.snapshot.pickle.gz"),
-        ];
+        let files = three_samples();
         let (mut inputs, errors) = discover(&files);
         assert!(errors.is_empty());
         // Gzip files are taken by their inflated sizes (kv_cache_decode
@@ -775,12 +776,7 @@ mod tests {
     /// files are analysed and their reports written.
     #[test]
     fn a_panic_is_its_files_failed_row_and_the_others_still_get_reports() {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("sample_traces");
-        let files = [
-            root.join("grad_accum.snapshot.pickle.gz"),
-            root.join("train_sgd_momentum.snapshot.pickle.gz"),
-            root.join("kv_cache_decode.snapshot.pickle.gz"),
-        ];
+        let files = three_samples();
         let (inputs, errors) = discover(&files);
         assert!(errors.is_empty());
         let out = tempfile::tempdir().unwrap();

@@ -192,7 +192,7 @@ fn read_split(path: &std::path::Path, limits: &Limits) -> Option<Option<Result<T
 /// The inflated size the trailer of the gzip `file` (`len` bytes) gives
 /// (its last member's, modulo 4 GiB): a guess, good for single-member
 /// files under 4 GiB.
-fn gzip_size_hint(file: &mut std::fs::File, len: u64) -> Option<u64> {
+pub(crate) fn gzip_size_hint(file: &mut std::fs::File, len: u64) -> Option<u64> {
     use std::io::Seek;
     file.seek(std::io::SeekFrom::Start(len.checked_sub(4)?))
         .ok()?;
