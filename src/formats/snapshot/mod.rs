@@ -49,6 +49,91 @@ pub(crate) fn parse_pickle_hinted<R: BufRead>(
     build_trace(&root, lowering)
 }
 
+/// [`parse_pickle`] of a whole pickle in memory, on two threads: a second
+/// thread walks the opcodes to a cut (the first batch of trace entries
+/// past `from`: `pickle::split`) and parses on from there; the first parser
+/// takes in its part when it reaches the cut and goes on after it. Gives
+/// what [`parse_pickle`] gives: where the part cannot be taken exactly the
+/// first parser reads on through it, and an error after a join has the
+/// pickle parsed again on one thread (whose error it then is). The second
+/// value says how.
+// Not called outside the tests: on this project's 2-core machine it
+// measured no faster than the one-thread parse (docs/performance.md).
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn parse_pickle_split(
+    bytes: &[u8],
+    limits: &Limits,
+    from: usize,
+) -> (Result<Trace>, Split) {
+    parse_split_with(bytes, limits, None, move || {
+        pickle::split::find_cut(bytes, from)
+    })
+}
+
+/// [`parse_pickle_split`] with the cut found before the second thread
+/// starts (so that the first parser never passes it first): for tests.
+#[cfg(test)]
+pub(crate) fn parse_pickle_at_cut(bytes: &[u8], cut: pickle::split::Cut) -> (Result<Trace>, Split) {
+    let at = cut.at as u64;
+    parse_split_with(bytes, &Limits::default(), Some(at), move || Some(cut))
+}
+
+/// How [`parse_pickle_split`] parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Split {
+    /// The second thread's part was taken in at the cut.
+    Joined,
+    /// No part was taken in: the first parser read through (no cut, or a
+    /// part that could not be taken exactly).
+    Alone,
+    /// A part was taken in, then the parse failed: parsed again on one thread.
+    Again,
+}
+
+fn parse_split_with(
+    bytes: &[u8],
+    limits: &Limits,
+    known: Option<u64>,
+    find: impl FnOnce() -> Option<pickle::split::Cut> + Send,
+) -> (Result<Trace>, Split) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let at = AtomicU64::new(known.unwrap_or(u64::MAX));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        let at = &at;
+        s.spawn(move || {
+            let part = find().and_then(|cut| {
+                at.store(cut.at as u64, Ordering::Release);
+                let mut lowering = EntryLowering::after_cut();
+                let run = pickle::unpickle_after_cut(bytes, &cut, limits, &mut lowering).ok()?;
+                Some((lowering, run))
+            });
+            let _ = tx.send(part);
+        });
+        let join = pickle::JoinAt {
+            at,
+            join: Box::new(move |hook, memo| {
+                let (part, run) = rx.recv().ok()??;
+                let lowering = hook.as_any()?.downcast_mut::<EntryLowering>()?;
+                let (items, made) = lowering.absorb(part, &run.items, &run.made, memo)?;
+                Some(pickle::Joined {
+                    items,
+                    made,
+                    strings: run.strings,
+                    end: run.end,
+                })
+            }),
+        };
+        let mut lowering = EntryLowering::default();
+        match pickle::unpickle_joining(bytes, limits, &mut lowering, None, join) {
+            (Ok(root), true) => (build_trace(&root, lowering), Split::Joined),
+            (Ok(root), false) => (build_trace(&root, lowering), Split::Alone),
+            (Err(_), true) => (parse_pickle(bytes, limits), Split::Again),
+            (Err(e), false) => (Err(e.into()), Split::Alone),
+        }
+    })
+}
+
 /// Reads a snapshot saved as JSON (same schema; tuples as arrays).
 pub fn parse_json(bytes: &[u8]) -> Result<Trace> {
     let json: serde_json::Value =

@@ -946,3 +946,167 @@ mod allocator_state_shapes {
         }
     }
 }
+
+/// The parse on two threads (`parse_pickle_split`): the first parser takes
+/// in the second's part at a cut and must give exactly the one-thread parse.
+mod split_tests {
+    use super::*;
+    use crate::test_support::{corpus_dir, read_maybe_gz};
+    use pickle::split::find_cut;
+
+    /// Every cut of `bytes` (each batch of trace entries but the first),
+    /// joined, against the one-thread parse; how many cuts there were. A
+    /// file the one-thread parse reads is joined at every cut, and never
+    /// parsed again.
+    fn joined_at_every_cut(bytes: &[u8], what: &str) -> usize {
+        let one = parse_pickle(bytes, &Limits::default());
+        let (mut from, mut cuts) = (0, 0);
+        while let Some(cut) = find_cut(bytes, from) {
+            from = cut.at + 1;
+            let at = cut.at;
+            let (trace, how) = parse_pickle_at_cut(bytes, cut);
+            assert_eq!(
+                format!("{trace:?}"),
+                format!("{one:?}"),
+                "{what}: cut at {at}"
+            );
+            if one.is_ok() {
+                assert_eq!(how, Split::Joined, "{what}: cut at {at}");
+            }
+            cuts += 1;
+        }
+        cuts
+    }
+
+    /// Two devices' traces of `n` and `m` entries; each device's frames are
+    /// its own, shared by its entries (so the second device's are memoized
+    /// in its list and fetched again there, after any cut in the first).
+    fn two_devices(n: usize, m: usize) -> Vec<u8> {
+        use pickle::writer::{dumps, Py};
+        let frame = |file: &str, line| {
+            Py::dict([
+                ("filename", Py::str(file)),
+                ("line", Py::Int(line)),
+                ("name", Py::str(file)),
+            ])
+            .shared()
+        };
+        let device = |n: usize, files: [&str; 2], context: &str| {
+            let frames = [frame(files[0], 1), frame(files[1], 2)];
+            let entry = |k: usize| {
+                Py::dict([
+                    (
+                        "action",
+                        Py::str(if k % 2 == 0 {
+                            "alloc"
+                        } else {
+                            "free_completed"
+                        }),
+                    ),
+                    ("addr", Py::Int((k / 2) as i128 * 512)),
+                    ("size", Py::Int(512)),
+                    (
+                        "frames",
+                        Py::List(vec![frames[k % 2].clone(), frames[(k / 7) % 2].clone()]),
+                    ),
+                    (
+                        "compile_context",
+                        Py::str(if k % 5 == 0 { context } else { "N/A" }),
+                    ),
+                    ("time_us", Py::Int(k as i128)),
+                ])
+            };
+            Py::List((0..n).map(entry).collect())
+        };
+        let root = Py::dict([
+            ("segments", Py::List(vec![])),
+            (
+                "device_traces",
+                Py::List(vec![
+                    device(n, ["a.py", "b.py"], "0/0"),
+                    device(m, ["c.py", "d.py"], "1/0"),
+                ]),
+            ),
+        ]);
+        dumps(&root, 4)
+    }
+
+    #[test]
+    fn a_join_at_every_cut_gives_the_one_thread_parse_on_written_snapshots() {
+        // Cuts in the first device's list and in the second's.
+        assert_eq!(
+            joined_at_every_cut(&two_devices(3500, 2500), "two devices"),
+            5
+        );
+        // Cut short, or a byte changed after the cut: the one-thread
+        // parse's error, or its trace.
+        let bytes = two_devices(3000, 10);
+        let cut = find_cut(&bytes, 0).unwrap().at;
+        let mut broken = Vec::new();
+        for end in [cut + 10, cut + 5000, bytes.len() - 1] {
+            broken.push(bytes[..end].to_vec());
+        }
+        for at in [cut + 5, cut + 3000, bytes.len() - 200] {
+            let mut changed = bytes.clone();
+            changed[at] = b'R';
+            broken.push(changed);
+        }
+        let mut failed = 0;
+        for (k, bytes) in broken.iter().enumerate() {
+            let one = parse_pickle(&bytes[..], &Limits::default());
+            let cut = find_cut(bytes, 0).unwrap();
+            let (split, how) = parse_pickle_at_cut(bytes, cut);
+            assert_eq!(format!("{split:?}"), format!("{one:?}"), "{k}");
+            // An error is the one-thread parse's, never one made after a join.
+            assert!(one.is_ok() || how != Split::Joined, "{k}");
+            failed += usize::from(one.is_err());
+        }
+        assert!(failed >= 4, "{failed}");
+    }
+
+    #[test]
+    fn a_join_at_every_cut_gives_the_one_thread_parse_on_samples() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let pattern = format!("{}/sample_traces/*.pickle.gz", root.display());
+        let mut cuts = 0;
+        for path in glob::glob(&pattern).unwrap() {
+            let path = path.unwrap();
+            cuts += joined_at_every_cut(&read_maybe_gz(&path), &path.display().to_string());
+        }
+        assert!(cuts > 0);
+    }
+
+    /// The walk on the second thread, racing the first parser to the cut
+    /// (which it may pass first: then no join).
+    #[test]
+    fn a_cut_found_on_the_second_thread_gives_the_one_thread_parse() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let pattern = format!("{}/sample_traces/*.pickle.gz", root.display());
+        let mut written = vec![two_devices(5000, 3000)];
+        for path in glob::glob(&pattern).unwrap() {
+            written.push(read_maybe_gz(&path.unwrap()));
+        }
+        for bytes in &written {
+            let one = format!("{:?}", parse_pickle(&bytes[..], &Limits::default()));
+            for from in [0, bytes.len() / 3, bytes.len() / 3 * 2, bytes.len()] {
+                let (trace, how) = parse_pickle_split(bytes, &Limits::default(), from);
+                assert_eq!(format!("{trace:?}"), one, "from {from}");
+                assert_ne!(how, Split::Again, "from {from}");
+            }
+        }
+    }
+
+    #[test]
+    #[ignore = "needs ../shared/corpus (or MEMCUT_CORPUS)"]
+    fn a_join_at_every_cut_gives_the_one_thread_parse_on_corpus_pickles() {
+        let dir = corpus_dir();
+        let (mut files, mut cuts) = (0, 0);
+        for path in glob::glob(&format!("{}/**/*.pickle", dir.display())).unwrap() {
+            let path = path.unwrap();
+            cuts +=
+                joined_at_every_cut(&std::fs::read(&path).unwrap(), &path.display().to_string());
+            files += 1;
+        }
+        assert!(files > 0 && cuts > 0, "{files} files, {cuts} cuts");
+    }
+}
