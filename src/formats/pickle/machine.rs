@@ -97,14 +97,6 @@ pub(super) struct Parser<'a, R: ?Sized> {
     fast: bool,
     /// The stack grew past [`MAX_STACK`] values.
     pub(super) stack_full: bool,
-    /// A parser started at a cut ([`Parser::after_cut`]): it stops at the
-    /// first opcode between the trace list's batches that is not a `MARK`.
-    after_cut: bool,
-    /// A first parser's join with a second one that starts at a cut (see
-    /// [`super::JoinAt`]), until it is made or given up.
-    join: Option<super::JoinAt<'a>>,
-    /// Whether a join was made.
-    pub(super) joined: bool,
 }
 
 impl<'a, R: BufRead + ?Sized> Parser<'a, R> {
@@ -131,68 +123,7 @@ impl<'a, R: BufRead + ?Sized> Parser<'a, R> {
             work: Vec::new(),
             tracebacks: TracebackLists::new(hints),
             scratch: Scratch::default(),
-            after_cut: false,
-            join: None,
-            joined: false,
         }
-    }
-
-    /// Has the parser join a second parser's part at a cut (see
-    /// [`super::JoinAt`]).
-    pub(super) fn join_at(&mut self, join: super::JoinAt<'a>) {
-        self.join = Some(join);
-    }
-
-    /// At a cut (the trace list's batch just appended, on the stack's
-    /// top): the part after it, as the join gives it, appended to the list,
-    /// the memo's count moved past its `MEMOIZE`s (slots this parser never
-    /// fills: a get of one fails) and the input past it. Without a part
-    /// (the second parser gave up), or with a stack that is not as a cut
-    /// leaves it, the parse goes on alone.
-    #[cold]
-    fn at_cut(&mut self) -> PResult<()> {
-        let Some(mut join) = self.join.take() else {
-            return Ok(());
-        };
-        let list = match self.stack.last() {
-            Some(Value::List(l)) if self.memo_in_order() => Rc::clone(l),
-            _ => return Ok(()),
-        };
-        let view = super::MemoView(&self.memo);
-        let Some(joined) = (join.join)(&mut *self.hook, &view) else {
-            return Ok(());
-        };
-        self.unlower(&list);
-        list.borrow_mut()
-            .extend(joined.items.into_iter().map(Value::Handle));
-        if let Err(m) = self
-            .memo
-            .append_made(&joined.made, &joined.strings, self.limits.max_memo)
-        {
-            return self.err(m);
-        }
-        self.win.skip_to(joined.end)?;
-        self.joined = true;
-        Ok(())
-    }
-
-    /// A parser that starts at a cut (`split.rs`) with the memo as it
-    /// stands there and a stand-in for the trace list on its stack: not
-    /// empty, so that its first `APPENDS` takes the path the list's does.
-    /// [`Parser::run`] then stops where the list's batches end, leaving the
-    /// list on the stack.
-    pub(super) fn after_cut(
-        rd: &'a mut R,
-        limits: &'a Limits,
-        hook: &'a mut dyn Hook,
-        memo: Memo,
-    ) -> Self {
-        let mut parser = Parser::new(rd, limits, hook, None);
-        parser.memo = memo;
-        parser.after_cut = true;
-        let list = Value::List(Rc::new(RefCell::new(vec![Value::None])));
-        parser.stack.push(list);
-        parser
     }
 
     /// The values the stack and the memo still hold that are containers,
@@ -543,20 +474,7 @@ impl<'a, R: BufRead + ?Sized> Parser<'a, R> {
                 // At the opcode that pushed past the limit.
                 return self.stack_full_error();
             }
-            // A cut follows a batch's APPENDS.
-            if self.code == op::APPENDS
-                && self.join.as_ref().is_some_and(|j| {
-                    j.at.load(std::sync::atomic::Ordering::Acquire) == self.win.at()
-                })
-            {
-                self.at_cut()?;
-            }
             let code = self.win.next_op()?;
-            if self.after_cut && code != op::MARK && self.marks.is_empty() {
-                // Past the trace list's last batch: the opcode is left unread.
-                self.win.pos -= 1;
-                return Ok(Value::None);
-            }
             self.code = code;
             match code {
                 op::BININT1 => self.push_scalar(op::BININT1)?,

@@ -108,59 +108,6 @@ pub(super) struct Memo {
 }
 
 impl Memo {
-    /// The memo as it stands at `cut` for a parser that starts there: the
-    /// strings the walk kept, and a [`Handle::pending`] for each other slot.
-    pub(super) fn at_cut(cut: &super::split::Cut) -> Memo {
-        let mut memo = Memo {
-            strs: cut.strings.iter().map(|s| Rc::new(s.clone())).collect(),
-            dense: (0u32..)
-                .zip(&cut.slots)
-                .map(|(slot, kept)| match *kept {
-                    super::split::Kept::Str(id) => Slot::Str(id),
-                    super::split::Kept::Other => Slot::Handle(Handle::pending(slot)),
-                })
-                .collect(),
-            count: cut.slots.len(),
-            ..Memo::default()
-        };
-        for (id, s) in (0u32..).zip(&cut.strings).take(Self::MAX_STR_IDS) {
-            if memo.str_id_bytes >= Self::MAX_STR_ID_BYTES {
-                break;
-            }
-            memo.str_id_bytes += s.len();
-            memo.str_ids.insert(s.as_bytes().into(), id);
-        }
-        memo
-    }
-
-    /// Fills the next slots with what a part after a cut made (see
-    /// [`super::Made`]): a value only that part's parser held leaves its
-    /// slot empty (a get of it fails).
-    pub(super) fn append_made(
-        &mut self,
-        made: &[super::Made],
-        strings: &[Box<str>],
-        max_memo: usize,
-    ) -> Result<(), String> {
-        for m in made {
-            let idx = u32::try_from(self.count).map_err(|_| "memo is full")?;
-            match *m {
-                super::Made::Handle(h) => self.put_handle(idx, h, max_memo)?,
-                super::Made::Str(i) => {
-                    let s = strings
-                        .get(i as usize)
-                        .ok_or("a string the part did not give")?;
-                    self.put_str(idx, s.as_bytes(), max_memo)?
-                }
-                super::Made::EmptyList => self.put_empty_list(idx, max_memo)?,
-                super::Made::Unknown => {
-                    self.put_in_place(idx, Slot::Empty, max_memo)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Past this many strings, or bytes of them, the strings the fast paths
     /// put are looked up anew (those put before stay shared), so the
     /// lookup's memory stays bounded whatever the file.

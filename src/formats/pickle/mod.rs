@@ -43,7 +43,6 @@
 //!   the same trace, or the same error, from the plain path, the fast paths,
 //!   and the fast paths fed through the read-ahead thread or a trickle).
 
-use std::collections::HashMap;
 use std::fmt;
 use std::io::BufRead;
 use std::rc::Rc;
@@ -53,10 +52,6 @@ mod fast_state;
 mod machine;
 mod memo;
 mod opcodes;
-// The first pass of the two-core parse (issue 35); the second parser that
-// starts at its cut is the next step.
-#[cfg_attr(not(test), allow(dead_code))]
-pub(crate) mod split;
 mod teardown;
 mod value;
 mod window;
@@ -133,171 +128,6 @@ pub(crate) trait Hook {
     fn fast(&mut self) -> Option<&mut dyn Records> {
         None
     }
-
-    /// The hook as [`std::any::Any`], for a join at a cut to reach the
-    /// hook's own type (`None`, the default: no join).
-    fn as_any(&mut self) -> Option<&mut dyn std::any::Any> {
-        None
-    }
-}
-
-/// What a first parser's memo holds at a slot, as a join reads it.
-pub(crate) enum Held<'a> {
-    Handle(Handle),
-    List(&'a value::ListRc),
-    /// A string, an empty list never fetched, anything else, or nothing.
-    Other,
-}
-
-/// A first parser's memo, paused at a cut.
-pub(crate) struct MemoView<'a>(&'a memo::Memo);
-
-impl MemoView<'_> {
-    pub(crate) fn get(&self, slot: u32) -> Held<'_> {
-        match self.0.get(slot) {
-            Some(memo::Got::Handle(h)) | Some(memo::Got::Value(&Value::Handle(h))) => {
-                Held::Handle(h)
-            }
-            Some(memo::Got::Value(Value::List(l))) => Held::List(l),
-            _ => Held::Other,
-        }
-    }
-}
-
-/// What a memo slot filled after a cut holds, as the part after the cut
-/// hands it over: a handle, a string (its index in the part's strings), a
-/// new empty list, or a value only the second parser held (a get of its
-/// slot fails in the first parser, which then has the whole pickle parsed
-/// again on one thread).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Made {
-    Handle(Handle),
-    Str(u32),
-    EmptyList,
-    Unknown,
-}
-
-/// What a first parser appends at a cut, made by a second parser that
-/// started there (see [`JoinAt`]).
-pub(crate) struct Joined {
-    /// The handles the part's batches appended to the trace list.
-    pub(crate) items: Vec<Handle>,
-    /// The memo slots the part filled, in order, and their strings.
-    pub(crate) made: Vec<Made>,
-    pub(crate) strings: Vec<Box<str>>,
-    /// Offset of the first opcode after the part.
-    pub(crate) end: u64,
-}
-
-/// A first parser's join with a second parser that starts at a cut
-/// (`split.rs`): `at` is the cut's offset once it is known (`u64::MAX`
-/// until then: a parser already past it never joins), `join` is called
-/// there, once, with the hook and the memo as they stand, and gives the
-/// part to append, or `None` to parse on alone.
-pub(crate) struct JoinAt<'a> {
-    pub(crate) at: &'a std::sync::atomic::AtomicU64,
-    #[allow(clippy::type_complexity)]
-    pub(crate) join: Box<dyn FnMut(&mut dyn Hook, &MemoView<'_>) -> Option<Joined> + 'a>,
-}
-
-/// What a parser that started at a cut made of the trace list's batches
-/// after it.
-pub(crate) struct AfterCut {
-    /// Offset of the first opcode after the batches.
-    pub(crate) end: u64,
-    /// What they appended to the list, in order.
-    pub(crate) items: Vec<Handle>,
-    /// The memo slots they filled, in order, and their strings.
-    pub(crate) made: Vec<Made>,
-    pub(crate) strings: Vec<Box<str>>,
-}
-
-/// Parses the batches of trace entries that start at `cut` in `bytes` (the
-/// whole pickle), with the memo as the walk found it there, up to the
-/// first opcode between batches that is not a `MARK`. `Err` (why) where it
-/// cannot: bad bytes, the end of the input, a memo put out of order, or
-/// anything but handles appended.
-pub(crate) fn unpickle_after_cut(
-    bytes: &[u8],
-    cut: &split::Cut,
-    limits: &Limits,
-    hook: &mut dyn Hook,
-) -> Result<AfterCut, String> {
-    let mut reader = bytes.get(cut.at..).ok_or("a cut past the end")?;
-    let memo = memo::Memo::at_cut(cut);
-    let mut parser = machine::Parser::after_cut(&mut reader, limits, hook, memo);
-    let result = parser.run();
-    let outcome = result.map_err(|e| e.message).and_then(|_| {
-        let list = match parser.stack.as_slice() {
-            [Value::List(l)] if parser.memo_in_order() => Rc::clone(l),
-            _ => return Err("the stack is not as the batches leave it".to_owned()),
-        };
-        let items = list.borrow();
-        let (Some(Value::None), rest) = (items.first(), items.get(1..).unwrap_or_default()) else {
-            return Err("the list's stand-in was changed".to_owned());
-        };
-        let items = rest
-            .iter()
-            .map(|v| match v {
-                Value::Handle(h) => Ok(*h),
-                _ => Err("a batch appended what is not a handle".to_owned()),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut strings: Vec<Box<str>> = Vec::new();
-        let mut string_of: HashMap<u32, u32> = HashMap::new();
-        let made = (cut.slots.len()..parser.memo.count)
-            .map(|slot| match parser.memo.get(slot as u32) {
-                Some(memo::Got::Handle(h) | memo::Got::Value(&Value::Handle(h))) => Made::Handle(h),
-                Some(memo::Got::Str(s, id)) => {
-                    Made::Str(*string_of.entry(id).or_insert_with(|| {
-                        strings.push(Box::from(&***s));
-                        strings.len() as u32 - 1
-                    }))
-                }
-                Some(memo::Got::Value(Value::Str(s))) => {
-                    strings.push(Box::from(&***s));
-                    Made::Str(strings.len() as u32 - 1)
-                }
-                Some(memo::Got::EmptyList) => Made::EmptyList,
-                _ => Made::Unknown,
-            })
-            .collect();
-        Ok(AfterCut {
-            end: cut.at as u64 + parser.win.at(),
-            items,
-            made,
-            strings,
-        })
-    });
-    let offset = parser.op_off();
-    let _ = teardown::finish(
-        Ok(Value::None),
-        offset,
-        limits.max_depth,
-        parser.into_held(),
-    );
-    outcome
-}
-
-/// [`unpickle_hinted`] that joins a second parser's part at a cut (see
-/// [`JoinAt`]); also says whether it did.
-pub(crate) fn unpickle_joining<R: BufRead>(
-    reader: R,
-    limits: &Limits,
-    hook: &mut dyn Hook,
-    hints: Option<Rc<GetRunHints>>,
-    join: JoinAt<'_>,
-) -> (Result<Value, PickleError>, bool) {
-    let mut reader = reader;
-    let mut parser = machine::Parser::new(&mut reader, limits, hook, hints);
-    parser.join_at(join);
-    let result = parser.run();
-    let offset = parser.op_off();
-    let joined = parser.joined;
-    (
-        teardown::finish(result, offset, limits.max_depth, parser.into_held()),
-        joined,
-    )
 }
 
 /// A hook that keeps every dict.
@@ -384,22 +214,6 @@ pub(crate) fn unpickle_hinted<R: BufRead>(
     let result = parser.run();
     let offset = parser.op_off();
     teardown::finish(result, offset, limits.max_depth, parser.into_held())
-}
-
-/// What the memo holds after the plain interpreter ran `prefix` (the bytes
-/// of a pickle up to an opcode): by slot, a string's text or `None` for any
-/// other value or an empty slot (the oracle of [`split`]'s tests).
-#[cfg(test)]
-pub(crate) fn memo_strings_after(prefix: &[u8]) -> Vec<Option<String>> {
-    let mut reader = prefix;
-    let limits = Limits::default();
-    let mut hook = NoHook;
-    let mut parser = machine::Parser::new(&mut reader, &limits, &mut hook, None);
-    // The prefix ends at an opcode, so the run stops there, truncated.
-    assert!(parser.run().is_err());
-    (0..parser.memo.count as u32)
-        .map(|i| parser.memo.get(i).and_then(|g| g.str().map(str::to_owned)))
-        .collect()
 }
 
 /// [`unpickle`] with default limits and [`NoHook`].

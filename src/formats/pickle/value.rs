@@ -63,10 +63,6 @@ pub(crate) enum Lowered {
     Blocks(u32),
     /// A segment at dump time: its index among the lowered segments.
     Segment(u32),
-    /// What a memo slot filled before a cut holds, unknown to the parser
-    /// that starts at the cut (`split.rs`): its slot. Only such a parser's
-    /// seeded memo holds one.
-    Pending(u32),
 }
 
 impl Handle {
@@ -105,10 +101,6 @@ impl Handle {
 
     pub(crate) fn segment(index: usize) -> Result<Handle, String> {
         Ok(Handle(Lowered::Segment(fits(index, "segments")?)))
-    }
-
-    pub(crate) fn pending(slot: u32) -> Handle {
-        Handle(Lowered::Pending(slot))
     }
 
     pub(crate) fn lowered(self) -> Lowered {

@@ -211,17 +211,6 @@ impl<'r, R: BufRead + ?Sized> Window<'r, R> {
         }
     }
 
-    /// Moves the read position to the absolute offset `to` (not before it),
-    /// reading past what lies between.
-    pub(super) fn skip_to(&mut self, to: u64) -> PResult<()> {
-        while self.at() < to {
-            self.ensure(1)?;
-            let step = (to - self.at()).min((self.end - self.pos) as u64);
-            self.pos += step as usize;
-        }
-        Ok(())
-    }
-
     /// The error at the end of the input.
     fn truncated<T>(&self) -> PResult<T> {
         self.err(format!(

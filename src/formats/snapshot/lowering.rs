@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::super::pickle::{Handle, Held, Hook, Item, Lowered, Made, MemoView, Records, Value};
+use super::super::pickle::{Handle, Hook, Item, Lowered, Records, Value};
 use super::allocator_state::{self, BlockFields, SegmentFields};
 use crate::model::{Action, Category, Event, Frame, SiteId, Sites, StrId};
 use crate::vocabulary::COMPILED_REGION;
@@ -62,36 +62,6 @@ pub(super) struct EntryLowering {
     regions: FxHashMap<(SiteId, StrId), SiteId>,
     /// The sites' ids of the memo's strings that frames named.
     pub(super) memo_strs: MemoStrs,
-    /// For a lowering that starts at a cut (`pickle::split`): the sites
-    /// that name what the memo held before the cut, kept as placeholders.
-    pub(super) placeholders: Option<Placeholders>,
-}
-
-/// The sites a lowering that starts at a cut cannot resolve alone: each is
-/// a site id `Sites::site_apart` numbered (no frames), so the real and the
-/// placeholder sites keep one order, the order a one-thread parse would
-/// have made them in; the join resolves them through the first parser's
-/// memo, in that order.
-#[derive(Default)]
-pub(super) struct Placeholders {
-    pub(super) sites: FxHashMap<SiteId, Placeholder>,
-    /// The placeholder of a traceback fetched whole from a slot.
-    by_slot: FxHashMap<u32, SiteId>,
-    /// A pending handle went where no placeholder can stand for it (a
-    /// traceback with entries or dicts beside it): the part after the cut
-    /// is left to the first parser.
-    pub(super) failed: bool,
-}
-
-/// What a placeholder site stands for.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) enum Placeholder {
-    /// A traceback given as frame handles, some of them pending.
-    Frames(Box<[Handle]>),
-    /// The traceback (a lowered list, or its site's handle) a slot holds.
-    Slot(u32),
-    /// A site (real or placeholder) inside a compiled region (its name).
-    Region(SiteId, StrId),
 }
 
 /// The sites' id of each of the memo's strings a frame named, by the
@@ -206,11 +176,6 @@ impl Hook for EntryLowering {
 
     /// The fast paths are open to every snapshot.
     fn fast(&mut self) -> Option<&mut dyn Records> {
-        Some(self)
-    }
-
-    /// A join at a cut reaches the lowering ([`EntryLowering::absorb`]).
-    fn as_any(&mut self) -> Option<&mut dyn std::any::Any> {
         Some(self)
     }
 }
@@ -374,19 +339,13 @@ impl EntryLowering {
             return Some(site);
         }
         let mut frames = Vec::with_capacity(handles.len());
-        let mut pending = false;
         for h in handles {
             match h.lowered() {
                 Lowered::Frame(i) => frames.push(self.frames[i as usize]),
-                Lowered::Pending(_) if self.placeholders.is_some() => pending = true,
                 _ => return None,
             }
         }
-        let site = if pending {
-            self.placeholder(Placeholder::Frames(handles.into()))
-        } else {
-            self.sites.intern_site(&frames)
-        };
+        let site = self.sites.intern_site(&frames);
         self.site_by_handles.insert(handles.into(), site);
         Some(site)
     }
@@ -529,17 +488,6 @@ impl EntryLowering {
         if let Some(&s) = self.regions.get(&(site, region)) {
             return s;
         }
-        if self
-            .placeholders
-            .as_ref()
-            .is_some_and(|p| p.sites.contains_key(&site))
-        {
-            // Interned where the first parser would intern it.
-            self.sites.intern_str(REGION_FILE);
-            let s = self.placeholder(Placeholder::Region(site, region));
-            self.regions.insert((site, region), s);
-            return s;
-        }
         let mut frames = self.sites.frames(site).to_vec();
         frames.push(Frame {
             filename: self.sites.intern_str(REGION_FILE),
@@ -562,7 +510,7 @@ impl EntryLowering {
             Value::List(list) => list,
             // A frames list lowered while it streamed in (shared by a block
             // and its trace entries through the memo).
-            Value::Handle(h) => return self.site_of_handle(*h),
+            Value::Handle(h) => return site_of_handle(*h),
             _ => return 0,
         };
         let mut items = list.borrow_mut();
@@ -594,12 +542,6 @@ impl EntryLowering {
                     }
                     // Only the lowering holds markers (in dicts, never in lists).
                     Lowered::Marker(_) => {}
-                    // Beside what is not a frame handle: no placeholder.
-                    Lowered::Pending(_) => {
-                        if let Some(p) = &mut self.placeholders {
-                            p.failed = true;
-                        }
-                    }
                 },
                 Value::Dict(d) => {
                     let d = d.borrow();
@@ -627,170 +569,6 @@ impl EntryLowering {
         };
         *items = vec![Value::Handle(Handle::site(site))];
         site
-    }
-}
-
-impl EntryLowering {
-    /// A lowering for a parser that starts at a cut (`pickle::split`).
-    pub(super) fn after_cut() -> EntryLowering {
-        EntryLowering {
-            placeholders: Some(Placeholders::default()),
-            ..EntryLowering::default()
-        }
-    }
-
-    /// Takes in what the lowering of a parser that started at a cut
-    /// (`part`) made, as this lowering would have made it had its own parser
-    /// read on through the same bytes: `memo` is that parser's, paused at the
-    /// cut. Its strings, frames and then sites go into this lowering's
-    /// tables in the order `part` made them (the order a one-thread parse
-    /// makes them in), its placeholders resolved through `memo`; its events
-    /// and runs are appended. Gives the handles to append to the trace list
-    /// for `items` (what `part`'s batches appended), and the memo slots the
-    /// part filled (`made`) with their handles made this lowering's. `None`
-    /// where the part cannot be taken exactly, which is found before
-    /// anything changes.
-    pub(super) fn absorb(
-        &mut self,
-        part: EntryLowering,
-        items: &[Handle],
-        made: &[Made],
-        memo: &MemoView<'_>,
-    ) -> Option<(Vec<Handle>, Vec<Made>)> {
-        let placeholders = part.placeholders.as_ref()?;
-        if placeholders.failed
-            || !part.blocks.is_empty()
-            || !part.segments.is_empty()
-            || !part.block_runs.is_empty()
-        {
-            return None;
-        }
-        // What the placeholders need of the memo: a pending frame is a
-        // frame's handle there; a pending traceback is read as the fast
-        // paths read a `frames` value fetched from the memo (a lowered
-        // traceback: its site's handle, or a list holding just that; anything
-        // but a list: no traceback).
-        let frame_at = |slot: u32| match memo.get(slot) {
-            Held::Handle(h) if matches!(h.lowered(), Lowered::Frame(_)) => Some(h),
-            _ => None,
-        };
-        let site_at = |slot: u32| match memo.get(slot) {
-            Held::Handle(h) => Some(h),
-            Held::List(l) => match l.borrow().as_slice() {
-                [Value::Handle(h)] if matches!(h.lowered(), Lowered::Site(_)) => Some(*h),
-                _ => None,
-            },
-            Held::Other => Some(Handle::SKIPPED),
-        };
-        let resolvable = placeholders.sites.values().all(|p| match p {
-            Placeholder::Frames(handles) => handles.iter().all(|h| match h.lowered() {
-                Lowered::Pending(slot) => frame_at(slot).is_some(),
-                Lowered::Frame(_) => true,
-                _ => false,
-            }),
-            Placeholder::Slot(slot) => site_at(*slot).is_some(),
-            Placeholder::Region(..) => true,
-        });
-        let (events_base, runs_base, frames_base) =
-            (self.events.len(), self.event_runs.len(), self.frames.len());
-        let item = |h: Handle| -> Option<Handle> {
-            Some(match h.lowered() {
-                Lowered::Event(i) => Handle::event(events_base + i as usize).ok()?,
-                Lowered::Events(r) => Handle::events(runs_base + r as usize).ok()?,
-                Lowered::Skipped => Handle::SKIPPED,
-                Lowered::Pending(slot) => match memo.get(slot) {
-                    Held::Handle(h) => h,
-                    _ => return None,
-                },
-                _ => return None,
-            })
-        };
-        let items: Vec<Handle> = items.iter().map(|&h| item(h)).collect::<Option<_>>()?;
-        if !resolvable || Handle::frame(frames_base + part.frames.len()).is_err() {
-            return None;
-        }
-        // Nothing below can fail.
-        let strs: Vec<StrId> = part
-            .sites
-            .strings()
-            .map(|s| self.sites.intern_str(s))
-            .collect();
-        let frame = |f: &Frame| Frame {
-            filename: strs[f.filename as usize],
-            line: f.line,
-            name: strs[f.name as usize],
-        };
-        self.frames.extend(part.frames.iter().map(frame));
-        let own_frame = |h: Handle| match h.lowered() {
-            Lowered::Frame(j) => Handle::frame(frames_base + j as usize).ok(),
-            Lowered::Pending(slot) => frame_at(slot),
-            _ => None,
-        };
-        let mut sites: Vec<SiteId> = vec![0; part.sites.len()];
-        for id in 1..part.sites.len() as SiteId {
-            sites[id as usize] = match placeholders.sites.get(&id) {
-                Some(Placeholder::Frames(handles)) => {
-                    let handles: Vec<Handle> =
-                        handles.iter().filter_map(|&h| own_frame(h)).collect();
-                    self.site_of_handles(&handles).unwrap_or_default()
-                }
-                Some(Placeholder::Slot(slot)) => {
-                    self.site_of_handle(site_at(*slot).unwrap_or(Handle::SKIPPED))
-                }
-                Some(Placeholder::Region(site, region)) => {
-                    self.in_region(sites[*site as usize], strs[*region as usize])
-                }
-                None => {
-                    let frames: Vec<Frame> = part.sites.frames(id).iter().map(frame).collect();
-                    if part.sites_with_entries.contains(&id) {
-                        let site = self.sites.site_apart(&frames);
-                        self.sites_with_entries.insert(site);
-                        site
-                    } else {
-                        self.sites.intern_site(&frames)
-                    }
-                }
-            };
-        }
-        for (k, event) in part.events.iter().enumerate() {
-            let index = self.events.len();
-            self.events.push(Event {
-                site: sites[event.site as usize],
-                ..*event
-            });
-            if index % 64 == 0 {
-                self.framed.push(0);
-            }
-            self.framed[index / 64] |= u64::from(part.is_framed(k)) << (index % 64);
-        }
-        self.event_runs.extend(
-            part.event_runs
-                .iter()
-                .map(|&(first, count)| (first + events_base as u32, count)),
-        );
-        for (action, n) in part.unknown_actions {
-            *self.unknown_actions.entry(action).or_default() += n;
-        }
-        self.bad_numbers += part.bad_numbers;
-        self.in_place += part.in_place;
-        let made = made
-            .iter()
-            .map(|m| match *m {
-                Made::Handle(h) => {
-                    let h = match h.lowered() {
-                        Lowered::Frame(j) => Handle::frame(frames_base + j as usize).ok(),
-                        Lowered::Site(s) => Some(Handle::site(sites[s as usize])),
-                        Lowered::Marker(i) => Handle::event(events_base + i as usize)
-                            .ok()
-                            .and_then(Handle::marker),
-                        _ => item(h),
-                    };
-                    h.map_or(Made::Unknown, Made::Handle)
-                }
-                m => m,
-            })
-            .collect();
-        Some((items, made))
     }
 }
 
@@ -874,7 +652,7 @@ impl Field for Item<'_> {
     fn site(&self, lowering: &mut EntryLowering) -> SiteId {
         // As `site_of` reads a handle (a lowered list is given as its handle).
         match *self {
-            Item::Handle(h) => lowering.site_of_handle(h),
+            Item::Handle(h) => site_of_handle(h),
             Item::List(l) => lowering.site_of(&Value::List(std::rc::Rc::clone(l))),
             // An empty list: the empty site, as `site_of` reads it.
             _ => 0,
@@ -882,39 +660,13 @@ impl Field for Item<'_> {
     }
 }
 
-impl EntryLowering {
-    /// The site of a `frames` value that is a handle: a traceback lowered
-    /// while it streamed in (shared by a block and its trace entries through
-    /// the memo), or after a cut, a placeholder for the traceback a slot
-    /// before it holds; anything else has no site.
-    fn site_of_handle(&mut self, h: Handle) -> SiteId {
-        match h.lowered() {
-            Lowered::Site(site) => site,
-            Lowered::Pending(slot) if self.placeholders.is_some() => {
-                let known = self
-                    .placeholders
-                    .as_ref()
-                    .and_then(|p| p.by_slot.get(&slot));
-                if let Some(&site) = known {
-                    return site;
-                }
-                let site = self.placeholder(Placeholder::Slot(slot));
-                if let Some(p) = &mut self.placeholders {
-                    p.by_slot.insert(slot, site);
-                }
-                site
-            }
-            _ => 0,
-        }
-    }
-
-    /// A new placeholder site for `what` (see [`Placeholders`]).
-    fn placeholder(&mut self, what: Placeholder) -> SiteId {
-        let site = self.sites.site_apart(&[]);
-        if let Some(p) = &mut self.placeholders {
-            p.sites.insert(site, what);
-        }
-        site
+/// The site of a `frames` value that is a handle: a traceback lowered while
+/// it streamed in (shared by a block and its trace entries through the
+/// memo); anything else has no site.
+fn site_of_handle(h: Handle) -> SiteId {
+    match h.lowered() {
+        Lowered::Site(site) => site,
+        _ => 0,
     }
 }
 
