@@ -292,19 +292,14 @@ fn largest_first(inputs: &[Input]) -> Vec<usize> {
 }
 
 /// What reading `input` takes, in bytes: a gzip file's inflated size as
-/// its trailer gives it ([`crate::input::gzip_size_hint`]: a guess, which
+/// its trailer gives it ([`crate::input::size_to_read`]: a guess, which
 /// only moves the file in the order; a gzipped trace inflates 10–30x),
 /// else the file's size.
 fn bytes_to_read(input: &Input) -> u64 {
-    use std::io::Read;
-    let inflated = || {
-        let mut file = std::fs::File::open(&input.path).ok()?;
-        let mut magic = [0u8; 2];
-        file.read_exact(&mut magic).ok()?;
-        let gzip = magic == [0x1f, 0x8b];
-        gzip.then(|| crate::input::gzip_size_hint(&mut file, input.size_bytes))?
-    };
-    inflated().unwrap_or(0).max(input.size_bytes)
+    let inflated = std::fs::File::open(&input.path)
+        .ok()
+        .and_then(|mut file| crate::input::size_to_read(&mut file, input.size_bytes));
+    inflated.map_or(0, |(_, size)| size).max(input.size_bytes)
 }
 
 /// One input: analyse, write its reports, return its rows.

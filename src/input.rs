@@ -130,13 +130,7 @@ fn read_split(path: &std::path::Path, limits: &Limits) -> Option<Option<Result<T
     // One handle for the checks and the first thread's read.
     let mut file = std::fs::File::open(path).ok()?;
     let len = file.metadata().ok()?.len();
-    let mut magic = [0u8; 2];
-    let gzip = file.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
-    let size = if gzip {
-        gzip_size_hint(&mut file, len)?
-    } else {
-        len
-    };
+    let (gzip, size) = size_to_read(&mut file, len)?;
     if size < chrome::MIN_SPLIT_BYTES {
         return None;
     }
@@ -189,10 +183,25 @@ fn read_split(path: &std::path::Path, limits: &Limits) -> Option<Option<Result<T
     }))
 }
 
+/// Whether `file` (`len` bytes, read from its start) is gzip, and the bytes
+/// reading it gives: a gzip file's inflated size as its trailer gives it
+/// ([`gzip_size_hint`]: a guess), else `len`. `None` for a gzip file whose
+/// trailer cannot be read.
+pub(crate) fn size_to_read(file: &mut std::fs::File, len: u64) -> Option<(bool, u64)> {
+    let mut magic = [0u8; 2];
+    let gzip = file.read_exact(&mut magic).is_ok() && magic == [0x1f, 0x8b];
+    let size = if gzip {
+        gzip_size_hint(file, len)?
+    } else {
+        len
+    };
+    Some((gzip, size))
+}
+
 /// The inflated size the trailer of the gzip `file` (`len` bytes) gives
 /// (its last member's, modulo 4 GiB): a guess, good for single-member
 /// files under 4 GiB.
-pub(crate) fn gzip_size_hint(file: &mut std::fs::File, len: u64) -> Option<u64> {
+fn gzip_size_hint(file: &mut std::fs::File, len: u64) -> Option<u64> {
     use std::io::Seek;
     file.seek(std::io::SeekFrom::Start(len.checked_sub(4)?))
         .ok()?;
