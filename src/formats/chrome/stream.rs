@@ -15,7 +15,9 @@
 //!   model (a number where a name belongs, an escaped key, `-0`, invalid
 //!   JSON) makes it [`Stop::Unsure`] and that one event goes through
 //!   `serde_json` with the skeleton's own [`EventSeed`]. Top-level values other than `traceEvents` (small) go
-//!   through `serde_json` with the skeleton's types too.
+//!   through `serde_json` with the skeleton's types too. The bytes between
+//!   an event's values (a comma, whitespace, a key, a colon) are mostly the
+//!   bytes of the event before; `stream/gaps.rs` matches them whole.
 //! - **Declining.** Anything `serde_json` refuses (damage of any kind:
 //!   `NaN`, raw control characters, a cut or truncated file, a trailing
 //!   comma), a read error, or an object without a top-level `traceEvents`
@@ -32,8 +34,10 @@ use std::sync::Mutex;
 
 use serde::de::{DeserializeSeed, IgnoredAny};
 
+mod gaps;
 mod token;
 
+use gaps::{Field, Gaps, Kind, END};
 #[cfg(test)]
 pub(super) use token::NUMBERS;
 use token::{json_number, key, literal, skip_value, text, value_end, ws};
@@ -444,8 +448,9 @@ fn read_elements(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
             let buf = feed.reader.fill_buf().ok()?;
             let mut pos = 0;
             let counts = &mut feed.counts;
+            let gaps = &mut feed.gaps;
             let stop = loop {
-                match element(&buf[pos..], col, counts) {
+                match element(&buf[pos..], col, counts, gaps) {
                     Ok((n, next)) => {
                         pos += n;
                         if !next {
@@ -472,8 +477,11 @@ fn read_elements(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
             }
         }
         let mut counts = feed.counts;
-        let more = feed.item(|s| element(s, col, &mut counts))?;
+        let mut gaps = std::mem::take(&mut feed.gaps);
+        let more = feed.item(|s| element(s, col, &mut counts, &mut gaps));
+        feed.gaps = gaps;
         feed.counts = counts;
+        let more = more?;
         if !more {
             return Some(());
         }
@@ -488,7 +496,12 @@ fn read_elements(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
 
 /// One element of `traceEvents` and the separator after it: pushed into
 /// `col` only once all of it has been read. Whether more elements follow.
-fn element(s: &[u8], col: &mut Collector, counts: &mut Counts) -> Parsed<(usize, bool)> {
+fn element(
+    s: &[u8],
+    col: &mut Collector,
+    counts: &mut Counts,
+    gaps: &mut Gaps,
+) -> Parsed<(usize, bool)> {
     let mut i = 0;
     ws(s, &mut i)?;
     let start = i;
@@ -496,7 +509,7 @@ fn element(s: &[u8], col: &mut Collector, counts: &mut Counts) -> Parsed<(usize,
     // Built in place: an event is a few hundred bytes, moved for nothing
     // otherwise.
     let mut ev = RawEvent::default();
-    let is_event = match event(s, &mut i, &mut ev) {
+    let is_event = match event(s, &mut i, &mut ev, gaps) {
         Ok(()) => true,
         Err(Stop::More) => return Err(Stop::More),
         Err(Stop::Unsure) => {
@@ -568,6 +581,8 @@ struct Feed<'r> {
     /// The start of an item, already taken from the reader.
     carry: Vec<u8>,
     counts: Counts,
+    /// The bytes between the values of the events read so far.
+    gaps: Box<Gaps>,
     /// Bytes taken from the reader so far.
     taken: u64,
     /// [`read_head`]'s offset, until the elements reach or pass it.
@@ -585,6 +600,7 @@ impl<'r> Feed<'r> {
             reader,
             carry: Vec::new(),
             counts: Counts::default(),
+            gaps: Box::default(),
             taken: 0,
             stop: None,
             watching: false,
@@ -707,60 +723,104 @@ fn id<'s>(s: &'s [u8], i: &mut usize) -> Parsed<Id<'s>> {
 }
 
 /// One trace event (an object at `*i`) as [`EventSeed`] reads it, into
-/// `ev` (a default one).
-fn event<'s>(s: &'s [u8], i: &mut usize, ev: &mut RawEvent<'s>) -> Parsed<()> {
+/// `ev` (a default one); the bytes between its values as `gaps` last saw
+/// them at the same place, or read token by token.
+fn event<'s>(s: &'s [u8], i: &mut usize, ev: &mut RawEvent<'s>, gaps: &mut Gaps) -> Parsed<()> {
     if s[*i] != b'{' {
         return Err(Stop::Unsure);
     }
-    *i += 1;
-    if ws(s, i)? == b'}' {
-        *i += 1;
-        return Ok(());
-    }
+    let mut place = 0;
     loop {
-        match key(s, i)? {
-            b"ph" => ev.ph = lstr(s, i)?,
-            b"cat" => ev.cat = lstr(s, i)?,
-            b"name" => ev.name = lstr(s, i)?,
-            b"pid" => ev.pid = id(s, i)?,
-            b"tid" => ev.tid = id(s, i)?,
-            b"ts" => ev.ts = num(s, i)?,
-            b"dur" => ev.dur = num(s, i)?,
-            b"args" => {
+        match gaps.next(Kind::Event, place, s, i, event_field)? {
+            PH => ev.ph = lstr(s, i)?,
+            CAT => ev.cat = lstr(s, i)?,
+            NAME => ev.name = lstr(s, i)?,
+            PID => ev.pid = id(s, i)?,
+            TID => ev.tid = id(s, i)?,
+            TS => ev.ts = num(s, i)?,
+            DUR => ev.dur = num(s, i)?,
+            ARGS => {
                 if ev.reads_inputs() {
                     (ev.args, ev.inputs) = input_args(s, i)?;
                 } else {
-                    ev.args = mem_args(s, i)?;
+                    ev.args = mem_args(s, i, gaps)?;
                     ev.inputs = None;
                 }
             }
+            END => return Ok(()),
             _ => skip_value(s, i)?,
         }
-        if !separator(s, i, b'}')? {
-            return Ok(());
-        }
+        place += 1;
+    }
+}
+
+/// An event's fields, as [`Gaps`] names them.
+const PH: Field = 0;
+const CAT: Field = 1;
+const NAME: Field = 2;
+const PID: Field = 3;
+const TID: Field = 4;
+const TS: Field = 5;
+const DUR: Field = 6;
+const ARGS: Field = 7;
+const OTHER: Field = 8;
+
+fn event_field(k: &[u8]) -> Field {
+    match k {
+        b"ph" => PH,
+        b"cat" => CAT,
+        b"name" => NAME,
+        b"pid" => PID,
+        b"tid" => TID,
+        b"ts" => TS,
+        b"dur" => DUR,
+        b"args" => ARGS,
+        _ => OTHER,
     }
 }
 
 /// An event's `args` as [`MemArgs`] reads them: the memory fields of an
 /// object, defaults for any other value.
-fn mem_args(s: &[u8], i: &mut usize) -> Parsed<MemArgs> {
+fn mem_args(s: &[u8], i: &mut usize, gaps: &mut Gaps) -> Parsed<MemArgs> {
     let mut a = MemArgs::default();
-    entries(s, i, |k, i| {
-        let slot = match k {
-            b"Device Type" => &mut a.device_type,
-            b"Device Id" => &mut a.device_id,
-            b"Bytes" => &mut a.bytes,
-            b"Addr" => &mut a.addr,
-            b"Total Allocated" => &mut a.total_allocated,
-            b"Total Reserved" => &mut a.total_reserved,
-            b"Ev Idx" => &mut a.ev_idx,
-            _ => return skip_value(s, i),
+    if s[*i] != b'{' {
+        skip_value(s, i)?;
+        return Ok(a);
+    }
+    let mut place = 0;
+    loop {
+        let slot = match gaps.next(Kind::Args, place, s, i, args_field)? {
+            0 => &mut a.device_type,
+            1 => &mut a.device_id,
+            2 => &mut a.bytes,
+            3 => &mut a.addr,
+            4 => &mut a.total_allocated,
+            5 => &mut a.total_reserved,
+            6 => &mut a.ev_idx,
+            END => return Ok(a),
+            _ => {
+                skip_value(s, i)?;
+                place += 1;
+                continue;
+            }
         };
         *slot = num(s, i)?;
-        Ok(())
-    })?;
-    Ok(a)
+        place += 1;
+    }
+}
+
+/// The memory fields of `args`, numbered for [`mem_args`].
+fn args_field(k: &[u8]) -> Field {
+    match k {
+        b"Device Type" => 0,
+        b"Device Id" => 1,
+        b"Bytes" => 2,
+        b"Addr" => 3,
+        b"Total Allocated" => 4,
+        b"Total Reserved" => 5,
+        b"Ev Idx" => 6,
+        _ => OTHER,
+    }
 }
 
 /// The `args` of an operator call whose `record_shapes` inputs memcut

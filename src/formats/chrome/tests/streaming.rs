@@ -329,3 +329,226 @@ fn streaming_gives_the_whole_read_on_corpus_traces() {
     println!("{streamed} of {all} corpus JSON files streamed");
     assert!(streamed >= 12, "{streamed} of {all} streamed");
 }
+
+/// Events written as a writer writes them (a few layouts of keys and
+/// whitespace, each repeated) with deviations (a gap's whitespace changed,
+/// more whitespace before a value, a key spelled with an escape, a key
+/// twice, an object past the places `stream/gaps.rs` remembers, `args`
+/// that are not an object), built from `choices`: the runs between
+/// values that `Gaps` remembers are met again, alike and not.
+fn written_alike(choices: &[u8]) -> String {
+    struct Pick<'a>(&'a [u8], usize);
+    impl Pick<'_> {
+        fn of<T: Copy>(&mut self, xs: &[T]) -> T {
+            let b = self.0.get(self.1).copied().unwrap_or(0);
+            self.1 += 1;
+            xs[usize::from(b) % xs.len()]
+        }
+        fn below(&mut self, n: u8) -> u8 {
+            let b = self.0.get(self.1).copied().unwrap_or(n - 1);
+            self.1 += 1;
+            b % n
+        }
+        fn one_in(&mut self, n: u8) -> bool {
+            self.below(n) == 0
+        }
+    }
+    const WS: &[&str] = &[
+        "",
+        " ",
+        "\n  ",
+        "\n        ",
+        "\t",
+        "\r\n    ",
+        "\n            ",
+    ];
+    const COLON: &[&str] = &[":", ": ", " : ", ":\n  "];
+    const EVENT_KEYS: &[&str] = &["ph", "cat", "name", "pid", "tid", "ts", "dur", "args"];
+    const ARGS_KEYS: &[&str] = &[
+        "External id",
+        "Device Type",
+        "Device Id",
+        "Bytes",
+        "Addr",
+        "Total Allocated",
+        "Total Reserved",
+        "Ev Idx",
+        "Input Dims",
+        "Concrete Inputs",
+    ];
+    // One layout: the keys in order, the whitespace before each key and
+    // after each colon, and before the `}`.
+    type Layout = Vec<(String, &'static str, &'static str)>;
+    fn layout(p: &mut Pick<'_>, keys: &[&str], extra: &[&str]) -> (Layout, &'static str) {
+        let mut out: Layout = Vec::new();
+        for &k in keys {
+            if !p.one_in(6) {
+                out.push((k.to_string(), p.of(WS), p.of(COLON)));
+            }
+            if p.one_in(12) {
+                out.push((p.of(extra).to_string(), p.of(WS), p.of(COLON)));
+            }
+        }
+        if p.one_in(8) {
+            // Past the places remembered.
+            for n in 0..20 {
+                out.push((format!("x{n}"), p.of(WS), p.of(COLON)));
+            }
+        }
+        if p.one_in(6) && out.len() > 1 {
+            let (a, b) = (
+                p.of(&[0, 1, 2, 3]) % out.len(),
+                p.of(&[4, 5, 6, 7]) % out.len(),
+            );
+            out.swap(a, b);
+        }
+        (out, p.of(WS))
+    }
+    fn object(
+        p: &mut Pick<'_>,
+        broken: bool,
+        (keys, close): &(Layout, &'static str),
+        value: &mut dyn FnMut(&mut Pick<'_>, &str) -> String,
+    ) -> String {
+        let mut s = String::from("{");
+        for (n, (k, ws, colon)) in keys.iter().enumerate() {
+            let ws = if p.one_in(10) { p.of(WS) } else { ws };
+            let colon = if p.one_in(10) { p.of(COLON) } else { colon };
+            let k = match p.below(16) {
+                0 => k.replacen('a', "\\u0061", 1),
+                // Keys that differ from a field's at their first or last
+                // byte only.
+                1 => {
+                    let first = k[..1].to_ascii_uppercase();
+                    let first = if first == k[..1] {
+                        first.to_ascii_lowercase()
+                    } else {
+                        first
+                    };
+                    format!("{first}{}", &k[1..])
+                }
+                2 => format!("{}X", &k[..k.len() - 1]),
+                _ => k.clone(),
+            };
+            // A comma left out now and then (not JSON: declined).
+            let sep = if n == 0 || (broken && p.one_in(40)) {
+                ""
+            } else {
+                ","
+            };
+            let v = value(p, &k);
+            s.push_str(&format!("{sep}{ws}\"{k}\"{colon}{v}"));
+            if p.one_in(25) {
+                // The key twice.
+                let v = value(p, &k);
+                s.push_str(&format!(",{ws}\"{k}\"{colon}{v}"));
+            }
+        }
+        s.push_str(if p.one_in(10) { p.of(WS) } else { close });
+        s.push('}');
+        s
+    }
+    let mut p = Pick(choices, 0);
+    let layouts: Vec<_> = (0..p.of(&[1, 2, 3, 4]))
+        .map(|_| {
+            // Keys that end as a field's key ends, but are not it; keys
+            // of the other kind of object.
+            let event = layout(
+                &mut p,
+                EVENT_KEYS,
+                &["x", "n\\u0061me", "id", "my name", "Bytes"],
+            );
+            let args = layout(
+                &mut p,
+                ARGS_KEYS,
+                &["Call stack", "y", "Max Bytes", "name", "ts"],
+            );
+            (event, args)
+        })
+        .collect();
+    let broken = p.one_in(5);
+    let mut events = super::basic_events();
+    for _ in 0..p.of(&[1, 5, 10, 20, 30]) {
+        let (event, args) = &layouts[p.of(&[0, 1, 2, 3]) % layouts.len()];
+        let mut arg_value = |p: &mut Pick<'_>, k: &str| -> String {
+            match k {
+                "Input Dims" => p
+                    .of(&["[[2, 3], []]", "[\n  [\n    64\n  ]\n]", "[]"])
+                    .to_string(),
+                "Concrete Inputs" => p.of(&[r#"["", "[1, 2]"]"#, "[]", r#""""#]).to_string(),
+                "Device Type" => p.of(&["1", "0", "\"1\""]).to_string(),
+                _ => p
+                    .of(&[
+                        "0", "64", "-512", "4096.0", "\"128\"", "null", "1e3", "[1]", "{}",
+                    ])
+                    .to_string(),
+            }
+        };
+        let mut event_value = |p: &mut Pick<'_>, k: &str| -> String {
+            match k {
+                "ph" => p.of(&[r#""X""#, r#""i""#, r#""B""#, r#""E""#]).to_string(),
+                "cat" => p
+                    .of(&[r#""cpu_op""#, r#""cuda_runtime""#, r#""user_annotation""#])
+                    .to_string(),
+                "name" | "n\\u0061me" => p
+                    .of(&[
+                        r#""aten::linear""#,
+                        r#""[memory]""#,
+                        r#""aten::empty""#,
+                        r#""aten::mm""#,
+                    ])
+                    .to_string(),
+                "pid" | "tid" => p.of(&["1", "\"10\"", "2.5", "true", "10"]).to_string(),
+                "ts" | "dur" => p.of(&["1", "2.5", "\"3.5\"", "1e3", "14.125"]).to_string(),
+                "args" => {
+                    if p.one_in(10) {
+                        p.of(&["[]", "5", "null"]).to_string()
+                    } else {
+                        // Leading whitespace of its own sometimes: the run
+                        // before it then ends before that whitespace.
+                        let lead = if p.one_in(15) { " " } else { "" };
+                        format!("{lead}{}", object(p, broken, args, &mut arg_value))
+                    }
+                }
+                _ => p
+                    .of(&["1", r#""s""#, "[1, 2]", r#"{"a": null}"#])
+                    .to_string(),
+            }
+        };
+        events.push(object(&mut p, broken, event, &mut event_value));
+    }
+    super::obj(&events)
+}
+
+mod gaps {
+    use proptest::prelude::*;
+
+    /// `args` whose keys are spelled, and spaced, as the event's own: the
+    /// runs between their values are the event's runs, which name other
+    /// fields there.
+    #[test]
+    fn args_spelled_like_their_event_read_as_the_whole_read_reads_them() {
+        let mut events = crate::formats::chrome::tests::basic_events();
+        for ts in 0..4 {
+            events.push(format!(
+                r#"{{"ph":"i","name":"[memory]","pid":1,"tid":1,"ts":{ts},"args":{{"ph":0,"name":64,"pid":4096,"tid":1,"ts":0}}}}"#
+            ));
+        }
+        let text = crate::formats::chrome::tests::obj(&events);
+        let counts = super::same_streamed(text.as_bytes(), &[5, 1 << 16], "args as events");
+        assert_eq!(counts.map(|c| c.by_serde), Some(0));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(600))]
+        /// Events whose keys and whitespace repeat, and deviate, read as
+        /// the whole read reads them through buffers of every size.
+        #[test]
+        fn events_written_alike_read_as_the_whole_read_reads_them(
+            choices in proptest::collection::vec(any::<u8>(), 0..600)
+        ) {
+            let text = super::written_alike(&choices);
+            super::same_streamed(text.as_bytes(), &[3, 61, 4099, 1 << 16], "written alike");
+        }
+    }
+}
