@@ -8,7 +8,7 @@
 //! forward-only run are given that end; where the stacks name no module
 //! the caller falls back to a count of allocations.
 
-use std::collections::HashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::model::{Action, DeviceTrace, Frame, SiteId, Sites, StrId};
 
@@ -39,21 +39,21 @@ pub struct Calls {
     /// Bytes of each allocation.
     sizes: Vec<u64>,
     /// Per site: its module frames, innermost first.
-    chains: HashMap<SiteId, Vec<StrId>>,
+    chains: FxHashMap<SiteId, Vec<StrId>>,
     /// Per site, per module of its chain: the source line in that
     /// module's code the allocation was made from (its own line, or the
     /// line that called the child module it was made in).
-    lines: HashMap<SiteId, Vec<Option<Frame>>>,
+    lines: FxHashMap<SiteId, Vec<Option<Frame>>>,
     /// The sites whose operator saves its own result (see [`Held::Local`]).
-    saves_result: std::collections::HashSet<SiteId>,
+    saves_result: FxHashSet<SiteId>,
     /// Per module: its class (`nn.Module: Linear_3` → `Linear`).
-    classes: HashMap<StrId, Box<str>>,
+    classes: FxHashMap<StrId, Box<str>>,
     /// Per call (module, first allocation): its output ([`Calls::output_of`]).
-    outputs: std::cell::RefCell<HashMap<(StrId, u32), u32>>,
+    outputs: std::cell::RefCell<FxHashMap<(StrId, u32), u32>>,
     /// Per module: its calls as (first, last) allocation indices, in order.
-    spans: HashMap<StrId, Vec<(u32, u32)>>,
+    spans: FxHashMap<StrId, Vec<(u32, u32)>>,
     /// The modules that are `nn.Sequential`s (`nn.Module: Sequential_0`).
-    sequential: std::collections::HashSet<StrId>,
+    sequential: FxHashSet<StrId>,
 }
 
 impl Calls {
@@ -78,13 +78,13 @@ impl Calls {
         device: &DeviceTrace,
         only: Option<&std::collections::HashSet<StrId>>,
     ) -> Option<Calls> {
-        let mut chains: HashMap<SiteId, Vec<StrId>> = HashMap::new();
-        let mut lines: HashMap<SiteId, Vec<Option<Frame>>> = HashMap::new();
-        let mut saves_result = std::collections::HashSet::new();
-        let mut classes: HashMap<StrId, Box<str>> = HashMap::new();
+        let mut chains: FxHashMap<SiteId, Vec<StrId>> = FxHashMap::default();
+        let mut lines: FxHashMap<SiteId, Vec<Option<Frame>>> = FxHashMap::default();
+        let mut saves_result = FxHashSet::default();
+        let mut classes: FxHashMap<StrId, Box<str>> = FxHashMap::default();
         // Per distinct frame, read once: sites share most of their frames.
-        let mut code_lines: HashMap<(StrId, StrId), bool> = HashMap::new();
-        let mut result_savers: HashMap<StrId, bool> = HashMap::new();
+        let mut code_lines: FxHashMap<(StrId, StrId), bool> = FxHashMap::default();
+        let mut result_savers: FxHashMap<StrId, bool> = FxHashMap::default();
         let mut alloc_sites = Vec::new();
         let mut positions = Vec::new();
         let mut sizes = Vec::new();
@@ -140,7 +140,7 @@ impl Calls {
         if chains.values().all(Vec::is_empty) {
             return None;
         }
-        let mut spans: HashMap<StrId, Vec<(u32, u32)>> = HashMap::new();
+        let mut spans: FxHashMap<StrId, Vec<(u32, u32)>> = FxHashMap::default();
         for (a, site) in alloc_sites.iter().enumerate() {
             let a = a as u32;
             for &m in &chains[site] {
