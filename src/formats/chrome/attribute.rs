@@ -89,7 +89,25 @@ impl OpKind {
     pub(super) fn of_category(cat: Option<&str>) -> Option<OpKind> {
         let cat = cat?;
         let of_part = |part: &str| {
-            let part = part.trim();
+            // What PyTorch writes, exactly: no trimming, no case folding.
+            match part {
+                "cpu_op" => return Some(OpKind::CpuOp),
+                "python_function" => return Some(OpKind::PythonFunction),
+                "user_annotation" => return Some(OpKind::UserAnnotation),
+                _ => {}
+            }
+            // Trimmed, a name of another length is none of them (a GPU
+            // kernel's, a runtime call's: half of a trace's events).
+            let plain =
+                |b: Option<&u8>| b.is_some_and(|b| b.is_ascii() && !b.is_ascii_whitespace());
+            let part = if plain(part.as_bytes().first()) && plain(part.as_bytes().last()) {
+                part
+            } else {
+                part.trim()
+            };
+            if !matches!(part.len(), 4 | 6 | 8 | 15) {
+                return None;
+            }
             if part.eq_ignore_ascii_case("cpu_op") || part.eq_ignore_ascii_case("operator") {
                 Some(OpKind::CpuOp)
             } else if part.eq_ignore_ascii_case("python_function") {
@@ -102,11 +120,13 @@ impl OpKind {
                 None
             }
         };
-        // Almost every event's category is one name: asked whole, without
-        // setting up a split for each of the trace's events.
-        match memchr::memchr(b',', cat.as_bytes()) {
-            None => of_part(cat),
-            Some(_) => cat.split(',').find_map(of_part),
+        // Almost every event's category is one short name: asked whole,
+        // without setting up a split (or a `memchr` call) for each of the
+        // trace's events.
+        if cat.bytes().any(|b| b == b',') {
+            cat.split(',').find_map(of_part)
+        } else {
+            of_part(cat)
         }
     }
 }

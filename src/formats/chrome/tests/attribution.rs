@@ -316,3 +316,86 @@ mod prefixes_against_frames {
         }
     }
 }
+
+/// `OpKind::of_category` against the plain reading it shortcuts (each
+/// comma-separated part trimmed, compared without case), on categories
+/// built from the names it knows, others, case changes, ASCII and Unicode
+/// whitespace, commas and non-ASCII bytes.
+mod categories {
+    use proptest::prelude::*;
+
+    use crate::formats::chrome::attribute::OpKind;
+
+    fn plain(cat: &str) -> Option<OpKind> {
+        cat.split(',').find_map(|part| {
+            let part = part.trim();
+            if part.eq_ignore_ascii_case("cpu_op") || part.eq_ignore_ascii_case("operator") {
+                Some(OpKind::CpuOp)
+            } else if part.eq_ignore_ascii_case("python_function") {
+                Some(OpKind::PythonFunction)
+            } else if part.eq_ignore_ascii_case("user_annotation")
+                || part.eq_ignore_ascii_case("user")
+            {
+                Some(OpKind::UserAnnotation)
+            } else {
+                None
+            }
+        })
+    }
+
+    const PIECES: &[&str] = &[
+        "cpu_op",
+        "CPU_OP",
+        "Operator",
+        "operator",
+        "python_function",
+        "Python_Function",
+        "user_annotation",
+        "User",
+        "user",
+        "kernel",
+        "cuda_runtime",
+        "gpu_user_annotation",
+        "ac2g",
+        "cpu_o",
+        "userx",
+        ",",
+        " ",
+        "\t",
+        "\n",
+        "\u{a0}",
+        "\u{2003}",
+        "é",
+        "",
+    ];
+
+    #[test]
+    fn the_usual_categories() {
+        let cases = [
+            ("cpu_op", Some(OpKind::CpuOp)),
+            ("Operator", Some(OpKind::CpuOp)),
+            (" cpu_op\u{a0}", Some(OpKind::CpuOp)),
+            ("kernel,User", Some(OpKind::UserAnnotation)),
+            ("python_function", Some(OpKind::PythonFunction)),
+            ("gpu_user_annotation", None),
+            ("kernel", None),
+            ("", None),
+        ];
+        for (cat, want) in cases {
+            assert_eq!(OpKind::of_category(Some(cat)), want, "{cat:?}");
+            assert_eq!(plain(cat), want, "{cat:?}");
+        }
+        assert_eq!(OpKind::of_category(None), None);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+        #[test]
+        fn read_as_the_plain_reading_reads_them(
+            picks in proptest::collection::vec(0..PIECES.len(), 0..5)
+        ) {
+            let cat: String = picks.iter().map(|&k| PIECES[k]).collect();
+            prop_assert_eq!(OpKind::of_category(Some(&cat)), plain(&cat), "{:?}", cat);
+        }
+    }
+}
