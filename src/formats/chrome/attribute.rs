@@ -83,8 +83,23 @@ impl OpKind {
         }
     }
 
-    /// Reads `cat` (case-insensitive; may be a comma-separated list). Legacy
+    /// One category name, trimmed (case-insensitive). Legacy
     /// `Operator`/`User` map to the current names.
+    pub(super) fn of_name(part: &str) -> Option<OpKind> {
+        if part.eq_ignore_ascii_case("cpu_op") || part.eq_ignore_ascii_case("operator") {
+            Some(OpKind::CpuOp)
+        } else if part.eq_ignore_ascii_case("python_function") {
+            Some(OpKind::PythonFunction)
+        } else if part.eq_ignore_ascii_case("user_annotation") || part.eq_ignore_ascii_case("user")
+        {
+            Some(OpKind::UserAnnotation)
+        } else {
+            None
+        }
+    }
+
+    /// Reads `cat` (case-insensitive; may be a comma-separated list): each
+    /// part trimmed and read by [`OpKind::of_name`], the first it names.
     #[inline]
     pub(super) fn of_category(cat: Option<&str>) -> Option<OpKind> {
         let cat = cat?;
@@ -108,17 +123,7 @@ impl OpKind {
             if !matches!(part.len(), 4 | 6 | 8 | 15) {
                 return None;
             }
-            if part.eq_ignore_ascii_case("cpu_op") || part.eq_ignore_ascii_case("operator") {
-                Some(OpKind::CpuOp)
-            } else if part.eq_ignore_ascii_case("python_function") {
-                Some(OpKind::PythonFunction)
-            } else if part.eq_ignore_ascii_case("user_annotation")
-                || part.eq_ignore_ascii_case("user")
-            {
-                Some(OpKind::UserAnnotation)
-            } else {
-                None
-            }
+            OpKind::of_name(part)
         };
         // Almost every event's category is one short name: asked whole,
         // without setting up a split (or a `memchr` call) for each of the

@@ -327,20 +327,7 @@ mod categories {
     use crate::formats::chrome::attribute::OpKind;
 
     fn plain(cat: &str) -> Option<OpKind> {
-        cat.split(',').find_map(|part| {
-            let part = part.trim();
-            if part.eq_ignore_ascii_case("cpu_op") || part.eq_ignore_ascii_case("operator") {
-                Some(OpKind::CpuOp)
-            } else if part.eq_ignore_ascii_case("python_function") {
-                Some(OpKind::PythonFunction)
-            } else if part.eq_ignore_ascii_case("user_annotation")
-                || part.eq_ignore_ascii_case("user")
-            {
-                Some(OpKind::UserAnnotation)
-            } else {
-                None
-            }
-        })
+        cat.split(',').find_map(|part| OpKind::of_name(part.trim()))
     }
 
     const PIECES: &[&str] = &[
