@@ -432,6 +432,8 @@ fn read_events(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
 /// The elements of `traceEvents` from the start of one to its `]` (or to
 /// [`Feed::stop`]).
 fn read_elements(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
+    // The bytes between the values of the events read so far.
+    let mut gaps = Box::<Gaps>::default();
     loop {
         if feed
             .meeting
@@ -448,9 +450,8 @@ fn read_elements(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
             let buf = feed.reader.fill_buf().ok()?;
             let mut pos = 0;
             let counts = &mut feed.counts;
-            let gaps = &mut feed.gaps;
             let stop = loop {
-                match element(&buf[pos..], col, counts, gaps) {
+                match element(&buf[pos..], col, counts, &mut gaps) {
                     Ok((n, next)) => {
                         pos += n;
                         if !next {
@@ -477,11 +478,8 @@ fn read_elements(feed: &mut Feed<'_>, col: &mut Collector) -> Option<()> {
             }
         }
         let mut counts = feed.counts;
-        let mut gaps = std::mem::take(&mut feed.gaps);
-        let more = feed.item(|s| element(s, col, &mut counts, &mut gaps));
-        feed.gaps = gaps;
+        let more = feed.item(|s| element(s, col, &mut counts, &mut gaps))?;
         feed.counts = counts;
-        let more = more?;
         if !more {
             return Some(());
         }
@@ -581,8 +579,6 @@ struct Feed<'r> {
     /// The start of an item, already taken from the reader.
     carry: Vec<u8>,
     counts: Counts,
-    /// The bytes between the values of the events read so far.
-    gaps: Box<Gaps>,
     /// Bytes taken from the reader so far.
     taken: u64,
     /// [`read_head`]'s offset, until the elements reach or pass it.
@@ -600,7 +596,6 @@ impl<'r> Feed<'r> {
             reader,
             carry: Vec::new(),
             counts: Counts::default(),
-            gaps: Box::default(),
             taken: 0,
             stop: None,
             watching: false,
@@ -789,38 +784,39 @@ fn mem_args(s: &[u8], i: &mut usize, gaps: &mut Gaps) -> Parsed<MemArgs> {
     }
     let mut place = 0;
     loop {
-        let slot = match gaps.next(Kind::Args, place, s, i, args_field)? {
-            0 => &mut a.device_type,
-            1 => &mut a.device_id,
-            2 => &mut a.bytes,
-            3 => &mut a.addr,
-            4 => &mut a.total_allocated,
-            5 => &mut a.total_reserved,
-            6 => &mut a.ev_idx,
-            END => return Ok(a),
-            _ => {
-                skip_value(s, i)?;
-                place += 1;
-                continue;
-            }
-        };
-        *slot = num(s, i)?;
+        let field = gaps.next(Kind::Args, place, s, i, args_field)?;
+        if field == END {
+            return Ok(a);
+        }
+        match MEMORY_FIELDS.get(usize::from(field)) {
+            Some((_, slot)) => *slot(&mut a) = num(s, i)?,
+            None => skip_value(s, i)?,
+        }
         place += 1;
     }
 }
 
-/// The memory fields of `args`, numbered for [`mem_args`].
+/// The memory fields of `args`: each one's key and where [`MemArgs`]
+/// keeps it. [`Gaps`] names a field by its index here.
+const MEMORY_FIELDS: [(&[u8], Slot); 7] = [
+    (b"Device Type", |a| &mut a.device_type),
+    (b"Device Id", |a| &mut a.device_id),
+    (b"Bytes", |a| &mut a.bytes),
+    (b"Addr", |a| &mut a.addr),
+    (b"Total Allocated", |a| &mut a.total_allocated),
+    (b"Total Reserved", |a| &mut a.total_reserved),
+    (b"Ev Idx", |a| &mut a.ev_idx),
+];
+
+/// Where [`MemArgs`] keeps one memory field.
+type Slot = fn(&mut MemArgs) -> &mut Num;
+
+/// A key of `args`: its index in [`MEMORY_FIELDS`], else [`OTHER`].
 fn args_field(k: &[u8]) -> Field {
-    match k {
-        b"Device Type" => 0,
-        b"Device Id" => 1,
-        b"Bytes" => 2,
-        b"Addr" => 3,
-        b"Total Allocated" => 4,
-        b"Total Reserved" => 5,
-        b"Ev Idx" => 6,
-        _ => OTHER,
-    }
+    MEMORY_FIELDS
+        .iter()
+        .position(|&(key, _)| key == k)
+        .map_or(OTHER, |n| n as Field)
 }
 
 /// The `args` of an operator call whose `record_shapes` inputs memcut
