@@ -78,6 +78,7 @@
 //! read-ahead thread of [`analyze_path`] only reads bytes).
 
 mod analysis;
+mod aside;
 pub mod batch;
 mod classify;
 mod diff;

@@ -722,12 +722,9 @@ const BIG_INPUT: u64 = 16 << 20;
 /// process's ~300). A small one, or one whose thread cannot start, is
 /// freed here.
 fn drop_aside(trace: Trace, input_bytes: u64) {
-    if input_bytes < BIG_INPUT {
-        return;
+    if input_bytes >= BIG_INPUT {
+        crate::aside::free_aside(trace);
     }
-    let _ = std::thread::Builder::new()
-        .name("memcut-free".into())
-        .spawn(move || drop(trace));
 }
 
 /// Hands back to the system the pages of the heap that the parse freed.
