@@ -171,8 +171,10 @@ impl Release {
     }
 }
 
-/// The findings on one device, in a fixed order (kept graph, autograd in
-/// inference, autocast cache).
+/// The findings on one device, in a fixed order: of a training run,
+/// gradients kept through the forward, optimizer state replaced out of
+/// place, DDP's bucket copies; of a run without a backward pass, kept
+/// graph, autograd in inference, autocast cache, memory growth.
 pub fn find(
     trace: &Trace,
     device: &DeviceTrace,
@@ -209,17 +211,17 @@ pub fn find(
     // the releases of graphs and autocast's copies: each on its own (on
     // trace-owlv2.json ~12 ms each), side by side.
     let (mut out, growth) = rayon::join(
-        || in_inference(trace, device, cd, &phase),
+        || graph_and_cast_findings(trace, device, cd, &phase),
         || growth::memory_growth(trace, device, cd),
     );
     out.extend(growth);
     out
 }
 
-/// The findings of a run without a backward pass but memory growth, in
-/// their order in [`find`]: kept graph, autograd in inference, autocast
-/// cache.
-fn in_inference(
+/// The findings of a run without a backward pass, other than memory
+/// growth, in their order in [`find`]: kept graph, autograd in inference,
+/// autocast cache.
+fn graph_and_cast_findings(
     trace: &Trace,
     device: &DeviceTrace,
     cd: &ClassifiedDevice,

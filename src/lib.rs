@@ -62,20 +62,21 @@
 //!
 //! ```text
 //! batch    -> error, model, pipeline, report, schema, units
-//! pipeline -> analysis, classify, error, input, model, plan, schema, +report
+//! pipeline -> analysis, aside, classify, error, input, model, plan, schema, +report
 //! analysis -> classify, model, schema, timeline, units
 //! plan     -> model, schema, timeline, units
 //! report   -> model, schema, units
 //! input    -> error, formats, model
 //! classify -> model, timeline, +input
-//! formats  -> error, model
+//! formats  -> aside, error, model
 //! timeline -> model
 //! schema   -> model, units
-//! model, units, error -> (nothing)
+//! model, units, error, aside -> (nothing)
 //! ```
 //!
 //! Only `main.rs` and [`batch`] touch files, threads and exit codes (the
-//! read-ahead thread of [`analyze_path`] only reads bytes).
+//! read-ahead thread of [`analyze_path`] only reads bytes, and `aside`'s
+//! threads only free what a big input's analysis no longer needs).
 
 mod analysis;
 mod aside;

@@ -678,7 +678,9 @@ pub fn analyze_reader<R: std::io::Read>(
 /// `display_path` is what the report names as its source.
 pub fn analyze_bytes(bytes: &[u8], display_path: &str, options: &AnalyzeOptions) -> Result<Report> {
     let trace = input::parse_bytes(bytes, &options.limits)?;
-    analyze_parsed(&trace, display_path, bytes.len() as u64, options)
+    let report = analyze_parsed(&trace, display_path, bytes.len() as u64, options);
+    drop_aside(trace, bytes.len() as u64);
+    report
 }
 
 /// Reads, parses and analyses one file.
@@ -724,6 +726,8 @@ const BIG_INPUT: u64 = 16 << 20;
 fn drop_aside(trace: Trace, input_bytes: u64) {
     if input_bytes >= BIG_INPUT {
         crate::aside::free_aside(trace);
+    } else {
+        drop(trace);
     }
 }
 
