@@ -724,11 +724,7 @@ const BIG_INPUT: u64 = 16 << 20;
 /// process's ~300). A small one, or one whose thread cannot start, is
 /// freed here.
 fn drop_aside(trace: Trace, input_bytes: u64) {
-    if input_bytes >= BIG_INPUT {
-        crate::aside::free_aside(trace);
-    } else {
-        drop(trace);
-    }
+    crate::aside::free(trace, input_bytes >= BIG_INPUT);
 }
 
 /// Hands back to the system the pages of the heap that the parse freed.

@@ -133,12 +133,8 @@ pub(super) fn build_trace(
         calls: call_of,
         unattributed,
     } = attributed;
-    // Half a million operators (trace-owlv2.json) take ~3 ms to free.
-    if ops.len() >= FREED_ASIDE {
-        crate::aside::free_aside(ops);
-    } else {
-        drop(ops);
-    }
+    let many = ops.len() >= FREED_ASIDE;
+    crate::aside::free(ops, many);
     trace.run = run;
     trace.annotations = annotations;
     trace.evidence = evidence;

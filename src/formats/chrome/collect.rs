@@ -188,25 +188,19 @@ impl Collector {
         let mine = &mut self.out;
         let dedupe = &mut self.dedupe;
         // The operators and the memory events side by side (each ~4 ms of
-        // a join on trace-owlv2.json).
-        let (ops, evidence, be, mems) = (out.ops, out.evidence, out.be, out.mems);
-        let (mine_ops, mine_evidence, mine_be, mine_mems) = (
-            &mut mine.ops,
-            &mut mine.evidence,
-            &mut mine.be,
-            &mut mine.mems,
-        );
+        // a join on trace-owlv2.json): each closure takes its own fields.
         let ((), duplicates) = rayon::join(
             || {
-                mine_ops.extend(ops.into_iter().map(|op| OpRec {
+                mine.ops.extend(out.ops.into_iter().map(|op| OpRec {
                     thread: thread(op.thread),
                     ..op
                 }));
-                mine_evidence.extend(evidence.into_iter().map(|call| OperatorCall {
-                    thread: thread(call.thread),
-                    ..call
-                }));
-                mine_be.extend(be.into_iter().map(|be| BeRec {
+                mine.evidence
+                    .extend(out.evidence.into_iter().map(|call| OperatorCall {
+                        thread: thread(call.thread),
+                        ..call
+                    }));
+                mine.be.extend(out.be.into_iter().map(|be| BeRec {
                     thread: thread(be.thread),
                     order: order(be.order),
                     ..be
@@ -219,8 +213,8 @@ impl Collector {
                 // keys distinct), and nothing is collected after a join:
                 // each is looked up in this collector's set, which is grown
                 // only for a collector appended after this one.
-                mine_mems.reserve(mems.len());
-                for (mem, key) in mems.into_iter().zip(tail.mem_keys) {
+                mine.mems.reserve(out.mems.len());
+                for (mem, key) in out.mems.into_iter().zip(tail.mem_keys) {
                     if let Some((t, ts, addr, bytes, idx, dt, di)) = key {
                         let key = (thread(t), ts, addr, bytes, idx, dt, di);
                         let seen = match more {
@@ -232,7 +226,7 @@ impl Collector {
                             continue;
                         }
                     }
-                    mine_mems.push(MemRec {
+                    mine.mems.push(MemRec {
                         thread: thread(mem.thread),
                         order: order(mem.order),
                         ..mem
