@@ -48,7 +48,17 @@ use super::{build, ReadError};
 use crate::model::Trace;
 
 /// Why a parse stopped short of an item.
+///
+/// A word wide, not a byte: a `Parsed<Cow<str>>` (a name, a category) keeps
+/// its `Err` in the word after `Cow`'s niche, and with a one-byte `Stop`
+/// the compiler moved every such result as a byte and fifteen bytes, each
+/// move loading eight bytes across two earlier stores, which the CPU cannot
+/// forward (perf annotate: a third of the event reader's own samples on
+/// trace-adamw.json sat on those loads). Word-sized, the result moves as
+/// whole words: trace-adamw.json 0.85x user time, 0.86–0.91x wall on the
+/// four bench traces (docs/performance.md, twenty-fourth session).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u64)]
 pub(super) enum Stop {
     /// The slice ends inside the item: parse again with more bytes.
     More,
@@ -57,6 +67,8 @@ pub(super) enum Stop {
 }
 
 type Parsed<T> = Result<T, Stop>;
+
+const _: () = assert!(std::mem::size_of::<Stop>() == 8);
 
 /// Bytes added to a stitch at a time (at least; doubled as it grows).
 const STITCH: usize = 4 << 10;
