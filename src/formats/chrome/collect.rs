@@ -95,15 +95,18 @@ pub(super) struct Collected {
 /// duplicate check: a set of their indices in [`Collected::mems`], hashed
 /// and compared by (thread, ts ns, Addr, Bytes, Ev Idx, Device Type,
 /// Device Id), the fields read from the event itself and its `Ev Idx`
-/// from [`Dedupe::idx`]. Four bytes a slot where a set of those keys took
+/// from [`Dedupe::idx`]. Eight bytes a slot where a set of those keys took
 /// 88 (trace-adamw.json: 136,500 memory events, 14 MB of table grown and
-/// rehashed by doubling while the file is read).
+/// rehashed by doubling while the file is read). Each slot keeps its key's
+/// hash beside the index: the table rehashes as it grows, and hashing an
+/// index's event again read the events in no order (one cache miss each).
 struct Dedupe {
-    set: hashbrown::HashTable<u32>,
+    /// (index in `mems`, the key's hash).
+    set: hashbrown::HashTable<(u32, u32)>,
     /// Each memory event's `Ev Idx`, beside `mems` (`None`: not checked).
     idx: Vec<Option<i64>>,
     /// [`dedupe_hash`]; the tests give one that makes every key collide.
-    hash: fn(&MemRec, i64) -> u64,
+    hash: fn(&MemRec, i64) -> u32,
 }
 
 impl Default for Dedupe {
@@ -116,11 +119,19 @@ impl Default for Dedupe {
     }
 }
 
-/// The duplicate check's key of a memory event with `Ev Idx` `idx`.
-fn dedupe_hash(mem: &MemRec, idx: i64) -> u64 {
+/// The duplicate check's key of a memory event with `Ev Idx` `idx`, hashed
+/// to 32 bits (what a slot keeps).
+fn dedupe_hash(mem: &MemRec, idx: i64) -> u32 {
     use std::hash::BuildHasher;
-    rustc_hash::FxBuildHasher
-        .hash_one((mem.thread, mem.ts_ns, mem.addr, mem.bytes, idx, mem.device))
+    let h = rustc_hash::FxBuildHasher
+        .hash_one((mem.thread, mem.ts_ns, mem.addr, mem.bytes, idx, mem.device));
+    (h >> 32) as u32 ^ h as u32
+}
+
+/// A slot's hash as the table wants it: 64 bits, the top ones (the tags the
+/// table compares first) depending on every bit of the 32 kept.
+fn spread(h: u32) -> u64 {
+    u64::from(h).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 /// Whether two memory events are the same by the duplicate check's key.
@@ -147,23 +158,19 @@ impl Dedupe {
         record: bool,
     ) -> bool {
         if let Some(idx) = idx {
-            let (key_hash, hash) = (self.hash, (self.hash)(&mem, idx));
+            let h = (self.hash)(&mem, idx);
             let (list, idxs) = (&*mems, &self.idx);
-            let eq = |&j: &u32| {
+            let eq = |&(j, hj): &(u32, u32)| {
                 let j = j as usize;
-                idxs[j].is_some_and(|k| same_event(&list[j], k, &mem, idx))
+                hj == h && idxs[j].is_some_and(|k| same_event(&list[j], k, &mem, idx))
             };
-            if self.set.find(hash, eq).is_some() {
+            if self.set.find(spread(h), eq).is_some() {
                 return false;
             }
             if record {
                 let at = mems.len() as u32;
-                let idxs = &self.idx;
-                let list = &*mems;
-                self.set.insert_unique(hash, at, |&j| {
-                    let j = j as usize;
-                    key_hash(&list[j], idxs[j].unwrap_or_default())
-                });
+                self.set
+                    .insert_unique(spread(h), (at, h), |&(_, hj)| spread(hj));
             }
         }
         self.idx.push(idx);
