@@ -95,11 +95,13 @@ pub(super) struct Collected {
 /// duplicate check: a set of their indices in [`Collected::mems`], hashed
 /// and compared by (thread, ts ns, Addr, Bytes, Ev Idx, Device Type,
 /// Device Id), the fields read from the event itself and its `Ev Idx`
-/// from [`Dedupe::idx`]. Eight bytes a slot where a set of those keys took
-/// 88 (trace-adamw.json: 136,500 memory events, 14 MB of table grown and
-/// rehashed by doubling while the file is read). Each slot keeps its key's
-/// hash beside the index: the table rehashes as it grows, and hashing an
-/// index's event again read the events in no order (one cache miss each).
+/// from [`Dedupe::idx`] (16 bytes an event). Eight bytes a slot where a set
+/// of those keys took 81 (trace-adamw.json: 136,500 memory events, ~13 MB
+/// of table grown and rehashed by doubling while the file is read; and a
+/// split read's tail kept each event's key, 80 bytes, for the join). Each
+/// slot keeps its key's hash beside the index: the table rehashes as it
+/// grows, and hashing an index's event again read the events in no order
+/// (one cache miss each).
 struct Dedupe {
     /// (index in `mems`, the key's hash).
     set: hashbrown::HashTable<(u32, u32)>,

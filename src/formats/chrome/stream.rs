@@ -55,8 +55,8 @@ use crate::model::Trace;
 /// move loading eight bytes across two earlier stores, which the CPU cannot
 /// forward (perf annotate: a third of the event reader's own samples on
 /// trace-adamw.json sat on those loads). Word-sized, the result moves as
-/// whole words: trace-adamw.json 0.85x user time, 0.86–0.91x wall on the
-/// four bench traces (docs/performance.md, twenty-fourth session).
+/// whole words: trace-adamw.json 0.85x user time, 0.83–0.91x wall on the
+/// bench traces (docs/performance.md, twenty-fourth session).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u64)]
 pub(super) enum Stop {
