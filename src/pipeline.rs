@@ -669,18 +669,14 @@ pub fn analyze_reader<R: std::io::Read>(
     options: &AnalyzeOptions,
 ) -> Result<Report> {
     let trace = input::read_trace(reader, &options.limits)?;
-    let report = analyze_parsed(&trace, display_path, size_bytes, options);
-    drop_aside(trace, size_bytes);
-    report
+    analyze_owned(trace, display_path, size_bytes, options)
 }
 
 /// Analyses a trace held in memory (e.g. bytes handed over from Python);
 /// `display_path` is what the report names as its source.
 pub fn analyze_bytes(bytes: &[u8], display_path: &str, options: &AnalyzeOptions) -> Result<Report> {
     let trace = input::parse_bytes(bytes, &options.limits)?;
-    let report = analyze_parsed(&trace, display_path, bytes.len() as u64, options);
-    drop_aside(trace, bytes.len() as u64);
-    report
+    analyze_owned(trace, display_path, bytes.len() as u64, options)
 }
 
 /// Reads, parses and analyses one file.
@@ -690,9 +686,7 @@ pub fn analyze_path(path: &Path, options: &AnalyzeOptions) -> Result<Report> {
     }
     let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let trace = input::read_file(path, &options.limits)?;
-    let report = analyze_parsed(&trace, &path.display().to_string(), size, options);
-    drop_aside(trace, size);
-    report
+    analyze_owned(trace, &path.display().to_string(), size, options)
 }
 
 /// A JSON report memcut wrote (read back as it is: `memcut diff` takes
@@ -715,16 +709,23 @@ pub fn report_or_analysis(
 }
 
 /// Inputs from this size on are big ones ([`release_freed_heap`],
-/// [`drop_aside`]); the corpus's largest is 3.9 MB.
+/// [`analyze_owned`]); the corpus's largest is 3.9 MB.
 const BIG_INPUT: u64 = 16 << 20;
 
-/// Frees a big input's trace on a thread of its own, once its report is
-/// made: the caller goes on (`memcut analyze` writes the report and exits)
-/// instead of waiting for the frees (trace-owlv2.json: 3.5 ms of the
-/// process's ~300). A small one, or one whose thread cannot start, is
+/// [`analyze_parsed`], then the trace freed: a big input's on a thread of
+/// its own, so that the caller goes on (`memcut analyze` writes the report
+/// and exits) instead of waiting for the frees (trace-owlv2.json: 3.5 ms of
+/// the process's ~300). A small one, or one whose thread cannot start, is
 /// freed here.
-fn drop_aside(trace: Trace, input_bytes: u64) {
-    crate::aside::free(trace, input_bytes >= BIG_INPUT);
+fn analyze_owned(
+    trace: Trace,
+    display_path: &str,
+    size_bytes: u64,
+    options: &AnalyzeOptions,
+) -> Result<Report> {
+    let report = analyze_parsed(&trace, display_path, size_bytes, options);
+    crate::aside::free(trace, size_bytes >= BIG_INPUT);
+    report
 }
 
 /// Hands back to the system the pages of the heap that the parse freed.

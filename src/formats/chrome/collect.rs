@@ -94,31 +94,20 @@ pub(super) struct Collected {
 /// The memory events already collected that carry `Ev Idx`, for the
 /// duplicate check: a set of their indices in [`Collected::mems`], hashed
 /// and compared by (thread, ts ns, Addr, Bytes, Ev Idx, Device Type,
-/// Device Id), the fields read from the event itself and its `Ev Idx`
-/// from [`Dedupe::idx`] (16 bytes an event). Eight bytes a slot where a set
-/// of those keys took 81 (trace-adamw.json: 136,500 memory events, ~13 MB
-/// of table grown and rehashed by doubling while the file is read; and a
-/// split read's tail kept each event's key, 80 bytes, for the join). Each
-/// slot keeps its key's hash beside the index: the table rehashes as it
-/// grows, and hashing an index's event again read the events in no order
-/// (one cache miss each).
+/// Device Id), read from the event itself and its `Ev Idx` from
+/// [`Dedupe::idx`]: eight bytes a slot, where a set of the keys themselves
+/// took 81 (docs/performance.md, twenty-fourth session). A slot keeps its
+/// key's hash, so that the table's rehashes do not read the events again.
+#[derive(Default)]
 struct Dedupe {
     /// (index in `mems`, the key's hash).
     set: hashbrown::HashTable<(u32, u32)>,
     /// Each memory event's `Ev Idx`, beside `mems` (`None`: not checked).
     idx: Vec<Option<i64>>,
-    /// [`dedupe_hash`]; the tests give one that makes every key collide.
-    hash: fn(&MemRec, i64) -> u32,
-}
-
-impl Default for Dedupe {
-    fn default() -> Dedupe {
-        Dedupe {
-            set: hashbrown::HashTable::new(),
-            idx: Vec::new(),
-            hash: dedupe_hash,
-        }
-    }
+    /// Every key hashed alike, so that the comparison alone tells them
+    /// apart (the tests').
+    #[cfg(test)]
+    collide: bool,
 }
 
 /// The duplicate check's key of a memory event with `Ev Idx` `idx`, hashed
@@ -147,6 +136,15 @@ fn same_event(a: &MemRec, a_idx: i64, b: &MemRec, b_idx: i64) -> bool {
 }
 
 impl Dedupe {
+    /// [`dedupe_hash`], or one hash for every key where the tests ask.
+    fn key_hash(&self, mem: &MemRec, idx: i64) -> u32 {
+        #[cfg(test)]
+        if self.collide {
+            return 7;
+        }
+        dedupe_hash(mem, idx)
+    }
+
     /// Pushes `mem` onto `mems` unless it has `Ev Idx` `idx` and one equal
     /// to it by the key is there already; whether it was pushed. `record`:
     /// a pushed one is added to the set (false where nothing is checked
@@ -160,7 +158,7 @@ impl Dedupe {
         record: bool,
     ) -> bool {
         if let Some(idx) = idx {
-            let h = (self.hash)(&mem, idx);
+            let h = self.key_hash(&mem, idx);
             let (list, idxs) = (&*mems, &self.idx);
             let eq = |&(j, hj): &(u32, u32)| {
                 let j = j as usize;
@@ -650,11 +648,10 @@ mod tests {
             record_every in 1usize..4,
             collide in any::<bool>(),
         ) {
-            let mut dedupe = Dedupe::default();
-            if collide {
-                // Every key hashed alike: the comparison alone tells them apart.
-                dedupe.hash = |_, _| 7;
-            }
+            let mut dedupe = Dedupe {
+                collide,
+                ..Dedupe::default()
+            };
             let mut mems = Vec::new();
             let mut keys = std::collections::HashSet::new();
             let mut kept = Vec::new();
