@@ -488,7 +488,7 @@ impl<'o, 's> Attribution<'o, 's> {
 
     /// Event `i` under the operators `open` (outermost first), whose top's
     /// entry is `top`.
-    fn by_prefixes(&mut self, i: usize, open: &[OpId], top: Prefix, prefixes: &mut Prefixes<'_>) {
+    fn by_prefixes(&mut self, i: usize, open: &[OpId], top: Prefix, prefixes: &mut Prefixes) {
         self.call_of[i] = top.call.and_then(OpCall::new);
         let slot = &mut prefixes.site_of_node[top.node as usize];
         if *slot == SiteId::MAX {
@@ -518,48 +518,26 @@ struct Prefix {
     call: Option<OpId>,
 }
 
-/// A frame as the prefixes tell them apart: the operator's kind and its
-/// name, as the address of the first allocation of that name met
-/// ([`Prefixes::name_key`]). No string is interned.
+/// A frame as the prefixes tell them apart: the operator's kind and where
+/// its name is (the collector interns names, a split read's join included:
+/// one allocation per name). No string is hashed or interned.
 type FrameKey = (OpKind, *const u8);
 
 /// The entries of the sweep's open stack, and the frame paths they name: a
 /// node is its parent node and one frame, so equal frame paths are one node
 /// whatever operators made them, and a node's site is made once.
 #[derive(Default)]
-struct Prefixes<'o> {
+struct Prefixes {
     at: Vec<Prefix>,
     nodes: FxHashMap<(u32, FrameKey), u32>,
     /// Per node: its site, once an event needed it (`SiteId::MAX` before).
     site_of_node: Vec<SiteId>,
-    /// Per allocation of an operator name met (its address): the first
-    /// allocation of the same text met.
-    name_keys: FxHashMap<*const u8, *const u8>,
-    /// Per operator name met: its first allocation.
-    by_text: FxHashMap<&'o str, *const u8>,
 }
 
-impl<'o> Prefixes<'o> {
-    /// The key of an operator's name. The collector interns names, so a
-    /// name is mostly one allocation, but each half of a split read has
-    /// its own: keyed by address alone, the second half's operators made
-    /// other nodes than the first's for the same frame paths, and each
-    /// node's site was made again (trace-owlv2.json: ~10 ms of the
-    /// attribution's ~30). An address is looked up once per entry made,
-    /// its text hashed once per allocation.
-    fn name_key(&mut self, name: &'o str) -> *const u8 {
-        let at = name.as_ptr();
-        if let Some(&key) = self.name_keys.get(&at) {
-            return key;
-        }
-        let key = *self.by_text.entry(name).or_insert(at);
-        self.name_keys.insert(at, key);
-        key
-    }
-
+impl Prefixes {
     /// The entry of the stack's top, made (with those missing below it)
     /// if need be; `None` for an empty stack.
-    fn top(&mut self, stack: &[OpId], attribution: &mut Attribution<'o, '_>) -> Option<Prefix> {
+    fn top(&mut self, stack: &[OpId], attribution: &mut Attribution<'_, '_>) -> Option<Prefix> {
         let ops = attribution.ops;
         let top = stack.len().checked_sub(1)?;
         let mut valid = stack.len();
@@ -573,7 +551,7 @@ impl<'o> Prefixes<'o> {
         }
         for (j, &k) in stack.iter().enumerate().skip(valid) {
             let op = ops.get(k);
-            let frame = (op.kind, self.name_key(&op.name));
+            let frame = (op.kind, op.name.as_ptr());
             // Below the outermost operator: no frame, no call, no node
             // (node ids start at 0, the root is u32::MAX).
             let below = j.checked_sub(1).map(|b| self.at[b]);

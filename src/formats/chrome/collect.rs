@@ -233,18 +233,15 @@ impl Collector {
     /// result is what one collector would have collected from the whole
     /// file. Thread ids are dense in order of first appearance, positions
     /// count on from this collector's, memory events are deduplicated
-    /// against this collector's, and the later top-level values win.
-    /// Nothing is to be collected after it: the names of `later` are not
-    /// added to this collector's set, nor its duplicate keys unless
-    /// another collector is to be appended after it (`more`).
+    /// against this collector's, names are this collector's (one
+    /// allocation per name, which the attribution tells frames apart by),
+    /// and the later top-level values win. Nothing is to be collected after
+    /// it: the duplicate keys of `later` are not added to this collector's
+    /// set unless another collector is to be appended after it (`more`).
     pub(super) fn append(&mut self, later: Collector, more: bool) {
-        // The tail's operators keep their own name allocations, and its
-        // names are not added to this collector's set: nothing is
-        // collected after a join, so the set would only be hashed into
-        // (a tenth of the join on trace-adamw.json).
         let Collector {
             threads,
-            names: _,
+            names: later_names,
             events_seen,
             saw_trace_events,
             tail,
@@ -263,6 +260,22 @@ impl Collector {
             })
             .collect();
         let thread = |t: u32| remap[t as usize];
+        // Each of the later names this collector has too, by where the later
+        // one is: its operators take this collector's. A name new here joins
+        // the set as it is (its operators keep it). Each name's text is
+        // hashed once, not each operator's.
+        let mut same_name: FxHashMap<usize, Arc<str>> = FxHashMap::default();
+        for name in later_names {
+            match self.names.get(&name) {
+                Some(known) => {
+                    same_name.insert(name.as_ptr() as usize, Arc::clone(known));
+                }
+                None => {
+                    self.names.insert(name);
+                }
+            }
+        }
+        let name = |n: Arc<str>| same_name.get(&(n.as_ptr() as usize)).map_or(n, Arc::clone);
         let offset = self.events_seen;
         let order = |o: u32| (offset + u64::from(o)).min(u32::MAX as u64) as u32;
         self.events_seen += events_seen;
@@ -276,6 +289,7 @@ impl Collector {
             || {
                 mine.ops.extend(out.ops.into_iter().map(|op| OpRec {
                     thread: thread(op.thread),
+                    name: name(op.name),
                     ..op
                 }));
                 mine.evidence
@@ -286,6 +300,7 @@ impl Collector {
                 mine.be.extend(out.be.into_iter().map(|be| BeRec {
                     thread: thread(be.thread),
                     order: order(be.order),
+                    name: name(be.name),
                     ..be
                 }));
             },
@@ -617,6 +632,7 @@ pub(super) fn parse_strict(buf: &[u8]) -> serde_json::Result<Collected> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::formats::chrome::skeleton::LStr;
     use proptest::prelude::*;
 
     fn mem(thread: u32, ts_ns: i64, addr: Option<u64>, bytes: i64, device: u8) -> MemRec {
@@ -631,6 +647,51 @@ mod tests {
             device: (Some(1), Some(i64::from(device))),
             allocated: None,
             reserved: None,
+        }
+    }
+
+    /// A join leaves one allocation per operator name, as one collector
+    /// makes (the attribution tells frames apart by it): a name the first
+    /// collector has is taken from it, a new one kept, in operators and
+    /// `B`/`E` events alike.
+    #[test]
+    fn a_join_keeps_one_allocation_per_name() {
+        let event = |ph: &'static str, name: &'static str, ts: i64| RawEvent {
+            ph: LStr(Some(ph.into())),
+            cat: LStr(Some("cpu_op".into())),
+            name: LStr(Some(name.into())),
+            pid: Id::Int(1),
+            tid: Id::Int(1),
+            ts: Num::I(ts),
+            dur: Num::I(1),
+            ..RawEvent::default()
+        };
+        let mut first = Collector::default();
+        first.push(&event("X", "aten::mm", 1));
+        first.push(&event("X", "aten::relu", 2));
+        let mut later = Collector::for_tail();
+        for (k, name) in ["aten::mm", "aten::add", "aten::mm", "aten::add"]
+            .into_iter()
+            .enumerate()
+        {
+            later.push(&event("X", name, 10 + k as i64));
+        }
+        later.push(&event("B", "aten::mm", 20));
+        later.push(&event("E", "aten::add", 21));
+        first.append(later, false);
+        let out = first.finish();
+        assert_eq!(out.ops.len(), 6);
+        assert_eq!(out.be.len(), 2);
+        let names: Vec<&Arc<str>> = out
+            .ops
+            .iter()
+            .map(|o| &o.name)
+            .chain(out.be.iter().map(|b| &b.name))
+            .collect();
+        for a in &names {
+            for b in &names {
+                assert_eq!(a == b, Arc::ptr_eq(a, b), "{a} and {b}");
+            }
         }
     }
 
