@@ -465,12 +465,20 @@ impl Number<'_> {
     }
 }
 
-/// A number at `*i` as [`Number::value`] gives it.
-#[inline]
+/// A number at `*i` as [`Number::value`] gives it: the common ones read
+/// in place ([`short_number`]), the rest by a call.
+#[inline(always)]
 pub(super) fn json_number(s: &[u8], i: &mut usize) -> Parsed<Num> {
-    if let Some(v) = short_number(s, i) {
-        return Ok(v);
+    match short_number(s, i) {
+        Some(v) => Ok(v),
+        None => long_number(s, i),
     }
+}
+
+/// [`json_number`] of a number [`short_number`] does not read: apart, so
+/// that the common path needs few registers.
+#[inline(never)]
+fn long_number(s: &[u8], i: &mut usize) -> Parsed<Num> {
     number(s, i)?.value()
 }
 
