@@ -12,7 +12,7 @@ use crate::model::{DeviceTrace, Diagnostic, Trace};
 use crate::plan::demand::Demand;
 use crate::plan::facts::{FactsInput, Mode, RunFacts};
 use crate::plan::levers::{parse_levers, Lever, LeversError};
-use crate::plan::pools::{Overlay, OverlayInput, Part};
+use crate::plan::pools::{Overlay, OverlayInput};
 use crate::plan::whatif;
 use crate::schema::{Finding, FindingKind, NextStep, WhatIf};
 use crate::schema::{Report, SourceInfo};
@@ -570,7 +570,7 @@ fn kept_gradients_curve(
         .iter()
         .any(|f| f.kind == FindingKind::GradientsKeptThroughForward)
         .then(|| {
-            let overlay = Overlay::kept_across_steps(&d.timeline, &d.classes, phases);
+            let changes = Overlay::kept_across_steps_changes(&d.timeline, &d.classes, phases);
             let peak = d.timeline.replay.peak_position() as usize;
             let mut kept = KeptCurve {
                 max: 0,
@@ -578,7 +578,7 @@ fn kept_gradients_curve(
                 series: Vec::new(),
             };
             let mut plot = Plotted::new(d.timeline.replay.allocated.len(), points);
-            whatif::curve_without(&d.timeline, &overlay, Part::KeptAcrossSteps, |p, v| {
+            whatif::curve_without(&d.timeline, &changes, |p, v| {
                 kept.max = kept.max.max(v);
                 if p == peak {
                     kept.at_peak = v;

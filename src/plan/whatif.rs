@@ -18,7 +18,7 @@ use super::checkpointing::Checkpointed;
 use super::demand::{allocator_overhead, scale, Demand, Row};
 use super::kv_limit::KvLimited;
 use super::levers::Lever;
-use super::pools::{Overlay, Part, NPOOL};
+use super::pools::{Part, NPOOL};
 use super::NCAT;
 
 /// The re-simulated peak.
@@ -282,35 +282,21 @@ fn accumulated_gradients(name: &str, input: &Input<'_>) -> Option<(Vec<Window>, 
     Some((held, most as u64))
 }
 
-/// The allocated bytes at every position with one part of `overlay`
-/// removed: the what-if of a lever that removes exactly that part and
-/// nothing else (`zero_grad_set_to_none` on the gradients kept across
-/// steps), without the demand's other pools. A finding whose fix is such a
-/// lever is priced by it; `what_if` gives the same peak through the demand.
+/// The allocated bytes at every position less a part whose bytes change by
+/// `changes[p]` at each position `p` (one total a position:
+/// [`super::pools::Overlay::kept_across_steps_changes`]): the what-if of a lever that
+/// removes exactly that part and nothing else (`zero_grad_set_to_none` on
+/// the gradients kept across steps), without the demand's other pools. A
+/// finding whose fix is such a lever is priced by it; `what_if` gives the
+/// same peak through the demand.
 ///
 /// Handed to `visit` position by position rather than kept: its reader needs
 /// only its highest value, one position's and its plotted points, and the
 /// curve of a 1M-entry snapshot is 8 MB made while the report is built.
-pub fn curve_without(
-    tl: &DeviceTimeline,
-    overlay: &Overlay,
-    part: Part,
-    mut visit: impl FnMut(usize, u64),
-) {
-    let mut changes: Vec<(u32, i64)> = overlay
-        .enter
-        .iter()
-        .chain(&overlay.leave)
-        .filter(|c| c.1 == part)
-        .map(|c| (c.0, c.2))
-        .collect();
-    changes.sort_unstable_by_key(|c| c.0);
-    let mut changes = changes.into_iter().peekable();
+pub fn curve_without(tl: &DeviceTimeline, changes: &[i64], mut visit: impl FnMut(usize, u64)) {
     let mut removed = 0i64;
     for (p, &allocated) in tl.replay.allocated.iter().enumerate() {
-        while let Some((_, bytes)) = changes.next_if(|c| c.0 as usize <= p) {
-            removed += bytes;
-        }
+        removed += changes.get(p).copied().unwrap_or(0);
         visit(p, allocated.saturating_sub(removed.max(0) as u64));
     }
 }
