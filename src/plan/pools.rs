@@ -238,26 +238,14 @@ impl Overlay {
     }
 
     /// Only the gradients kept across steps ([`Part::KeptAcrossSteps`]) of
-    /// a training run, as [`Overlay::build`] makes them: what
+    /// a training run, as [`Overlay::build`] finds them (what
     /// `zero_grad_set_to_none` removes, for the finding that it fixes,
-    /// without the other parts' passes. The oracle of
-    /// [`Overlay::kept_across_steps_changes`].
-    #[cfg(test)]
-    pub fn kept_across_steps(
-        timeline: &DeviceTimeline,
-        classes: &[Classification],
-        phases: &crate::classify::PhasePositions,
-    ) -> Overlay {
-        Self::build_parts(timeline, classes, Self::kept_input(phases), true)
-    }
-
-    /// What [`Overlay::kept_across_steps`]'s changes add up to at each
-    /// position of the timeline (the bytes entering the part there, less
-    /// those leaving it): 8 bytes a position, where the overlay takes 32
-    /// bytes a window and a gradient alive through many steps has a window
-    /// in each. The `cs336-bcrafton` snapshot × 155 (177 MiB, not tuned
-    /// on) has 2.8M windows: the overlay's two lists were 90 MB of the
-    /// process's peak.
+    /// without the other parts' passes), added up at each position of the
+    /// timeline (the bytes entering the part there, less those leaving it):
+    /// 8 bytes a position, where a list of changes takes 32 bytes a window
+    /// and a gradient alive through many steps has a window in each. The
+    /// `cs336-bcrafton` snapshot × 155 (177 MiB, not tuned on) has 2.8M
+    /// windows: as lists they were 90 MB of the process's peak.
     pub fn kept_across_steps_changes(
         timeline: &DeviceTimeline,
         classes: &[Classification],
@@ -301,18 +289,40 @@ impl Overlay {
         let positions = timeline.replay.positions();
         let mut enter = Vec::new();
         let mut leave = Vec::new();
+        // The kept gradients' windows added up per position as they come
+        // (8 bytes a position, made at the first): a gradient alive through
+        // many steps has a window in each, and the `cs336-bcrafton`
+        // snapshot × 155 (177 MiB) has 2.8M of them, which as changes took
+        // 90 MB and put the peak RSS of `--budget` at 1.04× the file. A walk
+        // adds up the changes at a position, so their totals walk alike.
+        let mut kept: Option<Vec<i64>> = None;
         let kept_after_a_step = Self::each_part(
             timeline,
             classes,
             input,
             only_kept,
             |start, end, part, size| {
+                if part == Part::KeptAcrossSteps {
+                    let at = kept.get_or_insert_with(|| vec![0; positions as usize]);
+                    at[start as usize] += size as i64;
+                    if end < positions {
+                        at[end as usize] -= size as i64;
+                    }
+                    return;
+                }
                 enter.push((start, part, size as i64));
                 if end < positions {
                     leave.push((end, part, -(size as i64)));
                 }
             },
         );
+        for (p, &total) in kept.iter().flatten().enumerate() {
+            match total {
+                0 => {}
+                t if t > 0 => enter.push((p as u32, Part::KeptAcrossSteps, t)),
+                t => leave.push((p as u32, Part::KeptAcrossSteps, t)),
+            }
+        }
         // Baseline intervals start at 0, before the rest: already sorted but
         // for gradient windows, which start later than their interval. The
         // order of changes at one position does not matter (a walk adds
@@ -753,11 +763,56 @@ mod tests {
         }
     }
 
-    /// The kept gradients' changes summed per position are the overlay's
-    /// (`Overlay::kept_across_steps`, the oracle) added up at each
-    /// position, on the committed training samples and the corpus's
-    /// training snapshots; some of them have kept gradients, so the sums
-    /// are not all zero.
+    /// Every window as a change of its own, sorted (the overlay as it was
+    /// built before the kept gradients were added up per position): the
+    /// oracle.
+    fn listed(
+        d: &crate::analysis::ClassifiedDevice,
+        phases: &crate::classify::PhasePositions,
+        only_kept: bool,
+    ) -> Overlay {
+        let (timeline, classes) = (&d.timeline, &d.classes[..]);
+        let input = Overlay::kept_input(phases);
+        let positions = timeline.replay.positions();
+        let (mut enter, mut leave) = (Vec::new(), Vec::new());
+        let kept_after_a_step = Overlay::each_part(
+            timeline,
+            classes,
+            input,
+            only_kept,
+            |start, end, part, size| {
+                enter.push((start, part, size as i64));
+                if end < positions {
+                    leave.push((end, part, -(size as i64)));
+                }
+            },
+        );
+        enter.sort_by_key(|c| c.0);
+        leave.sort_by_key(|c| c.0);
+        Overlay {
+            enter,
+            leave,
+            edits: Vec::new(),
+            kept_after_a_step,
+        }
+    }
+
+    /// Each part's bytes at every position, as the demand walks them.
+    fn walked(overlay: &Overlay, positions: u32) -> Vec<[i64; Part::ALL.len()]> {
+        let mut walk = OverlayWalk::default();
+        (0..positions as usize)
+            .map(|p| {
+                walk.advance(overlay, p);
+                walk.current
+            })
+            .collect()
+    }
+
+    /// On the committed training samples and the corpus's training
+    /// snapshots: the overlay walks as the listed one does (every part at
+    /// every position, all parts and the kept ones alone), and the kept
+    /// gradients' totals per position are the listed changes added up;
+    /// some inputs have kept gradients, so the totals are not all zero.
     #[test]
     fn kept_changes_per_position_are_the_overlays_summed() {
         let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -789,7 +844,19 @@ mod tests {
                     &device.events,
                 );
                 let changes = Overlay::kept_across_steps_changes(&d.timeline, &d.classes, &phases);
-                let overlay = Overlay::kept_across_steps(&d.timeline, &d.classes, &phases);
+                let positions = d.timeline.replay.positions();
+                for only_kept in [false, true] {
+                    let input = Overlay::kept_input(&phases);
+                    let built = Overlay::build_parts(&d.timeline, &d.classes, input, only_kept);
+                    let oracle = listed(d, &phases, only_kept);
+                    assert_eq!(built.kept_after_a_step, oracle.kept_after_a_step);
+                    assert!(
+                        walked(&built, positions) == walked(&oracle, positions),
+                        "{} (only kept: {only_kept})",
+                        path.display()
+                    );
+                }
+                let overlay = listed(d, &phases, true);
                 let mut want = vec![0i64; d.timeline.replay.allocated.len()];
                 for c in overlay.enter.iter().chain(&overlay.leave) {
                     if c.1 == Part::KeptAcrossSteps {
