@@ -241,33 +241,18 @@ impl Overlay {
     /// a training run, as [`Overlay::build`] finds them (what
     /// `zero_grad_set_to_none` removes, for the finding that it fixes,
     /// without the other parts' passes), added up at each position of the
-    /// timeline (the bytes entering the part there, less those leaving it):
-    /// 8 bytes a position, where a list of changes takes 32 bytes a window
-    /// and a gradient alive through many steps has a window in each. The
-    /// `cs336-bcrafton` snapshot × 155 (177 MiB, not tuned on) has 2.8M
-    /// windows: as lists they were 90 MB of the process's peak.
+    /// timeline (the bytes entering the part there, less those leaving it:
+    /// see [`Overlay::windows`]).
     pub fn kept_across_steps_changes(
         timeline: &DeviceTimeline,
         classes: &[Classification],
         phases: &crate::classify::PhasePositions,
     ) -> Vec<i64> {
-        let positions = timeline.replay.positions();
-        let mut at = vec![0i64; timeline.replay.allocated.len()];
         let input = Self::kept_input(phases);
-        Self::each_part(timeline, classes, input, true, |start, end, part, size| {
-            if part != Part::KeptAcrossSteps {
-                return;
-            }
-            if let Some(total) = at.get_mut(start as usize) {
-                *total += size as i64;
-            }
-            if end < positions {
-                if let Some(total) = at.get_mut(end as usize) {
-                    *total -= size as i64;
-                }
-            }
-        });
-        at
+        let (windows, _) = Self::windows(timeline, classes, input, true);
+        windows
+            .kept
+            .unwrap_or_else(|| vec![0; timeline.replay.positions() as usize])
     }
 
     fn kept_input(phases: &crate::classify::PhasePositions) -> OverlayInput<'_> {
@@ -286,36 +271,14 @@ impl Overlay {
         input: OverlayInput<'_>,
         only_kept: bool,
     ) -> Overlay {
-        let positions = timeline.replay.positions();
-        let mut enter = Vec::new();
-        let mut leave = Vec::new();
-        // The kept gradients' windows added up per position as they come
-        // (8 bytes a position, made at the first): a gradient alive through
-        // many steps has a window in each, and the `cs336-bcrafton`
-        // snapshot × 155 (177 MiB) has 2.8M of them, which as changes took
-        // 90 MB and put the peak RSS of `--budget` at 1.04× the file. A walk
-        // adds up the changes at a position, so their totals walk alike.
-        let mut kept: Option<Vec<i64>> = None;
-        let kept_after_a_step = Self::each_part(
-            timeline,
-            classes,
-            input,
-            only_kept,
-            |start, end, part, size| {
-                if part == Part::KeptAcrossSteps {
-                    let at = kept.get_or_insert_with(|| vec![0; positions as usize]);
-                    at[start as usize] += size as i64;
-                    if end < positions {
-                        at[end as usize] -= size as i64;
-                    }
-                    return;
-                }
-                enter.push((start, part, size as i64));
-                if end < positions {
-                    leave.push((end, part, -(size as i64)));
-                }
+        let (
+            Windows {
+                mut enter,
+                mut leave,
+                kept,
             },
-        );
+            kept_after_a_step,
+        ) = Self::windows(timeline, classes, input, only_kept);
         for (p, &total) in kept.iter().flatten().enumerate() {
             match total {
                 0 => {}
@@ -338,6 +301,41 @@ impl Overlay {
             edits: Vec::new(),
             kept_after_a_step,
         }
+    }
+
+    /// [`Overlay::each_part`]'s windows: each listed as the changes where
+    /// it enters and leaves its part, but the kept gradients' added up per
+    /// position as they come (8 bytes a position, made at the first). A
+    /// gradient alive through many steps has a window in each: the
+    /// `cs336-bcrafton` snapshot × 155 (177 MiB) has 2.8M of them, which as
+    /// changes took 90 MB and put the peak RSS at 1.47× the file (1.04×
+    /// with `--budget`). A walk adds up the changes at a position, so their
+    /// totals walk alike.
+    fn windows(
+        timeline: &DeviceTimeline,
+        classes: &[Classification],
+        input: OverlayInput<'_>,
+        only_kept: bool,
+    ) -> (Windows, bool) {
+        let positions = timeline.replay.positions();
+        let mut w = Windows::default();
+        let kept_after_a_step = Self::each_part(
+            timeline,
+            classes,
+            input,
+            only_kept,
+            |start, end, part, size| {
+                if part != Part::KeptAcrossSteps {
+                    return w.list(start, end, part, size, positions);
+                }
+                let at = w.kept.get_or_insert_with(|| vec![0; positions as usize]);
+                at[start as usize] += size as i64;
+                if let Some(total) = at.get_mut(end as usize) {
+                    *total -= size as i64;
+                }
+            },
+        );
+        (w, kept_after_a_step)
     }
 
     /// Each window of bytes in a part (`sink(start, end, part, size)`,
@@ -679,6 +677,26 @@ impl<'a> Ascending<'a> {
     }
 }
 
+/// The windows of an overlay being built ([`Overlay::windows`]).
+#[derive(Default)]
+struct Windows {
+    enter: Vec<PartChange>,
+    leave: Vec<PartChange>,
+    /// The kept gradients' bytes entering (less those leaving) at each
+    /// position, once one is found.
+    kept: Option<Vec<i64>>,
+}
+
+impl Windows {
+    /// A window as its two changes (none where it leaves at the end).
+    fn list(&mut self, start: u32, end: u32, part: Part, size: u64, positions: u32) {
+        self.enter.push((start, part, size as i64));
+        if end < positions {
+            self.leave.push((end, part, -(size as i64)));
+        }
+    }
+}
+
 /// A walk over an overlay: bytes in each part at the position last advanced to.
 #[derive(Debug, Clone, Default)]
 pub struct OverlayWalk {
@@ -774,24 +792,19 @@ mod tests {
         let (timeline, classes) = (&d.timeline, &d.classes[..]);
         let input = Overlay::kept_input(phases);
         let positions = timeline.replay.positions();
-        let (mut enter, mut leave) = (Vec::new(), Vec::new());
+        let mut w = Windows::default();
         let kept_after_a_step = Overlay::each_part(
             timeline,
             classes,
             input,
             only_kept,
-            |start, end, part, size| {
-                enter.push((start, part, size as i64));
-                if end < positions {
-                    leave.push((end, part, -(size as i64)));
-                }
-            },
+            |start, end, part, size| w.list(start, end, part, size, positions),
         );
-        enter.sort_by_key(|c| c.0);
-        leave.sort_by_key(|c| c.0);
+        w.enter.sort_by_key(|c| c.0);
+        w.leave.sort_by_key(|c| c.0);
         Overlay {
-            enter,
-            leave,
+            enter: w.enter,
+            leave: w.leave,
             edits: Vec::new(),
             kept_after_a_step,
         }

@@ -378,11 +378,9 @@ fn read_digits(s: &[u8], k: &mut usize, mantissa: &mut u64) -> Parsed<u32> {
             continue;
         }
         if n > 0 {
-            // The digits moved to the top of the word, zeros below them.
-            let padded = (w << (8 * (8 - n))) | ((ONES * u64::from(b'0')) >> (8 * n));
             *mantissa = mantissa
                 .wrapping_mul(SHIFT10[n])
-                .wrapping_add(eight_digits(padded));
+                .wrapping_add(first_digits(w, n));
             *k += n;
         }
         return Ok((*k - from).min(u32::MAX as usize) as u32);
